@@ -1,0 +1,37 @@
+# Every target does its own set-up: a fresh clone needs nothing but python3 (>= 3.11).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest services bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[all,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/relaymq demo
+
+test: $(STAMP) services lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check relaymq tests benchmarks
+	$(BIN)/ruff format --check relaymq tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+services:
+	bash scripts/services.sh
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/throughput.py --url $${URL:-sqlite:///$$(mktemp -d)/bench.db}
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

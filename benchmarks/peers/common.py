@@ -1,0 +1,225 @@
+"""Shared plumbing for the peer benchmark scripts (standard library only).
+
+Each ``<peer>_bench.py`` runs inside that peer's own virtualenv and imports
+this module from its own directory.  The workload is fixed:
+
+* N no-op jobs enqueued in bulk by this (driver) process,
+* one worker process, started by the driver, with concurrency 10,
+* enqueue jobs/s   = N / (time to enqueue all N jobs),
+* end-to-end jobs/s = N / (time from the start of the enqueue until the
+  driver observes, by polling the peer's own count API at most every 20 ms,
+  that the last job has completed).
+
+Before the clock starts, one warm-up job is enqueued and waited for: that
+proves the worker is up and connected, so worker start-up time is not
+measured.  A watchdog thread enforces a hard deadline: if the run does not
+finish in time the worker is killed and the script exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import IO, Any
+from urllib.parse import urlsplit, urlunsplit
+
+CONCURRENCY = 10
+POLL_INTERVAL_S = 0.02  # never poll the peer more often than this
+DEFAULT_DEADLINE_S = 120.0
+WORKER_STOP_GRACE_S = 5.0
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/9"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_POSTGRES_DB = "relaymq_bench_peer"
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+# Every key, queue, table or database name we create starts with this.
+PREFIX = "relaymq_bench_peer"
+
+
+class BenchError(RuntimeError):
+    """A benchmark run failed; the message says why."""
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--jobs", type=int, default=None, help="number of no-op jobs (default depends on peer/backend)")
+    p.add_argument("--url", default=None, help="server URL (default depends on backend)")
+    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
+                   help="hard limit in seconds for the whole run (default %(default)s)")
+    # Internal: the same script is re-executed as the worker process.
+    p.add_argument("--role", choices=("driver", "worker"), default="driver", help=argparse.SUPPRESS)
+    return p
+
+
+def redis_db_url(url: str) -> str:
+    """Check that a Redis URL names a dedicated, non-zero database we may flush."""
+    parts = urlsplit(url)
+    db_text = parts.path.lstrip("/") or "0"
+    if not db_text.isdigit():
+        raise BenchError(f"cannot read a Redis db number from {url!r}")
+    if int(db_text) == 0:
+        raise BenchError(f"refusing to use Redis db 0 ({url!r}): it gets flushed; pass a dedicated db, e.g. /9")
+    return url
+
+
+def postgres_url_for_db(server_url: str, dbname: str) -> str:
+    """The same server URL, pointing at database ``dbname``."""
+    parts = urlsplit(server_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+def emit_result(peer: str, version: str, backend: str, jobs: int,
+                enqueue_s: float, e2e_s: float) -> None:
+    """Print the one JSON line that run.py reads."""
+    line = {
+        "peer": peer,
+        "version": version,
+        "backend": backend,
+        "jobs": jobs,
+        "enqueue_per_s": round(jobs / enqueue_s, 1),
+        "e2e_per_s": round(jobs / e2e_s, 1),
+        "enqueue_s": round(enqueue_s, 4),
+        "e2e_s": round(e2e_s, 4),
+    }
+    print(json.dumps(line), flush=True)
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+class Worker:
+    """The peer's worker, run as a child process of the driver.
+
+    Output goes to a log file in a temporary directory; the tail of that log
+    is shown if the run fails.  ``stop()`` sends SIGTERM, then SIGKILL after a
+    grace period.  The child stays in the driver's process group, so run.py
+    can also kill both at once (it starts every bench script in a new
+    session).
+    """
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
+        self.argv = list(argv)
+        self._tmpdir = tempfile.mkdtemp(prefix=PREFIX + "_")
+        self.log_path = os.path.join(self._tmpdir, "worker.log")
+        self._log: IO[bytes] = open(self.log_path, "wb")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=full_env, cwd=cwd)
+
+    def check_alive(self) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            raise BenchError(f"worker exited early with code {code}\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            self._log.flush()
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no worker log)"
+        tail = "\n".join(text.splitlines()[-lines:])
+        return f"--- worker log tail ({self.log_path}) ---\n{tail}"
+
+    def kill_now(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+
+    def stop(self, keep_log: bool = False) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout=WORKER_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=WORKER_STOP_GRACE_S)
+            except ProcessLookupError:
+                pass
+        self._log.close()
+        if not keep_log:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+
+class Watchdog:
+    """Hard deadline: after ``seconds``, kill the worker and exit with code 3."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds = seconds
+        self.what = what
+        self.worker: Worker | None = None
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def start(self) -> Watchdog:
+        self._timer.start()
+        return self
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        fail(f"{self.what}: did not finish within the {self.seconds:g} s deadline; killing the worker")
+        if self.worker is not None:
+            print(self.worker.log_tail(), file=sys.stderr, flush=True)
+            self.worker.kill_now()
+        sys.stderr.flush()
+        os._exit(3)
+
+
+def wait_until(done: Callable[[], bool], worker: Worker, timeout: float, what: str) -> float:
+    """Poll ``done()`` every POLL_INTERVAL_S until true; return the perf_counter()
+    time at which it was first seen true."""
+    limit = time.perf_counter() + timeout
+    while True:
+        if done():
+            return time.perf_counter()
+        worker.check_alive()
+        if time.perf_counter() > limit:
+            raise BenchError(f"timed out after {timeout:g} s waiting for {what}\n{worker.log_tail()}")
+        time.sleep(POLL_INTERVAL_S)
+
+
+async def await_until(done: Callable[[], Awaitable[bool]], worker: Worker, timeout: float,
+                      what: str) -> float:
+    """Async twin of ``wait_until``."""
+    import asyncio
+
+    limit = time.perf_counter() + timeout
+    while True:
+        if await done():
+            return time.perf_counter()
+        worker.check_alive()
+        if time.perf_counter() > limit:
+            raise BenchError(f"timed out after {timeout:g} s waiting for {what}\n{worker.log_tail()}")
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+def self_worker_argv(script: str, argv: Sequence[str]) -> list[str]:
+    """Command line that re-runs ``script`` (with this interpreter) as the worker."""
+    return [sys.executable, os.path.abspath(script), *argv, "--role", "worker"]
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Run a bench ``main`` and turn BenchError into a message and exit code 2."""
+    try:
+        main()
+    except BenchError as exc:
+        fail(str(exc))
+        sys.exit(2)

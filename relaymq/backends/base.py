@@ -1,0 +1,330 @@
+"""The backend contract: what every storage/broker adapter promises.
+
+Rules that hold on every backend (see DESIGN.md section 3):
+
+1. Each transition is ONE atomic backend operation (a Lua script, one SQL transaction, one
+   conditional document update). Nothing above this seam composes a transition from smaller calls.
+2. Times compared across processes (stall, due, TTL) come from the backend's clock: the server's
+   where it has one, or the ``clock`` given to the constructor (a test clock).
+3. The core decides (attempts, backoff, retry or fail); the backend stores the decision.
+4. Backends neither log nor serialize: payloads, results and event bodies are opaque ``bytes``.
+   Driver exceptions are translated to ``relaymq.errors`` at the boundary.
+5. Every write after a claim is fenced: it applies only while the job is ``active`` with the
+   claim's token. A stale claim changes nothing and is reported as lost.
+
+Batch-first: every call a worker makes per job takes a batch, so a worker spends one round trip
+per batch. Methods are listed in the order every backend module keeps them.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from relaymq.job import Claim, Job, JobState, NewJob
+
+Clock = Callable[[], float]
+"""Returns seconds since the epoch. Given to a backend, it replaces the server's clock (tests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can promise; tests, the CLI and the dashboard adapt to it (never to names)."""
+
+    durable: bool
+    """Accepted jobs survive a restart of the process and of the server."""
+    cross_process: bool
+    """Several processes (workers, producers, admin) share one state."""
+    server_clock: bool
+    """Stall, due and TTL decisions use a clock shared by all processes."""
+    blocking_wait: bool
+    """``wait`` is woken by the server (blocking pop, NOTIFY, delivery) rather than by polling."""
+    cluster_safe: bool = False
+    """All keys of a queue live together, so the backend runs on a sharded cluster."""
+    transactions: bool = True
+    """Multi-record transitions are atomic on the server (false: documented weaker guarantee)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """The answer for one ``NewJob``: its id and whether it already existed."""
+
+    id: str
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """Jobs claimed in one call, with the backend's clock reading at the moment of the claim."""
+
+    jobs: list[Job]
+    now: float
+
+
+class Outcome(enum.StrEnum):
+    """How a worker ends its claim on a job."""
+
+    COMPLETE = "complete"  # -> completed, result stored
+    RETRY = "retry"  # -> delayed (or waiting when delay == 0), error stored, attempts kept
+    FAIL = "fail"  # -> failed, into the DLQ
+    EXPIRE = "expire"  # -> expired, into the DLQ
+    CANCEL = "cancel"  # -> cancelled (the worker acknowledges a cancellation)
+    RELEASE = "release"  # -> waiting at once, the attempt not counted (graceful shutdown)
+
+
+OUTCOME_STATE: dict[Outcome, JobState] = {
+    Outcome.COMPLETE: JobState.COMPLETED,
+    Outcome.RETRY: JobState.DELAYED,
+    Outcome.FAIL: JobState.FAILED,
+    Outcome.EXPIRE: JobState.EXPIRED,
+    Outcome.CANCEL: JobState.CANCELLED,
+    Outcome.RELEASE: JobState.WAITING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """One fenced transition out of ``active``."""
+
+    claim: Claim
+    outcome: Outcome
+    result: bytes | None = None
+    error: str | None = None
+    delay: float = 0.0
+    """For RETRY: seconds from the backend's now until the job is eligible again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One heartbeat: renew ``claim``; store ``progress`` when given."""
+
+    claim: Claim
+    progress: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BeatResult:
+    held: bool
+    """False when the claim is lost (recovered, finished, removed or cancelled)."""
+    cancel_requested: bool = False
+    """True when an operator cancelled the job; the worker should stop the handler."""
+
+
+class CancelResult(enum.StrEnum):
+    CANCELLED = "cancelled"  # the job is now cancelled
+    ALREADY_TERMINAL = "already_terminal"  # nothing changed; the job had already ended
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What one ``recover_stalled`` pass did."""
+
+    requeued: list[str] = field(default_factory=list)
+    """Jobs moved back to ``waiting``."""
+    failed: list[str] = field(default_factory=list)
+    """Jobs past ``max_stalled``, failed into the DLQ."""
+    errors: list[str] = field(default_factory=list)
+    """Jobs that could not be examined (corrupt records); the pass went on without them."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A registered worker, as ``list_workers`` returns it."""
+
+    id: str
+    queues: tuple[str, ...]
+    concurrency: int
+    host: str
+    pid: int
+    started_at: float
+    seen_at: float = 0.0
+    """Backend clock at the last ``register_worker``."""
+
+
+class Backend(abc.ABC):
+    """Base class of every backend. Subclasses implement every abstract method, in this order."""
+
+    capabilities: Capabilities
+    url: str = ""
+
+    async def connect(self) -> None:
+        """Open connections and prepare storage. Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections. The backend may not be used afterwards."""
+
+    async def __aenter__(self) -> Backend:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- producer ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """Store each job as ``waiting`` (``delayed`` when ``delay > 0``), in order.
+
+        Each job gets the next per-queue FIFO sequence. A job whose id already exists in its
+        queue creates nothing and is answered with ``duplicate=True``; so is a repeated id
+        within the same batch. When this returns, every non-duplicate job is durably accepted.
+        """
+
+    # -- worker -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        """Atomically take up to ``limit`` eligible jobs from ``queues``.
+
+        First promotes due delayed jobs to ``waiting``. Then takes waiting jobs of unpaused
+        queues, lower priority number first, FIFO within a priority; queues are visited in the
+        order given until ``limit`` is reached (the worker rotates that order for fairness). Each becomes ``active`` with ``token + 1``, ``attempts + 1``,
+        ``claimed_at = heartbeat_at = now`` and ``worker_id``. Two concurrent claims never
+        return the same job.
+        """
+
+    @abc.abstractmethod
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        """Renew each claim that is still held (sets ``heartbeat_at = now``), fenced.
+
+        Reports per beat whether the claim is held and whether cancellation was requested.
+        A lost claim changes nothing.
+        """
+
+    @abc.abstractmethod
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        """Apply each fenced transition; True when applied.
+
+        A transition applies only while the job is ``active`` with the claim's token; otherwise
+        nothing changes and the answer is False (claim lost). Repeating a terminal transition
+        with the same token after it applied (a lost reply) answers True and changes nothing.
+        FAIL and EXPIRE place the job in the DLQ in the same atomic step; RETRY stores the
+        error and makes the job eligible after ``delay``; RELEASE makes it eligible at once
+        and gives back the attempt.
+        """
+
+    @abc.abstractmethod
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        """Return when work may have arrived in ``queues``, or after ``timeout`` seconds.
+
+        Returns at once when a job of an unpaused queue is already waiting, so a wake-up sent
+        between an empty claim and this call is never lost. May return early without work. Idle waits make at most about one request a second
+        per queue.
+        """
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        """Return stalled jobs of ``queue`` to ``waiting``.
+
+        A job is stalled when it is active and the newer of ``heartbeat_at``/``claimed_at`` is
+        older than ``threshold`` seconds. For each, one conditional step re-checks "still
+        active, same token, still stale", then either fails it into the DLQ (when it has
+        already been recovered ``max_stalled`` times) or counts a stall and re-enqueues it
+        through the same priority/FIFO allocator as ``enqueue``. It never touches a job that
+        is not active; one unreadable job does not stop the pass.
+        """
+
+    @abc.abstractmethod
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        """Take or renew a lease named ``name`` for ``owner`` for ``ttl`` seconds.
+
+        True when ``owner`` holds it afterwards. Shared by every process of the backend.
+        """
+
+    @abc.abstractmethod
+    async def unlock(self, name: str, owner: str) -> None:
+        """Give up a lease if ``owner`` holds it."""
+
+    # -- admin and observation --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        """The job's current record, or None. Raises ``CorruptRecordError`` for unreadable ones."""
+
+    @abc.abstractmethod
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        """A page of jobs in ``state``: waiting in claim order, delayed by run time, others
+        oldest first. Costs a page, not the queue."""
+
+    @abc.abstractmethod
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        """Jobs per state, every state present. O(1) per state: never a scan of the queue."""
+
+    @abc.abstractmethod
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        """Cancel a waiting, delayed or active job at once (terminal ``cancelled``).
+
+        An active job's claim is lost from then on: the worker's heartbeat reports
+        ``cancel_requested`` and its later writes are rejected. A terminal job is unchanged.
+        """
+
+    @abc.abstractmethod
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        """Operator retry: move a failed, expired or cancelled job back to ``waiting`` with its
+        attempts reset, through the FIFO allocator. False when the job is not in such a state."""
+
+    @abc.abstractmethod
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        """Delete a job in any state; an active job's claim is lost. False when absent."""
+
+    @abc.abstractmethod
+    async def pause(self, queue: str) -> None:
+        """Stop claims from ``queue`` in every process until ``resume``."""
+
+    @abc.abstractmethod
+    async def resume(self, queue: str) -> None:
+        """Undo ``pause`` and wake waiting workers."""
+
+    @abc.abstractmethod
+    async def is_paused(self, queue: str) -> bool:
+        """Whether ``queue`` is paused."""
+
+    @abc.abstractmethod
+    async def drain(self, queue: str) -> int:
+        """Delete every waiting and delayed job of ``queue``; the number deleted."""
+
+    @abc.abstractmethod
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        """Delete jobs in terminal ``state`` that finished more than ``older_than`` seconds ago."""
+
+    @abc.abstractmethod
+    async def obliterate(self, queue: str) -> None:
+        """Delete the queue: every job in every state, its pause flag and its counters."""
+
+    @abc.abstractmethod
+    async def list_queues(self) -> list[str]:
+        """Names of the queues that hold jobs or are paused, sorted."""
+
+    @abc.abstractmethod
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        """Record (or renew) a worker; it is listed until ``ttl`` seconds pass without renewal."""
+
+    @abc.abstractmethod
+    async def unregister_worker(self, worker_id: str) -> None:
+        """Remove a worker from the registry."""
+
+    @abc.abstractmethod
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Workers whose registration has not lapsed."""
+
+    # -- events -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def publish(self, events: Sequence[bytes]) -> None:
+        """Deliver encoded events to every current subscriber, in every process."""
+
+    @abc.abstractmethod
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        """Start a subscription; iterate it for encoded events published from then on.
+
+        The subscription is live when this returns, so no event published afterwards is
+        missed; order is kept per publisher. Closing the iterator (``aclose``) ends it.
+        """

@@ -1,0 +1,80 @@
+"""Every exception relaymq raises, in one tree.
+
+::
+
+    RelayError
+    ├── ConfigError                 bad settings, options or URLs (UnknownBackendError)
+    │   └── UnknownBackendError     a URL scheme no backend handles; lists the supported ones
+    ├── SerializationError          arguments or results that cannot be encoded or decoded
+    │   └── PayloadTooLargeError    a payload over ``Settings.max_payload_bytes``
+    ├── BackendError                the backend failed; the driver's exception is ``__cause__``
+    │   ├── BackendUnavailableError the server cannot be reached (connection refused, timeout)
+    │   └── CorruptRecordError      a stored record cannot be read back
+    ├── JobNotFoundError            no such job in that queue
+    ├── TaskNotFoundError           a job names a task this process cannot import
+    └── JobFailedError              raised by ``JobHandle.result()`` for failed/expired/cancelled jobs
+        ├── JobCancelledError
+        └── JobExpiredError
+
+``asyncio.TimeoutError`` (``TimeoutError``) is raised unchanged where a caller's deadline passes.
+"""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    """Base class of every relaymq error."""
+
+
+class ConfigError(RelayError, ValueError):
+    """Invalid settings, job options, queue names or URLs."""
+
+
+class UnknownBackendError(ConfigError):
+    """A backend URL whose scheme no backend handles."""
+
+
+class SerializationError(RelayError, ValueError):
+    """Arguments or a result that the serializer cannot encode, or a payload it cannot decode."""
+
+
+class PayloadTooLargeError(SerializationError):
+    """A serialized payload larger than the configured maximum."""
+
+
+class BackendError(RelayError):
+    """The backend failed to do what was asked; the driver's exception is the ``__cause__``."""
+
+
+class BackendUnavailableError(BackendError, ConnectionError):
+    """The backend's server cannot be reached right now; retrying later may succeed."""
+
+
+class CorruptRecordError(BackendError):
+    """A stored record could not be read back."""
+
+
+class JobNotFoundError(RelayError, LookupError):
+    """No job with that id exists in that queue."""
+
+
+class TaskNotFoundError(RelayError, LookupError):
+    """A job names a task that is neither registered nor importable in this process."""
+
+
+class JobFailedError(RelayError):
+    """The job ended without a result; ``error`` carries the stored reason."""
+
+    def __init__(self, job_id: str, state: str, error: str | None) -> None:
+        super().__init__(f"job {job_id} ended {state}: {error or 'no error recorded'}")
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+
+
+class JobCancelledError(JobFailedError):
+    """The job was cancelled."""
+
+
+class JobExpiredError(JobFailedError):
+    """The job's TTL passed before it could run."""

@@ -1,0 +1,102 @@
+"""The job record and the values that travel with it across the backend seam."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class JobState(enum.StrEnum):
+    """The seven states of a job. See ``TERMINAL`` for the ones a job never leaves by itself."""
+
+    WAITING = "waiting"
+    DELAYED = "delayed"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[JobState] = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.EXPIRED, JobState.CANCELLED}
+)
+"""A terminal job leaves its state only by an operator's manual retry (``retry_job``)."""
+
+DLQ_STATES: frozenset[JobState] = frozenset({JobState.FAILED, JobState.EXPIRED})
+"""The dead-letter queue of a queue is its failed and expired jobs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Proof that a worker holds the current attempt of a job.
+
+    ``token`` is a per-job fencing token that increases on every claim, so a write that carries
+    an older token is recognisably stale.
+    """
+
+    queue: str
+    job_id: str
+    token: int
+    claimed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job as a producer hands it to ``Backend.enqueue``: the payload is already serialized."""
+
+    queue: str
+    id: str
+    task: str
+    payload: bytes
+    priority: int = 0
+    delay: float = 0.0
+    """Seconds from the backend's *now* until the job becomes eligible."""
+    ttl: float | None = None
+    """Seconds from ``created_at`` after which the job expires instead of running."""
+    max_attempts: int = 1
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A stored job as a backend returns it. Times are seconds since the epoch, backend clock."""
+
+    queue: str
+    id: str
+    task: str
+    payload: bytes
+    state: JobState
+    priority: int = 0
+    seq: int = 0
+    created_at: float = 0.0
+    run_at: float | None = None
+    ttl: float | None = None
+    max_attempts: int = 1
+    timeout: float | None = None
+    attempts: int = 0
+    token: int = 0
+    claimed_at: float | None = None
+    heartbeat_at: float | None = None
+    worker_id: str | None = None
+    stalls: int = 0
+    cancel_requested: bool = False
+    progress: bytes | None = None
+    result: bytes | None = None
+    error: str | None = None
+    finished_at: float | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+    """Backend-specific facts worth showing an operator (never needed by the core)."""
+
+    @property
+    def claim(self) -> Claim:
+        """The claim this record was returned with (meaningful for jobs returned by ``claim``)."""
+        return Claim(self.queue, self.id, self.token, self.claimed_at or 0.0)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def expired_at(self, now: float) -> bool:
+        """True when the job's TTL (measured from ``created_at``) has passed at ``now``."""
+        return self.ttl is not None and self.created_at + self.ttl <= now

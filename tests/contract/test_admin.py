@@ -1,0 +1,130 @@
+"""Admin and observation: counts, listing, manual retry, removal, clean-up, registry, events."""
+
+from __future__ import annotations
+
+import asyncio
+
+from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
+from relaymq.job import JobState
+from relaymq.testing import FakeClock
+from tests.conftest import MakeBackend
+from tests.support.jobs import new_job
+
+
+async def test_counts_cover_every_state(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q) for _ in range(6)] + [new_job(q, delay=60)])
+    a, b, c, d = (await backend.claim([q], "w", 4)).jobs
+    await backend.settle(
+        [
+            Settle(a.claim, Outcome.COMPLETE, result=b"1"),
+            Settle(b.claim, Outcome.FAIL, error="x"),
+            Settle(c.claim, Outcome.EXPIRE, error="ttl"),
+        ]
+    )
+    await backend.cancel(q, d.id)
+    counts = await backend.counts(q)
+    assert counts == {
+        JobState.WAITING: 2,
+        JobState.DELAYED: 1,
+        JobState.ACTIVE: 0,
+        JobState.COMPLETED: 1,
+        JobState.FAILED: 1,
+        JobState.EXPIRED: 1,
+        JobState.CANCELLED: 1,
+    }
+    assert await backend.counts(q + "-empty") == {s: 0 for s in JobState}
+
+
+async def test_list_jobs_pages_in_claim_order(backend: Backend, q: str) -> None:
+    ids = [f"j{i:02}" for i in range(12)]
+    await backend.enqueue([new_job(q, i, priority=1 if i == "j11" else 5) for i in ids])
+    page1 = await backend.list_jobs(q, JobState.WAITING, offset=0, limit=5)
+    page2 = await backend.list_jobs(q, JobState.WAITING, offset=5, limit=5)
+    page3 = await backend.list_jobs(q, JobState.WAITING, offset=10, limit=5)
+    listed = [j.id for j in page1 + page2 + page3]
+    assert listed == ["j11", *ids[:11]]
+    assert await backend.list_jobs(q, JobState.COMPLETED) == []
+
+
+async def test_list_delayed_by_run_time(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q, "late", delay=50), new_job(q, "soon", delay=5)])
+    assert [j.id for j in await backend.list_jobs(q, JobState.DELAYED)] == ["soon", "late"]
+
+
+async def test_manual_retry_out_of_the_dlq(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q, "dead", max_attempts=1)])
+    [job] = (await backend.claim([q], "w", 1)).jobs
+    await backend.settle([Settle(job.claim, Outcome.FAIL, error="boom")])
+    assert await backend.retry_job(q, "dead")
+    stored = await backend.get_job(q, "dead")
+    assert stored is not None and stored.state is JobState.WAITING and stored.attempts == 0
+    [again] = (await backend.claim([q], "w", 1)).jobs
+    assert again.token == job.token + 1  # a new claim, a new token
+    assert await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b"x")]) == [False]
+    counts = await backend.counts(q)
+    assert (counts[JobState.FAILED], counts[JobState.ACTIVE]) == (0, 1)
+
+
+async def test_manual_retry_refuses_live_and_completed_jobs(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q, "first"), new_job(q, "second")])
+    [first] = (await backend.claim([q], "x", 1)).jobs
+    assert not await backend.retry_job(q, first.id)  # active
+    await backend.settle([Settle(first.claim, Outcome.COMPLETE, result=b"1")])
+    assert not await backend.retry_job(q, first.id)  # completed
+    assert not await backend.retry_job(q, "second")  # waiting
+    assert not await backend.retry_job(q, "missing")
+
+
+async def test_remove_drain_clean_obliterate(backend: Backend, q: str, clock: FakeClock) -> None:
+    await backend.enqueue([new_job(q, f"w{i}") for i in range(3)] + [new_job(q, "d", delay=9)])
+    await backend.enqueue([new_job(q, "done")])
+    assert await backend.remove_job(q, "w0")
+    assert not await backend.remove_job(q, "w0")
+    jobs = (await backend.claim([q], "w", 10)).jobs
+    done = next(j for j in jobs if j.id == "done")
+    for j in jobs:
+        if j.id != "done":
+            await backend.settle([Settle(j.claim, Outcome.RELEASE)])
+    await backend.settle([Settle(done.claim, Outcome.COMPLETE, result=b"1")])
+    assert await backend.drain(q) == 3  # w1, w2 and the delayed one
+    clock.advance(100)
+    assert await backend.clean(q, JobState.COMPLETED, older_than=200) == 0
+    assert await backend.clean(q, JobState.COMPLETED, older_than=50) == 1
+    assert await backend.get_job(q, "done") is None
+    await backend.enqueue([new_job(q, "again")])
+    await backend.pause(q)
+    await backend.obliterate(q)
+    assert await backend.counts(q) == {s: 0 for s in JobState}
+    assert not await backend.is_paused(q)
+    assert q not in await backend.list_queues()
+
+
+async def test_list_queues(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q + "-a"), new_job(q + "-b")])
+    await backend.pause(q + "-c")
+    names = await backend.list_queues()
+    assert {q + "-a", q + "-b", q + "-c"} <= set(names)
+    assert names == sorted(names)
+
+
+async def test_worker_registry(backend: Backend, clock: FakeClock, q: str) -> None:
+    info = WorkerInfo(f"wk-{q}", (q,), 4, "host", 123, clock())
+    await backend.register_worker(info, ttl=30)
+    listed = {w.id: w for w in await backend.list_workers()}
+    assert listed[info.id].queues == (q,) and listed[info.id].concurrency == 4
+    clock.advance(31)
+    assert info.id not in {w.id for w in await backend.list_workers()}
+    await backend.register_worker(info, ttl=30)
+    await backend.unregister_worker(info.id)
+    assert info.id not in {w.id for w in await backend.list_workers()}
+
+
+async def test_events_reach_every_subscriber(make_backend: MakeBackend) -> None:
+    publisher, listener = await make_backend(), await make_backend()
+    sub = await listener.subscribe()
+    try:
+        await publisher.publish([b'{"n":1}', b'{"n":2}'])
+        got = [await asyncio.wait_for(anext(sub), 10) for _ in range(2)]
+        assert got == [b'{"n":1}', b'{"n":2}']
+    finally:
+        await sub.aclose()

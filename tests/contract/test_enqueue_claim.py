@@ -1,0 +1,186 @@
+"""Enqueue and claim: acceptance, delays, duplicates, ordering, exclusivity."""
+
+from __future__ import annotations
+
+import asyncio
+
+from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.job import JobState
+from relaymq.testing import FakeClock
+from tests.conftest import MakeBackend
+from tests.support.jobs import new_job
+
+
+async def test_batch_enqueue_stores_every_job_waiting(backend: Backend, q: str) -> None:
+    jobs = [new_job(q, payload=f'{{"n":{i}}}'.encode(), max_attempts=3) for i in range(5)]
+    answers = await backend.enqueue(jobs)
+    assert [a.id for a in answers] == [j.id for j in jobs]
+    assert not any(a.duplicate for a in answers)
+    counts = await backend.counts(q)
+    assert counts[JobState.WAITING] == 5
+    assert sum(counts.values()) == 5
+    stored = await backend.get_job(q, jobs[2].id)
+    assert stored is not None
+    assert (stored.state, stored.payload, stored.max_attempts) == (
+        JobState.WAITING,
+        b'{"n":2}',
+        3,
+    )
+    assert stored.token == 0 and stored.attempts == 0
+
+
+async def test_get_job_of_unknown_id_is_none(backend: Backend, q: str) -> None:
+    assert await backend.get_job(q, "nope") is None
+
+
+async def test_delayed_job_is_invisible_until_due(
+    backend: Backend, q: str, clock: FakeClock
+) -> None:
+    [a] = await backend.enqueue([new_job(q, delay=30)])
+    assert (await backend.get_job(q, a.id)).state is JobState.DELAYED  # type: ignore[union-attr]
+    assert (await backend.claim([q], "w", 10)).jobs == []
+    clock.advance(29)
+    assert (await backend.claim([q], "w", 10)).jobs == []
+    clock.advance(1.5)
+    batch = await backend.claim([q], "w", 10)
+    assert [j.id for j in batch.jobs] == [a.id]
+    assert (await backend.counts(q))[JobState.DELAYED] == 0
+
+
+async def test_promoted_delayed_job_queues_behind_earlier_waiting_ones(
+    backend: Backend, q: str, clock: FakeClock
+) -> None:
+    delayed = new_job(q, delay=5)
+    first = new_job(q)
+    await backend.enqueue([delayed, first])
+    clock.advance(6)
+    later = new_job(q)
+    await backend.enqueue([later])
+    batch = await backend.claim([q], "w", 10)
+    # The delayed job enters the waiting line when it is promoted, not when it was enqueued.
+    assert [j.id for j in batch.jobs][0] == first.id
+    assert {j.id for j in batch.jobs} == {delayed.id, first.id, later.id}
+
+
+async def test_duplicate_job_id_creates_nothing(backend: Backend, q: str) -> None:
+    original = new_job(q, "same-id", payload=b'{"v":1}')
+    [first] = await backend.enqueue([original])
+    assert not first.duplicate
+    answers = await backend.enqueue(
+        [new_job(q, "same-id", payload=b'{"v":2}'), new_job(q, "other")]
+    )
+    assert [(a.id, a.duplicate) for a in answers] == [("same-id", True), ("other", False)]
+    stored = await backend.get_job(q, "same-id")
+    assert stored is not None and stored.payload == b'{"v":1}'
+    assert (await backend.counts(q))[JobState.WAITING] == 2
+
+
+async def test_duplicate_within_one_batch(backend: Backend, q: str) -> None:
+    answers = await backend.enqueue([new_job(q, "x"), new_job(q, "x")])
+    assert [a.duplicate for a in answers] == [False, True]
+    assert (await backend.counts(q))[JobState.WAITING] == 1
+
+
+async def test_same_job_id_in_two_queues_is_two_jobs(backend: Backend, q: str) -> None:
+    answers = await backend.enqueue([new_job(q, "x"), new_job(q + "-b", "x")])
+    assert [a.duplicate for a in answers] == [False, False]
+
+
+async def test_duplicate_of_finished_job_is_still_suppressed(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q, "done-once")])
+    [job] = (await backend.claim([q], "w", 1)).jobs
+    assert await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b"1")]) == [True]
+    [again] = await backend.enqueue([new_job(q, "done-once")])
+    assert again.duplicate
+
+
+async def test_claims_priority_first_then_fifo(backend: Backend, q: str) -> None:
+    spec = [("low-1", 5), ("high-1", 1), ("low-2", 5), ("mid-1", 3), ("high-2", 1)]
+    for job_id, priority in spec:  # one by one: FIFO across separate enqueue calls too
+        await backend.enqueue([new_job(q, job_id, priority=priority)])
+    first = await backend.claim([q], "w", 3)
+    rest = await backend.claim([q], "w", 10)
+    assert [j.id for j in first.jobs] == ["high-1", "high-2", "mid-1"]
+    assert [j.id for j in rest.jobs] == ["low-1", "low-2"]
+
+
+async def test_claim_marks_job_active_with_new_token(backend: Backend, q: str) -> None:
+    [a] = await backend.enqueue([new_job(q)])
+    batch = await backend.claim([q], "worker-7", 5)
+    [job] = batch.jobs
+    assert job.id == a.id and job.state is JobState.ACTIVE
+    assert job.token == 1 and job.attempts == 1
+    assert job.worker_id == "worker-7"
+    assert job.claimed_at is not None and abs(job.claimed_at - batch.now) < 1
+    stored = await backend.get_job(q, a.id)
+    assert stored is not None and stored.state is JobState.ACTIVE and stored.token == 1
+    counts = await backend.counts(q)
+    assert (counts[JobState.WAITING], counts[JobState.ACTIVE]) == (0, 1)
+
+
+async def test_claim_respects_limit_and_visits_queues_in_order(backend: Backend, q: str) -> None:
+    other = q + "-other"
+    await backend.enqueue([new_job(q) for _ in range(3)] + [new_job(other) for _ in range(3)])
+    batch = await backend.claim([other, q], "w", 4)
+    assert [j.queue for j in batch.jobs] == [other, other, other, q]
+
+
+async def test_claim_from_empty_or_unknown_queue(backend: Backend, q: str) -> None:
+    assert (await backend.claim([q], "w", 10)).jobs == []
+
+
+async def test_concurrent_claimers_never_share_a_job(
+    make_backend: MakeBackend, clock: FakeClock, q: str
+) -> None:
+    clients = [await make_backend(clock) for _ in range(4)]
+    await clients[0].enqueue([new_job(q) for _ in range(60)])
+
+    async def drain(b: Backend) -> list[str]:
+        got: list[str] = []
+        while batch := (await b.claim([q], "w", 3)).jobs:
+            got += [j.id for j in batch]
+        return got
+
+    results = await asyncio.gather(*(drain(clients[i % 4]) for i in range(8)))
+    claimed = [job_id for r in results for job_id in r]
+    assert len(claimed) == 60
+    assert len(set(claimed)) == 60
+
+
+async def test_paused_queue_is_skipped_until_resumed(backend: Backend, q: str) -> None:
+    await backend.enqueue([new_job(q)])
+    await backend.pause(q)
+    assert await backend.is_paused(q)
+    assert (await backend.claim([q], "w", 10)).jobs == []
+    await backend.resume(q)
+    assert not await backend.is_paused(q)
+    assert len((await backend.claim([q], "w", 10)).jobs) == 1
+
+
+async def test_pausing_one_queue_leaves_others_claimable(backend: Backend, q: str) -> None:
+    other = q + "-b"
+    await backend.enqueue([new_job(q), new_job(other)])
+    await backend.pause(q)
+    batch = await backend.claim([q, other], "w", 10)
+    assert [j.queue for j in batch.jobs] == [other]
+
+
+async def test_wait_returns_after_timeout_when_idle(backend: Backend, q: str) -> None:
+    await asyncio.wait_for(backend.wait([q], 0.05), 5)
+
+
+async def test_wait_wakes_on_enqueue(make_backend: MakeBackend, q: str) -> None:
+    waiter = await make_backend()
+    producer = await make_backend()
+    task = asyncio.create_task(waiter.wait([q], 30))
+    for _ in range(5):  # give the waiter a chance to block first; either order must work
+        await asyncio.sleep(0)
+    await producer.enqueue([new_job(q)])
+    await asyncio.wait_for(task, 5)  # far below the 30 s timeout: woken, not timed out
+
+
+async def test_wait_returns_at_once_when_work_is_already_there(
+    backend: Backend, q: str
+) -> None:
+    await backend.enqueue([new_job(q)])
+    await asyncio.wait_for(backend.wait([q], 30), 5)
