@@ -16,7 +16,6 @@ import asyncio
 import dataclasses
 import importlib
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
@@ -65,7 +64,7 @@ class JobContext:
         self.task = task
         self.attempt = attempt
         self._report = report
-        self._cancelled = threading.Event()
+        self._cancelled = False
 
     def progress(self, value: Any) -> None:
         """Record progress (any serializable value); stored with the next heartbeat and
@@ -75,7 +74,7 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the job was cancelled or its claim lost: a plain function should stop."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +139,9 @@ class Task(Generic[P, R]):
         return Task(self.fn, self.name, dataclasses.replace(self.options, **changes),
                     self.takes_context)  # fmt: skip
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Call the function directly, as if it were not a task."""
-        result: R = self.fn(*args, **kwargs)
-        return result
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Call the function directly, as if it were not a task (a coroutine if async)."""
+        return self.fn(*args, **kwargs)
 
 
 REGISTRY: dict[str, Task[Any, Any]] = {}

@@ -119,6 +119,7 @@ class Worker:
     def stop(self) -> None:
         """Ask the worker to stop: no new claims; running jobs get ``shutdown_timeout``."""
         self._stopping.set()
+        self._slot_free.set()
 
     @property
     def stopping(self) -> bool:
@@ -135,7 +136,7 @@ class Worker:
             os.getpid(), time.time(),
         )  # fmt: skip
         await self.backend.register_worker(info, ttl=self._registry_ttl)
-        await events.publish(self.backend, [self._event(events.WORKER_ONLINE, self.queues[0])])
+        await events.publish(self.backend, [self._worker_event(events.WORKER_ONLINE)])
         helpers = [
             asyncio.create_task(self._flush_loop(), name="relaymq-flush"),
             asyncio.create_task(self._heartbeat_loop(info), name="relaymq-heartbeat"),
@@ -182,7 +183,8 @@ class Worker:
             free = self.settings.concurrency - len(self._running)
             if free <= 0:
                 self._slot_free.clear()
-                await self._until(self._slot_free.wait())
+                await self._slot_free.wait()
+                await asyncio.sleep(0)  # let jobs finishing in the same tick free their slots
                 continue
             try:
                 batch = await self.backend.claim(self._queue_order(), self.id, free)
@@ -276,8 +278,11 @@ class Worker:
         if not await self._still_held(r):
             return self._after_cancel(r)
         try:
-            async with asyncio.timeout(job.timeout):
+            if job.timeout is None:
                 value = await invoke(t, r.ctx, args, kwargs)
+            else:
+                async with asyncio.timeout(job.timeout):
+                    value = await invoke(t, r.ctx, args, kwargs)
         except TimeoutError:
             return self._failure(r, t, f"TimeoutError: timed out after {job.timeout}s")
         except asyncio.CancelledError:
@@ -311,7 +316,7 @@ class Worker:
         return Settle(r.claim, Outcome.FAIL, error=error)
 
     def _after_cancel(self, r: _Running) -> Settle | None:
-        r.ctx._cancelled.set()
+        r.ctx._cancelled = True
         if r.stop_reason == "shutdown":
             return Settle(r.claim, Outcome.RELEASE)
         if r.stop_reason == "cancelled":
@@ -404,13 +409,16 @@ class Worker:
             if result.held:
                 continue
             r.stop_reason = "cancelled" if result.cancel_requested else "lost"
-            r.ctx._cancelled.set()
+            r.ctx._cancelled = True
             if r.stop_reason == "lost":
                 log.warning("lost the claim on %s/%s; stopping its handler", r.job.queue, r.job.id)
             if r.task is not None and not r.task.done():
                 r.task.cancel()
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _worker_event(self, name: str) -> events.Event:
+        return self._event(name, self.queues[0], None, {"worker": self.id, "queues": self.queues})
 
     def _event(
         self, name: str, queue: str, job_id: str | None = None, data: dict[str, Any] | None = None

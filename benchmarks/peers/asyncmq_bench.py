@@ -26,6 +26,14 @@ Choices:
 * The RabbitMQ backend is marked beta by asyncmq; it publishes jobs to a
   durable AMQP queue and keeps all job metadata in a job store, here the
   default ``RabbitMQJobStore`` on Redis (``--redis-url``, default db 9).
+  In 0.10.1 the worker calls ``resolve_dependency()`` after every completed
+  job, and on this backend that loads every job of the queue from the
+  metadata store (``all_jobs()``), as does the delayed-job scanner once a
+  second: the cost per job grows with the number of jobs, so the run time
+  is quadratic in N (measured here: 300 jobs ~18 s, 500 jobs ~71 s).  The
+  default is therefore 200 jobs; 10,000 would take hours.
+* PostgreSQL: throughput also falls as N grows (every dequeue scans the
+  waiting rows), hence the default of 1,000 jobs.
 * State we own and reset before each run: the Redis db in --url/--redis-url
   (FLUSHDB; db 0 is refused), asyncmq's tables in the dedicated PostgreSQL
   database --database (dropped and recreated by asyncmq's own installer;
@@ -35,12 +43,14 @@ Choices:
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from importlib.metadata import version
 from typing import Any
 
+import anyio
+from asyncmq.queues import Queue
+from asyncmq.tasks import task
 from common import (
     CONCURRENCY,
     DEFAULT_AMQP_URL,
@@ -59,10 +69,6 @@ from common import (
     self_worker_argv,
 )
 
-import anyio
-from asyncmq.queues import Queue
-from asyncmq.tasks import task
-
 QUEUE = PREFIX
 COUNTER_KEY = f"{PREFIX}:completed"  # rabbitmq only
 # Smaller defaults where asyncmq 0.10.1 is slow (see the module docstring).
@@ -79,13 +85,22 @@ async def noop(i: int) -> None:
 def parse_args(argv: list[str] | None = None) -> Any:
     p = base_parser("asyncmq on Redis / PostgreSQL / RabbitMQ")
     p.add_argument("--backend", choices=sorted(DEFAULT_JOBS), default="redis")
-    p.add_argument("--redis-url", default=DEFAULT_REDIS_URL,
-                   help="rabbitmq backend only: Redis db for asyncmq's job metadata store")
-    p.add_argument("--database", default=DEFAULT_POSTGRES_DB,
-                   help="postgres backend only: dedicated database (created if missing)")
+    p.add_argument(
+        "--redis-url",
+        default=DEFAULT_REDIS_URL,
+        help="rabbitmq backend only: Redis db for asyncmq's job metadata store",
+    )
+    p.add_argument(
+        "--database",
+        default=DEFAULT_POSTGRES_DB,
+        help="postgres backend only: dedicated database (created if missing)",
+    )
     args = p.parse_args(argv)
-    default_url = {"redis": DEFAULT_REDIS_URL, "postgres": DEFAULT_POSTGRES_URL,
-                   "rabbitmq": DEFAULT_AMQP_URL}[args.backend]
+    default_url = {
+        "redis": DEFAULT_REDIS_URL,
+        "postgres": DEFAULT_POSTGRES_URL,
+        "rabbitmq": DEFAULT_AMQP_URL,
+    }[args.backend]
     args.url = args.url or default_url
     args.jobs = args.jobs or DEFAULT_JOBS[args.backend]
     if args.backend == "redis":
@@ -111,6 +126,7 @@ def make_backend(args: Any) -> Any:
 
 # --- state reset (driver, before the worker starts) --------------------------
 
+
 async def reset_state(args: Any) -> None:
     if args.backend in ("redis", "rabbitmq"):
         import redis.asyncio as aioredis
@@ -124,7 +140,9 @@ async def reset_state(args: Any) -> None:
 
         admin = await asyncpg.connect(args.url)
         try:
-            exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", args.database)
+            exists = await admin.fetchval(
+                "SELECT 1 FROM pg_database WHERE datname = $1", args.database
+            )
             if not exists:
                 await admin.execute(f'CREATE DATABASE "{args.database}"')
         finally:
@@ -144,6 +162,7 @@ async def reset_state(args: Any) -> None:
 
 
 # --- completion counters (driver) -------------------------------------------
+
 
 async def make_counter(args: Any, backend: Any) -> tuple[Any, Any]:
     """Return (count_completed, close) coroutine functions for this backend."""
@@ -184,6 +203,7 @@ async def make_counter(args: Any, backend: Any) -> tuple[Any, Any]:
 
 # --- the two roles -----------------------------------------------------------
 
+
 async def drive(args: Any, watchdog: Watchdog) -> None:
     await reset_state(args)
     backend = make_backend(args)
@@ -203,8 +223,9 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         t0 = time.perf_counter()
         await queue.add_bulk(batch)
         t_enqueued = time.perf_counter()
-        t_done = await await_until(lambda: _at_least(count, target), worker, args.deadline,
-                                   f"{args.jobs} jobs to complete")
+        t_done = await await_until(
+            lambda: _at_least(count, target), worker, args.deadline, f"{args.jobs} jobs to complete"
+        )
         ok = True
     finally:
         worker.stop(keep_log=not ok)
@@ -214,8 +235,9 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         if args.backend != "postgres":  # free the Redis memory / AMQP queue we used
             await reset_state(args)
 
-    emit_result("asyncmq", version("asyncmq"), args.backend, args.jobs,
-                t_enqueued - t0, t_done - t0)
+    emit_result(
+        "asyncmq", version("asyncmq"), args.backend, args.jobs, t_enqueued - t0, t_done - t0
+    )
 
 
 async def _at_least(count: Any, target: int) -> bool:

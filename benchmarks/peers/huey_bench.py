@@ -28,7 +28,6 @@ from importlib.metadata import version
 from common import (
     CONCURRENCY,
     DEFAULT_REDIS_URL,
-    BenchError,
     Watchdog,
     Worker,
     base_parser,
@@ -72,16 +71,15 @@ def main() -> None:
         t0 = time.perf_counter()
         huey_tasks.noop.map(range(jobs))
         t_enqueued = time.perf_counter()
-        t_done = wait_until(lambda: huey.result_count() >= target, worker, args.deadline,
-                            f"{jobs} jobs to complete")
+        t_done = wait_until(
+            lambda: huey.result_count() >= target, worker, args.deadline, f"{jobs} jobs to complete"
+        )
         ok = True
     finally:
         worker.stop(keep_log=not ok)
         watchdog.cancel()
         huey.storage.conn.flushdb()
 
-    if t_done <= t0:
-        raise BenchError("clock went backwards")
     emit_result("huey", version("huey"), "redis", jobs, t_enqueued - t0, t_done - t0)
 
 

@@ -17,7 +17,9 @@ URL_ENV = "RELAYMQ_BENCH_HUEY_URL"
 # results=True (the default): the consumer stores each task's return value in
 # huey's result hash, and the driver counts completed jobs with
 # huey.result_count() (HLEN of that hash).
-huey = RedisHuey("relaymq_bench_peer", url=os.environ.get(URL_ENV, "redis://127.0.0.1:6379/9"), results=True)
+huey = RedisHuey(
+    "relaymq_bench_peer", url=os.environ.get(URL_ENV, "redis://127.0.0.1:6379/9"), results=True
+)
 
 
 @huey.task()

@@ -11,9 +11,10 @@ Choices:
 * Worker: this script re-run with ``--role worker``: one process running
   ``PgQueuer.from_asyncpg_connection(conn).run()`` (what ``pgq run`` runs)
   whose single entrypoint has ``concurrency_limit=10``, with ``run()``'s
-  defaults otherwise (batch_size 10, LISTEN/NOTIFY wake-ups).  pgqueuer's other knob, ``max_concurrent_tasks``,
-  cannot be 10 with the default batch size (it must be >= 2 * batch_size),
-  so the per-entrypoint limit is the closest equivalent of "concurrency 10".
+  defaults otherwise (batch_size 10, LISTEN/NOTIFY wake-ups).  pgqueuer's
+  other knob, ``max_concurrent_tasks``, cannot be 10 with the default batch
+  size (it must be >= 2 * batch_size), so the per-entrypoint limit is the
+  closest equivalent of "concurrency 10".
 * Completion: pgqueuer deletes a job's row from its queue table once the job
   is done (and logs it), so the driver polls ``Queries.queue_size()`` every
   20 ms until no row is left.
@@ -24,13 +25,13 @@ Choices:
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from importlib.metadata import version
 from typing import Any
 
-import asyncio
-import sys
-
+import asyncpg
 from common import (
     CONCURRENCY,
     DEFAULT_POSTGRES_DB,
@@ -45,8 +46,6 @@ from common import (
     run_main,
     self_worker_argv,
 )
-
-import asyncpg
 from pgqueuer import PgQueuer
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.models import Job
@@ -58,8 +57,9 @@ DEFAULT_JOBS = 10_000
 
 def parse_args() -> Any:
     p = base_parser("pgqueuer on PostgreSQL")
-    p.add_argument("--database", default=DEFAULT_POSTGRES_DB,
-                   help="dedicated database (created if missing)")
+    p.add_argument(
+        "--database", default=DEFAULT_POSTGRES_DB, help="dedicated database (created if missing)"
+    )
     args = p.parse_args()
     args.url = args.url or DEFAULT_POSTGRES_URL
     args.jobs = args.jobs or DEFAULT_JOBS
@@ -103,13 +103,17 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         t0 = time.perf_counter()
         await queries.enqueue([ENTRYPOINT] * args.jobs, [None] * args.jobs, [0] * args.jobs)
         t_enqueued = time.perf_counter()
-        t_done = await await_until(queue_empty, worker, args.deadline, f"{args.jobs} jobs to complete")
+        t_done = await await_until(
+            queue_empty, worker, args.deadline, f"{args.jobs} jobs to complete"
+        )
         ok = True
     finally:
         worker.stop(keep_log=not ok)
         await conn.close()
 
-    emit_result("pgqueuer", version("pgqueuer"), "postgres", args.jobs, t_enqueued - t0, t_done - t0)
+    emit_result(
+        "pgqueuer", version("pgqueuer"), "postgres", args.jobs, t_enqueued - t0, t_done - t0
+    )
 
 
 async def work(args: Any) -> None:

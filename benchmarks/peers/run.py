@@ -79,10 +79,23 @@ def _check(peer: str, backend: str) -> None:
         raise ValueError(f"{peer} has no {backend!r} backend here; known: {', '.join(PEERS[peer])}")
 
 
-def bench_command(python: Path, peer: str, backend: str, url: str | None, jobs: int,
-                  deadline_s: float, extra_args: Sequence[str] = ()) -> list[str]:
-    cmd = [str(python), str(HERE / f"{peer}_bench.py"), "--jobs", str(jobs),
-           "--deadline", str(deadline_s)]
+def bench_command(
+    python: Path,
+    peer: str,
+    backend: str,
+    url: str | None,
+    jobs: int,
+    deadline_s: float,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    cmd = [
+        str(python),
+        str(HERE / f"{peer}_bench.py"),
+        "--jobs",
+        str(jobs),
+        "--deadline",
+        str(deadline_s),
+    ]
     if peer == "asyncmq":
         cmd += ["--backend", backend]
     if url:
@@ -90,22 +103,36 @@ def bench_command(python: Path, peer: str, backend: str, url: str | None, jobs: 
     return cmd + list(extra_args)
 
 
-def run_once(peer: str, backend: str, url: str | None = None, jobs: int = 0,
-             *, deadline_s: float = DEFAULT_DEADLINE_S,
-             extra_args: Sequence[str] = ()) -> dict[str, Any]:
+def run_once(
+    peer: str,
+    backend: str,
+    url: str | None = None,
+    jobs: int = 0,
+    *,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    extra_args: Sequence[str] = (),
+) -> dict[str, Any]:
     """One run in a fresh subprocess; returns the bench script's JSON result."""
     _check(peer, backend)
     jobs = jobs or PEERS[peer][backend]
     python = venvs.ensure_venv(peer)
     cmd = bench_command(python, peer, backend, url, jobs, deadline_s, extra_args)
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=deadline_s + KILL_MARGIN_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the bench script and its worker
         proc.communicate()
-        raise PeerRunError(f"{peer}/{backend}: killed after {deadline_s + KILL_MARGIN_S:g} s") from None
+        raise PeerRunError(
+            f"{peer}/{backend}: killed after {deadline_s + KILL_MARGIN_S:g} s"
+        ) from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -122,10 +149,17 @@ def run_once(peer: str, backend: str, url: str | None = None, jobs: int = 0,
     raise PeerRunError(f"{peer}/{backend}: no JSON result in output:\n{out}\n{err}")
 
 
-def run_peer(peer: str, backend: str, url: str | None = None, jobs: int = 0,
-             runs: int = DEFAULT_RUNS, *, deadline_s: float = DEFAULT_DEADLINE_S,
-             extra_args: Sequence[str] = (),
-             on_result: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run_peer(
+    peer: str,
+    backend: str,
+    url: str | None = None,
+    jobs: int = 0,
+    runs: int = DEFAULT_RUNS,
+    *,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    extra_args: Sequence[str] = (),
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run ``peer`` on ``backend`` ``runs`` times, each in a fresh subprocess.
 
     ``url`` None means the bench script's default server URL; ``jobs`` 0 means
@@ -158,13 +192,20 @@ def run_peer(peer: str, backend: str, url: str | None = None, jobs: int = 0,
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Benchmark a peer job queue (median of N runs).")
     p.add_argument("--peer", required=True, choices=[*PEERS, "all"])
-    p.add_argument("--backend", default=None,
-                   help="redis, postgres or rabbitmq (default: the peer's first; ignored with --peer all)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="redis, postgres or rabbitmq (default: the peer's first; ignored with --peer all)",
+    )
     p.add_argument("--url", default=None, help="server URL (default: the bench script's)")
     p.add_argument("--jobs", type=int, default=0, help="jobs per run (default: per peer/backend)")
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
-                   help="per-run hard deadline in seconds (default %(default)s)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help="per-run hard deadline in seconds (default %(default)s)",
+    )
     args, extra = p.parse_known_args(argv)  # anything else goes to the bench script
 
     if args.peer == "all":
@@ -178,9 +219,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     for peer, backend in combos:
         try:
-            summary = run_peer(peer, backend, args.url if args.peer != "all" else None, args.jobs,
-                               args.runs, deadline_s=args.deadline, extra_args=extra,
-                               on_result=echo)
+            summary = run_peer(
+                peer,
+                backend,
+                args.url if args.peer != "all" else None,
+                args.jobs,
+                args.runs,
+                deadline_s=args.deadline,
+                extra_args=extra,
+                on_result=echo,
+            )
         except (PeerRunError, ValueError, venvs.VenvError) as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             failed += 1

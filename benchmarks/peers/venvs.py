@@ -43,7 +43,9 @@ def venv_python(peer: str) -> Path:
 def _wanted(peer: str, base_python: str) -> dict[str, object]:
     version = subprocess.run(
         [base_python, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     return {"requirements": REQUIREMENTS[peer], "python": version}
 
@@ -72,8 +74,17 @@ def ensure_venv(peer: str, base_python: str | None = None, quiet: bool = True) -
             print(f"setting up {venv_dir} ({' '.join(REQUIREMENTS[peer])})", file=sys.stderr)
         marker.unlink(missing_ok=True)
         _run([base_python, "-m", "venv", str(venv_dir)])
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-              *REQUIREMENTS[peer]])
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                *REQUIREMENTS[peer],
+            ]
+        )
         marker.write_text(json.dumps(wanted))
     return python
 
@@ -81,7 +92,9 @@ def ensure_venv(peer: str, base_python: str | None = None, quiet: bool = True) -
 def _run(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise VenvError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise VenvError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
 
 
 if __name__ == "__main__":
