@@ -86,3 +86,13 @@ async def bad_result(key: str) -> object:
 def blocking_sleep(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
+
+
+@task(queue="tests")
+def hang_first_attempt(ctx: JobContext, marker: str) -> int:
+    """First attempt: leaves a side-effect mark, then hangs (the test kills its process)."""
+    with open(marker, "a") as f:
+        f.write(f"{ctx.attempt}\n")
+    if ctx.attempt == 1:
+        time.sleep(3600)
+    return ctx.attempt
