@@ -104,7 +104,7 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
                 if bad:  # out of the line and into the DLQ, so it never blocks the head again
                     _fail_corrupt(conn, now, row, bad)
                 else:
-                    good.append(rows.to_job(row))
+                    good.append(rows.build(row))
             good.sort(key=lambda j: (j.priority, j.seq))
             claimed += good
             if len(taken) < want or len(good) == len(taken):
@@ -215,7 +215,7 @@ def _recover_one(
         _fail_corrupt(conn, now, row, bad)
         result.errors.append(str(row[1]))
         return
-    job = rows.to_job(row)
+    job = rows.build(row)
     p: dict[str, Any] = {"rowid": row[rows.ROWID], "token": job.token, "cutoff": cutoff}
     if job.stalls >= max_stalled:
         p.update(error=f"stalled {job.stalls + 1} times (max_stalled={max_stalled})", now=now)

@@ -51,6 +51,9 @@ _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
     "finished_at": ((float, int), True, None),
 }
 _FLOATS = frozenset(name for name, (types, _, _) in _KINDS.items() if float in types)
+_CHECKS = tuple(
+    (i, name, *_KINDS[name]) for i, name in enumerate(COLUMNS[:ROWID]) if name in _KINDS
+)
 
 
 def problems(row: tuple[Any, ...]) -> list[str]:
@@ -59,15 +62,9 @@ def problems(row: tuple[Any, ...]) -> list[str]:
     state = row[4]
     if state not in _STATES:
         found.append(f"state is {state!r}, not a job state")
-    for i, name in enumerate(COLUMNS[:ROWID]):
-        kind = _KINDS.get(name)
-        if kind is None:
-            continue
+    for i, name, types, nullable, _ in _CHECKS:
         value = row[i]
-        types, nullable, _ = kind
-        if value is None and nullable:
-            continue
-        if type(value) not in types:
+        if type(value) not in types and not (value is None and nullable):
             found.append(f"{name} is {value!r}, not {'/'.join(t.__name__ for t in types)}")
     return found
 
@@ -77,7 +74,7 @@ def to_job(row: tuple[Any, ...]) -> Job:
     bad = problems(row)
     if bad:
         raise CorruptRecordError(describe(row, bad))
-    return _build(row, {})
+    return build(row)
 
 
 def to_job_lenient(row: tuple[Any, ...], state: JobState) -> Job:
@@ -87,14 +84,13 @@ def to_job_lenient(row: tuple[Any, ...], state: JobState) -> Job:
     """
     bad = problems(row)
     if not bad:
-        return _build(row, {})
+        return build(row)
     fixed = list(row)
     fixed[4] = state.value
-    for i, name in enumerate(COLUMNS[:ROWID]):
-        kind = _KINDS.get(name)
-        if kind is not None and not (row[i] is None and kind[1]) and type(row[i]) not in kind[0]:
-            fixed[i] = kind[2]
-    return _build(tuple(fixed), {"corrupt": "; ".join(bad)})
+    for i, _, types, nullable, neutral in _CHECKS:
+        if type(row[i]) not in types and not (row[i] is None and nullable):
+            fixed[i] = neutral
+    return build(tuple(fixed), {"corrupt": "; ".join(bad)})
 
 
 def describe(row: tuple[Any, ...], bad: list[str]) -> str:
@@ -102,11 +98,12 @@ def describe(row: tuple[Any, ...], bad: list[str]) -> str:
     return f"corrupt record for job {row[1]!r} in queue {row[0]!r}: {'; '.join(bad)}"
 
 
-def _build(row: tuple[Any, ...], extra: dict[str, str]) -> Job:
+def build(row: tuple[Any, ...], extra: dict[str, str] | None = None) -> Job:
+    """The ``Job`` of a row that ``problems`` found sound."""
     v = {name: row[i] for i, name in enumerate(COLUMNS[:ROWID])}
     for name in _FLOATS:
         if v[name] is not None:
             v[name] = float(v[name])
     v["state"] = _STATES[v["state"]]
     v["cancel_requested"] = bool(v["cancel_requested"])
-    return Job(**v, extra=extra)
+    return Job(**v, extra=extra or {})
