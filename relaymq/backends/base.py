@@ -182,7 +182,8 @@ class Backend(abc.ABC):
 
         First promotes due delayed jobs to ``waiting``. Then takes waiting jobs of unpaused
         queues, lower priority number first, FIFO within a priority; queues are visited in the
-        order given until ``limit`` is reached (the worker rotates that order for fairness). Each becomes ``active`` with ``token + 1``, ``attempts + 1``,
+        order given until ``limit`` is reached (the worker rotates that order for fairness).
+        Each job becomes ``active`` with ``token + 1``, ``attempts + 1``,
         ``claimed_at = heartbeat_at = now`` and ``worker_id``. Two concurrent claims never
         return the same job.
         """
@@ -212,8 +213,8 @@ class Backend(abc.ABC):
         """Return when work may have arrived in ``queues``, or after ``timeout`` seconds.
 
         Returns at once when a job of an unpaused queue is already waiting, so a wake-up sent
-        between an empty claim and this call is never lost. May return early without work. Idle waits make at most about one request a second
-        per queue.
+        between an empty claim and this call is never lost. May return early without work.
+        Idle waits make at most about one request a second per queue.
         """
 
     # -- maintenance ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import heapq
 import itertools
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from relaymq.backends.base import (
     OUTCOME_STATE,
@@ -63,10 +63,13 @@ class _Row:
     finished_at: float | None = None
 
     def to_job(self) -> Job:
-        return Job(**{name: getattr(self, name) for name in _ROW_FIELDS})
-
-
-_ROW_FIELDS = tuple(f.name for f in fields(_Row))
+        return Job(
+            self.queue, self.id, self.task, self.payload, self.state, self.priority, self.seq,
+            self.created_at, self.run_at, self.ttl, self.max_attempts, self.timeout,
+            self.attempts, self.token, self.claimed_at, self.heartbeat_at, self.worker_id,
+            self.stalls, self.cancel_requested, self.progress, self.result, self.error,
+            self.finished_at,
+        )  # fmt: skip
 
 
 @dataclass
