@@ -117,6 +117,9 @@ class SQLiteBackend(Backend):
         self._closed = False
         self._wakeup = asyncio.Event()
         self._published = asyncio.Event()
+        # wait()'s polling interval, kept across calls: a worker calls wait() again and again
+        # while idle, and each call must not start over at a few ms. Work found resets it.
+        self._poll = POLL_MIN
 
     async def connect(self) -> None:
         if self._closed:
@@ -252,7 +255,10 @@ class SQLiteBackend(Backend):
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         if not queues or limit <= 0:
             return ClaimBatch([], self._now())
-        return await self._write(ops.claim, queues, worker_id, limit)
+        batch = await self._write(ops.claim, queues, worker_id, limit)
+        if batch.jobs:
+            self._poll = POLL_MIN  # busy: the next wait polls fast again
+        return batch
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         if not beats:
@@ -267,18 +273,18 @@ class SQLiteBackend(Backend):
             self._notify()
         return answers
 
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:  # noqa: ASYNC109
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         names = json.dumps(list(queues))
-        interval = POLL_MIN
         while True:
             wakeup = self._wakeup  # taken before the probe: a write after it still wakes us
             ready, next_due = await self._read(ops.wait_probe, names)
             now = self._now()
             if ready or (next_due is not None and next_due <= now):
+                self._poll = POLL_MIN
                 return
-            pause = min(interval, deadline - loop.time())
+            pause = min(self._poll, deadline - loop.time())
             if next_due is not None:
                 pause = min(pause, next_due - now)
             if pause <= 0:
@@ -286,10 +292,13 @@ class SQLiteBackend(Backend):
             try:
                 async with asyncio.timeout(pause):
                     await wakeup.wait()
+                self._poll = POLL_MIN
                 return  # this instance wrote something a waiter may want
             except TimeoutError:
                 pass
-            interval = min(interval * 2, self._poll_max)
+            self._poll = min(self._poll * 2, self._poll_max)
+            if loop.time() >= deadline:
+                return  # the caller's next wait() probes first: no second probe here
 
     # -- maintenance ------------------------------------------------------------------------
 
