@@ -33,4 +33,10 @@ async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
     conn.close()
 
 
-CASE = BackendCase(name="sqlite", make=make, corrupt=corrupt, url=url)
+def unavailable() -> str | None:
+    if sqlite3.sqlite_version_info < (3, 35, 0):
+        return f"SQLite {sqlite3.sqlite_version} is older than 3.35 (no RETURNING)"
+    return None
+
+
+CASE = BackendCase(name="sqlite", make=make, unavailable=unavailable, corrupt=corrupt, url=url)
