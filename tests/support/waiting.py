@@ -21,7 +21,7 @@ RECHECK = 0.25
 class Watch:
     def __init__(self, backend: Backend, subscription: events.Subscription) -> None:
         self.backend = backend
-        self._events = subscription
+        self.events = subscription
 
     async def until(self, check: Check, what: str, within: float = 10.0) -> None:
         try:
@@ -32,7 +32,7 @@ class Watch:
                         return
                     try:
                         async with asyncio.timeout(RECHECK):
-                            await anext(self._events)
+                            await anext(self.events)
                     except TimeoutError:
                         pass
         except TimeoutError:

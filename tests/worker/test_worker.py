@@ -277,3 +277,21 @@ async def test_manual_retry_replays_a_dead_job(queue: Queue, run_worker: RunWork
         with pytest.raises(JobFailedError):
             await handle.result(timeout=10)
     assert tasks.LEDGER[k] == 4  # two attempts, replayed: two more
+
+
+async def test_worker_events_reach_subscribers(queue: Queue, run_worker: RunWorker) -> None:
+    seen: list[tuple[str, str | None]] = []
+    async with watch(queue.backend) as w, run_worker():
+        handle = await queue.add(tasks.add.call(1, 2))
+        await handle.result(timeout=10)
+
+        async def collect() -> None:
+            async for event in w.events:
+                assert event.queue == queue.name and event.at > 0
+                seen.append((event.name, event.job_id))
+                if event.name == "job:completed" and event.job_id == handle.id:
+                    return
+
+        await asyncio.wait_for(collect(), 10)
+    names = [name for name, job_id in seen if job_id == handle.id]
+    assert names[:2] == ["job:waiting", "job:active"] and names[-1] == "job:completed"
