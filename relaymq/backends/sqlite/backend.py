@@ -42,6 +42,7 @@ from relaymq.backends.base import (
     Capabilities,
     ClaimBatch,
     Clock,
+    DeliveryStore,
     Enqueued,
     Recovered,
     Settle,
@@ -83,11 +84,15 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
     return path, dict(parse_qsl(query))
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(Backend, DeliveryStore):
     """Durable jobs in one SQLite file, safe for many processes on one machine."""
 
     capabilities = Capabilities(
-        durable=True, cross_process=True, server_clock=True, blocking_wait=False
+        durable=True,
+        cross_process=True,
+        server_clock=True,
+        blocking_wait=False,
+        delivery_store=True,
     )
 
     def __init__(
@@ -369,6 +374,18 @@ class SQLiteBackend(Backend):
 
     async def list_workers(self) -> list[WorkerInfo]:
         return await self._read(ops.list_workers)
+
+    # -- delivery store (the metadata of a broker's deliveries) -------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        if not deliveries:
+            return ClaimBatch([], self._now()), []
+        return await self._write(ops.claim_delivered, queue, deliveries, worker_id)
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        return await self._write(ops.promote_due, queue, limit)
 
     # -- events -----------------------------------------------------------------------------
 

@@ -364,3 +364,45 @@ def events_after(conn: Conn, now: float, after: int, limit: int) -> list[tuple[i
         (int(i), bytes(body))
         for i, body in conn.execute(Q["events_after"], {"after": after, "limit": limit})
     ]
+
+
+# -- delivery store -------------------------------------------------------------------------
+
+
+def claim_delivered(
+    conn: Conn, now: float, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+) -> tuple[ClaimBatch, list[str]]:
+    if conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None:
+        return ClaimBatch([], now), []  # neither claimed nor stale: the caller offers it again
+    claimed: list[Job] = []
+    stale: list[str] = []
+    for job_id, token in deliveries:
+        p = {"queue": queue, "id": job_id, "token": token, "now": now, "worker_id": worker_id}
+        row = conn.execute(Q["claim_delivered"], p).fetchone()
+        bad = rows.problems(row) if row is not None else []
+        if row is None or bad:
+            if bad:
+                _fail_corrupt(conn, now, row, bad)
+            stale.append(job_id)
+        else:
+            claimed.append(rows.build(row))
+    return ClaimBatch(claimed, now), stale
+
+
+def promote_due(conn: Conn, now: float, queue: str, limit: int) -> list[Job]:
+    due = conn.execute(Q["due_delayed_page"], {"queue": queue, "now": now, "limit": limit})
+    rowids = [r[0] for r in due.fetchall()]
+    if not rowids:
+        return []
+    seq = allocate_seq(conn, queue, len(rowids))
+    promoted: list[Job] = []
+    for i, rowid in enumerate(rowids):
+        row = conn.execute(Q["promote_returning"], {"rowid": rowid, "seq": seq + i}).fetchone()
+        if row is None:
+            continue
+        bad = rows.problems(row)
+        if bad:
+            _fail_corrupt(conn, now, row, bad)
+        else:
+            promoted.append(rows.build(row))
+    return promoted

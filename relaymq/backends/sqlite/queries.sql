@@ -319,3 +319,30 @@ SELECT coalesce(max(id), 0) FROM events;
 -- name: events_after
 -- In: :after, :limit. Out: (id, body) of the events newer than :after, oldest first.
 SELECT id, body FROM events WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: claim_delivered
+-- DeliveryStore. In: :queue, :id, :token (the token the delivery was published for), :now,
+-- :worker_id. Out: <job> when the job was waiting with exactly that token and is now active;
+-- no row for a stale delivery (gone, not waiting, or another token).
+UPDATE jobs SET
+    state = 'active', token = token + 1, attempts = attempts + 1,
+    claimed_at = :now, heartbeat_at = :now, worker_id = :worker_id
+WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
+RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
+          cancel_requested, progress, result, error, finished_at, rowid;
+
+-- name: due_delayed_page
+-- DeliveryStore. In: :queue, :now, :limit. Out: rowid of up to :limit due delayed jobs, in
+-- promotion order.
+SELECT rowid FROM jobs
+WHERE queue = :queue AND state = 'delayed' AND run_at <= :now
+ORDER BY run_at, seq LIMIT :limit;
+
+-- name: promote_returning
+-- DeliveryStore. In: :rowid, :seq (a fresh FIFO number). Out: <job> of the promoted job.
+UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
+WHERE rowid = :rowid AND state = 'delayed'
+RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
+          cancel_requested, progress, result, error, finished_at, rowid;
