@@ -41,7 +41,9 @@ class Listener:
         self._events = False  # LISTEN on the event channel too
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
-        self.reconnects = 0
+        self.connections = 0
+        """How many times the connection came up (1 at first, +1 per reconnection)."""
+        self._came_up = asyncio.Event()
 
     def start(self) -> None:
         if self._task is None:
@@ -53,6 +55,11 @@ class Listener:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.connected.wait(), within)
         return self.connected.is_set()
+
+    async def came_up(self, times: int) -> None:
+        """Return once the connection has come up ``times`` times in all."""
+        while self.connections < times:
+            await self._came_up.wait()
 
     async def listen_events(self) -> None:
         """LISTEN on the event channel from now on (raises a driver error when down)."""
@@ -95,7 +102,9 @@ class Listener:
             if self._events:
                 await con.add_listener(self._options.event_channel, self._event)
         self.connected.set()
-        self.reconnects += 1
+        self.connections += 1
+        self._came_up.set()
+        self._came_up = asyncio.Event()
         self._on_connect()
         while not lost.is_set():
             with contextlib.suppress(TimeoutError):
