@@ -44,7 +44,22 @@ async def connect_one(options: Options) -> asyncpg.Connection:
 
 
 def server_settings(options: Options) -> dict[str, str]:
-    return {"search_path": options.schema, "application_name": "relaymq", "jit": "off"}
+    """Settings of every connection of the backend.
+
+    Every statement of the backend is meant to be index-driven (a few rows by primary key or
+    the head of a partial index). A prepared statement's generic plan is made once, often
+    while the table is still small, when a full scan with a hash or merge join looks cheaper
+    than ten key lookups; kept as the table grows to a million rows, such a plan would make
+    each batch scan the table. Disabling those paths keeps the plans that stay flat.
+    """
+    return {
+        "search_path": options.schema,
+        "application_name": "relaymq",
+        "jit": "off",
+        "enable_seqscan": "off",
+        "enable_hashjoin": "off",
+        "enable_mergejoin": "off",
+    }
 
 
 async def migrate(url: str, **options: Any) -> list[str]:
