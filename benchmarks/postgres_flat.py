@@ -39,7 +39,10 @@ async def run(url: str, rounds: int, deadline: float, sizes: tuple[int, ...]) ->
     completed = 0
     stop_at = time.monotonic() + deadline
     try:
-        print(f"{'jobs in table':>14} {'claim p50':>10} {'claim p95':>10} {'settle p50':>11} {'counts p50':>11}")
+        print(
+            f"{'jobs in table':>14} {'claim p50':>10} {'claim p95':>10} "
+            f"{'settle p50':>11} {'counts p50':>11}"
+        )
         for size in sizes:
             while stored < size:
                 if time.monotonic() > stop_at:
@@ -82,7 +85,9 @@ async def run(url: str, rounds: int, deadline: float, sizes: tuple[int, ...]) ->
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--deadline", type=float, default=600.0)

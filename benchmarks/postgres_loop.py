@@ -3,8 +3,9 @@
 Bulk-enqueues N no-op jobs (batches of 1,000, one statement each), then drains them with
 ``--loops`` concurrent claim(limit=10) -> settle(COMPLETE x10) loops in this one process
 (10 jobs in flight per loop, like one worker with concurrency 10). Prints enqueue jobs/s,
-end-to-end jobs/s (start of the enqueue to the last settle) and claim->settle pickup latency of a single
-job on an idle queue (wait() woken by NOTIFY), then drops its schema.
+end-to-end jobs/s (start of the enqueue to the last settle) and the pickup latency of a
+single job on an idle queue (enqueue -> wait() woken by NOTIFY -> claimed), then drops its
+schema.
 
     .venv/bin/python benchmarks/postgres_loop.py --url postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -30,7 +31,9 @@ async def drain(backend: PostgresBackend, queue: str, worker: str) -> int:
         batch = await backend.claim([queue], worker, 10)
         if not batch.jobs:
             return done
-        await backend.settle([Settle(j.claim, Outcome.COMPLETE, result=b"null") for j in batch.jobs])
+        await backend.settle(
+            [Settle(j.claim, Outcome.COMPLETE, result=b"null") for j in batch.jobs]
+        )
         done += len(batch.jobs)
 
 
@@ -71,12 +74,17 @@ async def main() -> None:
     try:
         for run in range(args.runs):
             queue = f"bench-{run}"
-            jobs = [NewJob(queue, f"j{i}", "bench:noop", b'{"args":[],"kwargs":{}}') for i in range(args.jobs)]
+            jobs = [
+                NewJob(queue, f"j{i}", "bench:noop", b'{"args":[],"kwargs":{}}')
+                for i in range(args.jobs)
+            ]
             t0 = time.perf_counter()
             for i in range(0, len(jobs), 1000):
                 await backend.enqueue(jobs[i : i + 1000])
             t1 = time.perf_counter()
-            done = await asyncio.gather(*(drain(backend, queue, f"w{k}") for k in range(args.loops)))
+            done = await asyncio.gather(
+                *(drain(backend, queue, f"w{k}") for k in range(args.loops))
+            )
             t2 = time.perf_counter()
             assert sum(done) == args.jobs, done
             counts = await backend.counts(queue)
@@ -88,7 +96,8 @@ async def main() -> None:
             )
         lat = await pickup_latency(args.url, schema, 50)
         print(
-            f"pickup latency (enqueue -> wait() woken -> claimed): p50 {statistics.median(lat) * 1000:.2f} ms, "
+            "pickup latency (enqueue -> wait() woken -> claimed): "
+            f"p50 {statistics.median(lat) * 1000:.2f} ms, "
             f"p95 {sorted(lat)[int(len(lat) * 0.95)] * 1000:.2f} ms"
         )
     finally:
