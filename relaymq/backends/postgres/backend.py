@@ -244,7 +244,7 @@ class PostgresBackend(Backend):
         )
         return [bool(r["applied"]) for r in rows]
 
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:  # noqa: ASYNC109
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
         self._start_listener()
         listening = await self._listener.ready(within=min(timeout, 5.0))
         if not listening:
