@@ -1,6 +1,6 @@
 """Throughput and pickup latency of relaymq on any backend URL, optionally beside peers.
 
-    python benchmarks/throughput.py --url sqlite:///tmp/bench.db
+    python benchmarks/throughput.py --url sqlite:////tmp/bench.db
     python benchmarks/throughput.py --url redis://127.0.0.1:6379/0 --peers huey,asyncmq
 
 Workload (the same for the peers): N no-op jobs (default 10,000) enqueued in bulk, one worker

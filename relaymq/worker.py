@@ -4,8 +4,8 @@ Four loops share one process:
 
 - the claim loop takes as many jobs as there are free slots in one call, or waits;
 - each claimed job runs in its own asyncio task (plain functions in the thread pool);
-- the flush loop settles every finished job's outcome in one batched, fenced call and then
-  publishes the batch's events;
+- the flush loop settles every finished job's outcome in one batched, fenced call;
+- the events loop publishes what happened in batches, at most every ``EVENT_WINDOW``;
 - the heartbeat loop renews every held claim in one batched call on its own timer, and stops
   handlers whose claim was lost or whose job was cancelled.
 
@@ -39,6 +39,8 @@ from relaymq.task import JobContext, Task, invoke, resolve
 log = logging.getLogger("relaymq.worker")
 
 MAX_ERROR_CHARS = 4000
+EVENT_WINDOW = 0.05
+"""Seconds events wait to be published together."""
 IDLE_WAIT = 1.0
 """Longest single ``backend.wait``; blocking backends are woken earlier by new work."""
 
@@ -110,6 +112,7 @@ class Worker:
         self._idle.set()
         self._outbox: list[tuple[_Running, Settle, dict[str, Any]]] = []
         self._events: list[events.Event] = []
+        self._events_pending = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._rotation = 0
         self._maintenance = Maintenance(backend, self.queues, self.settings, self.id)
@@ -139,6 +142,7 @@ class Worker:
         await events.publish(self.backend, [self._worker_event(events.WORKER_ONLINE)])
         helpers = [
             asyncio.create_task(self._flush_loop(), name="relaymq-flush"),
+            asyncio.create_task(self._publish_loop(), name="relaymq-events"),
             asyncio.create_task(self._heartbeat_loop(info), name="relaymq-heartbeat"),
         ]
         if self.settings.enable_stalled_check:
@@ -164,7 +168,12 @@ class Worker:
         for helper in helpers:
             helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        await self._flush()  # every outcome, including the releases
+        try:
+            await self._flush()  # every outcome, including the releases
+        except BackendError as e:
+            log.error("could not settle %d outcomes at shutdown (%s): they will be recovered "
+                      "as stalled jobs", len(self._outbox), e)  # fmt: skip
+        await self._publish_events()
         with contextlib.suppress(BackendError):
             await self._maintenance.release_locks()
             await self.backend.unregister_worker(self.id)
@@ -204,7 +213,6 @@ class Worker:
             self.stats.claimed += len(batch.jobs)
             for job in batch.jobs:
                 self._start(job, batch.now)
-            self._flush_wanted.set()  # publish the job:active events soon
 
     def _queue_order(self) -> list[str]:
         """Rotate the queue order on every claim so no queue starves the others."""
@@ -236,7 +244,7 @@ class Worker:
         r = _Running(job, job.claim, ctx, time.monotonic())
         self._running[key] = self._held[key] = r
         self._idle.clear()
-        self._events.append(self._event(events.JOB_ACTIVE, job.queue, job.id,
+        self._emit(self._event(events.JOB_ACTIVE, job.queue, job.id,
                                         {"attempt": job.attempts, "worker": self.id}))  # fmt: skip
         r.task = asyncio.create_task(self._execute(r, now), name=f"relaymq-job-{job.id}")
 
@@ -331,7 +339,7 @@ class Worker:
         r.progress = encoded
         event = self._event(events.JOB_PROGRESS, r.job.queue, r.job.id, {"progress": value})
         loop = r.task.get_loop() if r.task is not None else asyncio.get_running_loop()
-        loop.call_soon_threadsafe(self._events.append, event)
+        loop.call_soon_threadsafe(self._emit, event)
 
     # -- settling ---------------------------------------------------------------------------
 
@@ -348,7 +356,7 @@ class Worker:
                 self._flush_wanted.set()
 
     async def _flush(self) -> None:
-        """Settle every pending outcome in one call, then publish the batch's events."""
+        """Settle every pending outcome in one call."""
         batch, self._outbox = self._outbox, []
         if batch:
             try:
@@ -359,6 +367,27 @@ class Worker:
             for (r, s, data), ok in zip(batch, applied, strict=True):
                 self._held.pop((r.job.queue, r.job.id), None)
                 self._record(r, s, data, ok)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _emit(self, event: events.Event) -> None:
+        self._events.append(event)
+        self._events_pending.set()
+
+    async def _publish_loop(self) -> None:
+        """Publish events at once when idle, and under load at most once per ``EVENT_WINDOW``:
+        one backend call for many jobs' events rather than one per flush."""
+        last = 0.0
+        while True:
+            await self._events_pending.wait()
+            pause = last + EVENT_WINDOW - time.monotonic()
+            if pause > 0:  # published a moment ago: let more events join this batch
+                await asyncio.sleep(pause)
+            self._events_pending.clear()
+            last = time.monotonic()
+            await self._publish_events()
+
+    async def _publish_events(self) -> None:
         pending, self._events = self._events, []
         if pending:
             try:
@@ -372,7 +401,7 @@ class Worker:
             self.stats.lost += 1
             log.warning("claim on %s/%s (token %s) was lost; outcome %s dropped",
                         job.queue, job.id, r.claim.token, s.outcome.value)  # fmt: skip
-            self._events.append(self._event(events.JOB_CLAIM_LOST, job.queue, job.id, data))
+            self._emit(self._event(events.JOB_CLAIM_LOST, job.queue, job.id, data))
             return
         counter = {
             Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
@@ -383,7 +412,7 @@ class Worker:
             data = {**data, "error": s.error[:500]}
             if s.outcome is Outcome.RETRY:
                 data["delay"] = s.delay
-        self._events.append(self._event(_OUTCOME_EVENT[s.outcome], job.queue, job.id, data))
+        self._emit(self._event(_OUTCOME_EVENT[s.outcome], job.queue, job.id, data))
 
     # -- heartbeats -------------------------------------------------------------------------
 
