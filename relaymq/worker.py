@@ -359,6 +359,10 @@ class Worker:
                 log.warning("settle failed (%s); retrying", e)
                 await asyncio.sleep(0.5)
                 self._flush_wanted.set()
+            except Exception:  # a bug must not stop settling: log it and try again
+                log.exception("settle failed; retrying")
+                await asyncio.sleep(0.5)
+                self._flush_wanted.set()
 
     async def _flush(self) -> None:
         """Settle every pending outcome in one call."""
@@ -431,6 +435,8 @@ class Worker:
                 await self.backend.register_worker(info, ttl=self._registry_ttl)
             except BackendError as e:
                 log.warning("heartbeat failed (%s)", e)
+            except Exception:  # a bug must not stop the heartbeats of every other job
+                log.exception("heartbeat failed")
 
     async def _beat(self) -> None:
         held = list(self._held.values())
