@@ -65,6 +65,8 @@ class _Running:
     stop_reason: str | None = None
     """Why the handler was cancelled: "lost", "cancelled" or "shutdown"."""
     progress: bytes | None = None
+    settling: bool = False
+    """The outcome is written or being written: heartbeats leave the claim alone."""
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Worker:
         self._events: list[events.Event] = []
         self._events_pending = asyncio.Event()
         self._flush_wanted = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._rotation = 0
         self._maintenance = Maintenance(backend, self.queues, self.settings, self.id)
 
@@ -166,8 +169,9 @@ class Worker:
                     r.task.cancel()
             if pending:
                 await asyncio.wait(pending)
-        for helper in helpers:
-            helper.cancel()
+        async with self._flush_lock:  # never cancel the flush loop in the middle of a settle
+            for helper in helpers:
+                helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
         try:
             await self._flush()  # every outcome, including the releases
@@ -178,7 +182,7 @@ class Worker:
         with contextlib.suppress(BackendError):
             await self._maintenance.release_locks()
             await self.backend.unregister_worker(self.id)
-            await events.publish(self.backend, [self._event(events.WORKER_OFFLINE, self.queues[0])])
+            await events.publish(self.backend, [self._worker_event(events.WORKER_OFFLINE)])
         log.info("worker %s stopped", self.id)
 
     @property
@@ -269,6 +273,7 @@ class Worker:
         if settle is None:
             self._held.pop((job.queue, job.id), None)
         else:
+            r.settling = True
             self._outbox.append((r, settle))
             self._flush_wanted.set()
 
@@ -366,6 +371,10 @@ class Worker:
 
     async def _flush(self) -> None:
         """Settle every pending outcome in one call."""
+        async with self._flush_lock:
+            await self._settle_outbox()
+
+    async def _settle_outbox(self) -> None:
         batch, self._outbox = self._outbox, []
         if batch:
             try:
@@ -439,7 +448,7 @@ class Worker:
                 log.exception("heartbeat failed")
 
     async def _beat(self) -> None:
-        held = list(self._held.values())
+        held = [r for r in self._held.values() if not r.settling]
         if not held:
             return
         beats = [Beat(r.claim, r.progress) for r in held]
@@ -447,7 +456,7 @@ class Worker:
             r.progress = None
         results = await self.backend.heartbeat(beats)
         for r, result in zip(held, results, strict=True):
-            if result.held:
+            if result.held or r.settling:  # settled meanwhile: its own write says how it went
                 continue
             r.stop_reason = "cancelled" if result.cancel_requested else "lost"
             if r.ctx is not None:
