@@ -1,0 +1,61 @@
+-- settle.lua: apply a batch of fenced transitions out of active, for one queue.
+-- KEYS[1]  base of the queue
+-- ARGV[1]  now ('' = server TIME)
+-- ARGV[2..] 6 per settle: id, token, outcome (complete|retry|fail|expire|cancel|release),
+--           result ('' = none, '=' .. bytes), error ('' = none, '=' .. text), delay (s)
+-- Returns  one integer per settle: 1 = applied, or a repeat of a terminal transition that
+--          already applied with this token (a lost reply); 0 = claim lost, nothing changed.
+-- Applies only while state == active and token matches. complete -> completed (result);
+-- fail/expire -> failed/expired (the DLQ, error); cancel -> cancelled; retry -> delayed at
+-- now + delay, or waiting through the allocator when delay == 0; release -> waiting with its
+-- own sequence (keeps its place) and the attempt given back.
+local base = KEYS[1]
+local now, nows = clock(ARGV[1])
+local TARGET = {complete = 'completed', fail = 'failed', expire = 'expired', cancel = 'cancelled'}
+local out = {}
+local woke = 0
+for i = 2, #ARGV, 6 do
+  local id, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local jk = job_key(base, id)
+  local r = read(jk, 'state', 'token', 'priority', 'seq', 'attempts')
+  local target = TARGET[outcome]
+  local answer = 0
+  if r and r[2] == token then
+    local priority, seq, attempts = tonumber(r[3]), tonumber(r[4]), tonumber(r[5] or '0')
+    if r[1] == 'active' and priority and seq and attempts then
+      answer = 1
+      if target then
+        finish(base, jk, id, 'active', target, nows)
+        if outcome == 'complete' then
+          set_opt(jk, 'result', ARGV[i + 3])
+        else
+          set_opt(jk, 'error', ARGV[i + 4])
+        end
+      else
+        redis.call('ZREM', base .. ':active', id)
+        redis.call('HDEL', jk, 'worker_id')
+        if outcome == 'retry' then
+          set_opt(jk, 'error', ARGV[i + 4])
+          local delay = tonumber(ARGV[i + 5])
+          if delay > 0 then
+            local run_at = fmt(now + delay)
+            redis.call('ZADD', base .. ':delayed', run_at, id)
+            redis.call('HSET', jk, 'state', 'delayed', 'run_at', run_at)
+          else
+            make_waiting(base, jk, id, priority, nil)
+            woke = woke + 1
+          end
+        else -- release
+          redis.call('HSET', jk, 'attempts', attempts - 1)
+          make_waiting(base, jk, id, priority, seq)
+          woke = woke + 1
+        end
+      end
+    elseif target and r[1] == target then
+      answer = 1
+    end
+  end
+  out[#out + 1] = answer
+end
+wake(base, woke)
+return out
