@@ -45,7 +45,7 @@ from relaymq.backends.base import (
 )
 from relaymq.backends.redis.config import check_eviction_policy, parse_url
 from relaymq.backends.redis.keys import PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
-from relaymq.backends.redis.records import num, opt, parse_job
+from relaymq.backends.redis.records import num, opt, pairs, parse_job
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import (
     BackendError,
@@ -57,6 +57,10 @@ from relaymq.job import TERMINAL, Job, JobState, NewJob
 
 ENQUEUE_CHUNK = 1000
 """Jobs per enqueue script call: bounds how long one call holds the server."""
+CLAIM_CHUNK = 1000
+"""Most jobs one claim script call takes (a larger limit takes several calls)."""
+SETTLE_CHUNK = 1000
+"""Most transitions or heartbeats in one script call."""
 PROMOTE_MAX = 1000
 """Delayed jobs promoted per queue per claim; the rest are promoted by the next claims."""
 SCAN_CHUNK = 500
@@ -84,6 +88,11 @@ def _translated(what: str) -> Iterator[None]:
         raise BackendUnavailableError(f"Redis unreachable ({what}): {e}") from e
     except rex.RedisError as e:
         raise BackendError(f"Redis failed ({what}): {e}") from e
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _frame(events: Sequence[bytes]) -> bytes:
@@ -291,30 +300,43 @@ class RedisBackend(Backend):
         jobs: list[Job] = []
         now = 0.0
         for visit in visits:
-            remaining = limit - len(jobs)
-            if remaining <= 0 and jobs:
+            keys = [self._keys.base(q) for q in visit]
+            while True:
+                want = min(limit - len(jobs), CLAIM_CHUNK)
+                reply = await self._script(
+                    "claim", keys, [self._now(), worker_id, max(want, 0), PROMOTE_MAX]
+                )
+                now = float(reply[0])
+                got = await self._parse_claimed(visit, worker_id, reply)
+                jobs += got
+                if want < CLAIM_CHUNK or len(got) < want:
+                    break
+            if len(jobs) >= limit:
                 break
-            reply = await self._script(
-                "claim",
-                [self._keys.base(q) for q in visit],
-                [self._now(), worker_id, max(remaining, 0), PROMOTE_MAX],
-            )
-            now = float(reply[0])
-            jobs += await self._parse_claimed(visit, reply)
         return ClaimBatch(jobs, now)
 
-    async def _parse_claimed(self, visit: Sequence[str], reply: list[Any]) -> list[Job]:
+    async def _parse_claimed(
+        self, visit: Sequence[str], worker_id: str, reply: list[Any]
+    ) -> list[Job]:
+        nows = reply[0]
+        worker = worker_id.encode()
         jobs: list[Job] = []
         unreadable: list[Settle] = []
         for at in range(1, len(reply), 3):
             queue, job_id = visit[int(reply[at]) - 1], reply[at + 1].decode()
+            d = pairs(reply[at + 2])
+            # The script returns the record as it was before the claim; apply the claim.
+            token = int(d.get(b"token", b"0")) + 1
+            d[b"state"] = b"active"
+            d[b"token"] = b"%d" % token
+            d[b"attempts"] = b"%d" % (int(d.get(b"attempts", b"0")) + 1)
+            d[b"claimed_at"] = d[b"heartbeat_at"] = nows
+            d[b"worker_id"] = worker
             try:
-                jobs.append(parse_job(queue, job_id, reply[at + 2]))
+                jobs.append(parse_job(queue, job_id, d))
             except CorruptRecordError as e:
                 # Claimed (the script could read its state and token) but not readable here:
                 # fail it into the DLQ with the reason rather than hand it out or drop it.
-                flat = reply[at + 2]
-                token = int(dict(zip(flat[::2], flat[1::2], strict=True))[b"token"])
                 claim = Job(queue, job_id, "", b"", JobState.ACTIVE, token=token).claim
                 unreadable.append(Settle(claim, Outcome.FAIL, error=str(e)))
         if unreadable:
@@ -327,15 +349,18 @@ class RedisBackend(Backend):
             groups[b.claim.queue].append(i)
         now = self._now()
         commands = []
-        for queue, indexes in groups.items():
-            args: list[Any] = [now]
-            for i in indexes:
-                c = beats[i].claim
-                args += (c.job_id, c.token, opt(beats[i].progress))
-            commands.append(self._evalsha("heartbeat", [self._keys.base(queue)], args))
+        order: list[list[int]] = []
+        for queue, all_indexes in groups.items():
+            for indexes in _chunks(all_indexes, SETTLE_CHUNK):
+                order.append(indexes)
+                args: list[Any] = [now]
+                for i in indexes:
+                    c = beats[i].claim
+                    args += (c.job_id, c.token, opt(beats[i].progress))
+                commands.append(self._evalsha("heartbeat", [self._keys.base(queue)], args))
         replies = await self._run(commands, "heartbeat") if commands else []
         out = [BeatResult(held=False)] * len(beats)
-        for indexes, reply in zip(groups.values(), replies, strict=True):
+        for indexes, reply in zip(order, replies, strict=True):
             for i, code in zip(indexes, reply, strict=True):
                 out[i] = BeatResult(held=code == 1, cancel_requested=code == 2)
         return out
@@ -346,22 +371,25 @@ class RedisBackend(Backend):
             groups[s.claim.queue].append(i)
         now = self._now()
         commands = []
-        for queue, indexes in groups.items():
-            args: list[Any] = [now]
-            for i in indexes:
-                s = settles[i]
-                args += (
-                    s.claim.job_id,
-                    s.claim.token,
-                    s.outcome.value,
-                    opt(s.result),
-                    opt(s.error),
-                    num(s.delay),
-                )
-            commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
+        order: list[list[int]] = []
+        for queue, all_indexes in groups.items():
+            for indexes in _chunks(all_indexes, SETTLE_CHUNK):
+                order.append(indexes)
+                args: list[Any] = [now]
+                for i in indexes:
+                    s = settles[i]
+                    args += (
+                        s.claim.job_id,
+                        s.claim.token,
+                        s.outcome.value,
+                        opt(s.result),
+                        opt(s.error),
+                        num(s.delay),
+                    )
+                commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
         replies = await self._run(commands, "settle") if commands else []
         out = [False] * len(settles)
-        for indexes, reply in zip(groups.values(), replies, strict=True):
+        for indexes, reply in zip(order, replies, strict=True):
             for i, code in zip(indexes, reply, strict=True):
                 out[i] = code == 1
         return out
@@ -436,9 +464,7 @@ class RedisBackend(Backend):
             raise
         if not flat:
             return None
-        if isinstance(flat, dict):  # RESP3 clients reply with a map
-            flat = [x for kv in flat.items() for x in kv]
-        return parse_job(queue, job_id, flat)
+        return parse_job(queue, job_id, flat if isinstance(flat, dict) else pairs(flat))
 
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
@@ -453,7 +479,7 @@ class RedisBackend(Backend):
             if reply[at + 1] == 0:
                 continue  # unreadable: get_job reports it; a listing goes on without it
             with contextlib.suppress(CorruptRecordError):
-                jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
+                jobs.append(parse_job(queue, reply[at].decode(), pairs(reply[at + 1])))
         return jobs
 
     async def counts(self, queue: str) -> dict[JobState, int]:

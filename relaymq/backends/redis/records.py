@@ -30,9 +30,13 @@ def _str(d: dict[bytes, bytes], key: bytes) -> str | None:
     return None if raw is None else raw.decode()
 
 
-def parse_job(queue: str, job_id: str, flat: Sequence[bytes]) -> Job:
-    """The ``Job`` for a job hash given as HGETALL pairs; ``CorruptRecordError`` if unreadable."""
-    d = dict(zip(flat[::2], flat[1::2], strict=True))
+def pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """HGETALL pairs as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def parse_job(queue: str, job_id: str, d: dict[bytes, bytes]) -> Job:
+    """The ``Job`` for a job hash (field -> value); ``CorruptRecordError`` if unreadable."""
     try:
         return Job(
             queue=queue,

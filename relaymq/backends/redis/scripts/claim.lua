@@ -5,9 +5,11 @@
 -- ARGV[3]  limit
 -- ARGV[4]  most delayed jobs promoted per queue in this call (bounds the script's cost)
 -- Returns  {now, k1, id1, job1, k2, id2, job2, ...}: k = index of the job's queue in KEYS,
---          job = the claimed record as HGETALL pairs. Paused queues are skipped; due delayed jobs of
---          each visited queue are promoted first. Each claimed job becomes active with
---          token + 1, attempts + 1, claimed_at = heartbeat_at = now, worker_id.
+--          job = the record as HGETALL pairs as it was BEFORE the claim; the claim itself set
+--          state = active, token + 1, attempts + 1, claimed_at = heartbeat_at = now and
+--          worker_id, which the caller applies to the returned record (saves a read-back).
+-- Paused queues are skipped; due delayed jobs of each visited queue are promoted first.
+-- A record that cannot be read is moved to the DLQ (failed) and not returned.
 local now, nows = clock(ARGV[1])
 local worker = ARGV[2]
 local remaining = tonumber(ARGV[3])
@@ -19,8 +21,7 @@ for k, base in ipairs(KEYS) do
   end
   if redis.call('EXISTS', base .. ':paused') == 0 then
     local promoted = promote(base, now, promote_max)
-    local akey = base .. ':active'
-    local taken = 0
+    local active = {}
     while remaining > 0 do
       local popped = redis.call('ZPOPMIN', base .. ':waiting', remaining)
       if #popped == 0 then
@@ -29,24 +30,43 @@ for k, base in ipairs(KEYS) do
       for i = 1, #popped, 2 do
         local id = popped[i]
         local jk = job_key(base, id)
-        local r = read(jk, 'state', 'token', 'attempts')
-        if r and r[1] == 'waiting' and tonumber(r[2] or '0') and tonumber(r[3] or '0') then
-          redis.call('HSET', jk, 'state', 'active', 'token', tonumber(r[2] or '0') + 1,
-            'attempts', tonumber(r[3] or '0') + 1, 'claimed_at', nows, 'heartbeat_at', nows,
-            'worker_id', worker)
-          redis.call('ZADD', akey, nows, id)
+        local rec = redis.pcall('HGETALL', jk)
+        local state, token, attempts = nil, '0', '0'
+        if type(rec) == 'table' and not rec.err then
+          for j = 1, #rec, 2 do
+            local f = rec[j]
+            if f == 'state' then
+              state = rec[j + 1]
+            elseif f == 'token' then
+              token = rec[j + 1]
+            elseif f == 'attempts' then
+              attempts = rec[j + 1]
+            end
+          end
+          token, attempts = tonumber(token), tonumber(attempts)
+        else
+          rec = nil
+        end
+        if state == 'waiting' and token and attempts then
+          redis.call('HSET', jk, 'state', 'active', 'token', token + 1, 'attempts', attempts + 1,
+            'claimed_at', nows, 'heartbeat_at', nows, 'worker_id', worker)
+          active[#active + 1] = nows
+          active[#active + 1] = id
           out[#out + 1] = k
           out[#out + 1] = id
-          out[#out + 1] = redis.call('HGETALL', jk)
+          out[#out + 1] = rec
           remaining = remaining - 1
-          taken = taken + 1
-        elseif r == nil or r[1] == 'waiting' then
+        elseif rec == nil or state == 'waiting' then
           quarantine(base, jk, id, 'waiting', nows)
         end
+        -- else: no record (removed) or a stray entry; popping it was all there was to do
       end
     end
+    if #active > 0 then
+      redis.call('ZADD', base .. ':active', unpack(active))
+    end
     -- Promoted more than this worker takes: wake the others.
-    wake(base, promoted - taken)
+    wake(base, promoted - #active / 2)
   end
 end
 return out

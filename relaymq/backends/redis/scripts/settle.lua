@@ -14,6 +14,8 @@ local now, nows = clock(ARGV[1])
 local TARGET = {complete = 'completed', fail = 'failed', expire = 'expired', cancel = 'cancelled'}
 local out = {}
 local woke = 0
+local left = {} -- ids that leave the active set
+local finished = {} -- target state -> {score, id, ...}
 for i = 2, #ARGV, 6 do
   local id, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local jk = job_key(base, id)
@@ -24,15 +26,27 @@ for i = 2, #ARGV, 6 do
     local priority, seq, attempts = tonumber(r[3]), tonumber(r[4]), tonumber(r[5] or '0')
     if r[1] == 'active' and priority and seq and attempts then
       answer = 1
+      left[#left + 1] = id
       if target then
-        finish(base, jk, id, 'active', target, nows)
+        local field, value = 'error', ARGV[i + 4]
         if outcome == 'complete' then
-          set_opt(jk, 'result', ARGV[i + 3])
-        else
-          set_opt(jk, 'error', ARGV[i + 4])
+          field, value = 'result', ARGV[i + 3]
         end
+        if value == '' then
+          redis.call('HSET', jk, 'state', target, 'finished_at', nows)
+          redis.call('HDEL', jk, 'worker_id', field)
+        else
+          redis.call('HSET', jk, 'state', target, 'finished_at', nows, field, string.sub(value, 2))
+          redis.call('HDEL', jk, 'worker_id')
+        end
+        local set = finished[target]
+        if set == nil then
+          set = {}
+          finished[target] = set
+        end
+        set[#set + 1] = nows
+        set[#set + 1] = id
       else
-        redis.call('ZREM', base .. ':active', id)
         redis.call('HDEL', jk, 'worker_id')
         if outcome == 'retry' then
           set_opt(jk, 'error', ARGV[i + 4])
@@ -57,5 +71,11 @@ for i = 2, #ARGV, 6 do
   end
   out[#out + 1] = answer
 end
-wake(base, woke)
+if #left > 0 then
+  redis.call('ZREM', base .. ':active', unpack(left))
+end
+for state, set in pairs(finished) do
+  redis.call('ZADD', base .. ':' .. state, unpack(set))
+end
+wake(base, #left > 0 and woke or 0)
 return out
