@@ -141,6 +141,11 @@ class RedisBackend(Backend):
             return
         o = self._options
         kwargs: dict[str, Any] = {
+            # No socket timeout: BLPOP blocks for as long as asked, and redis-py implements a
+            # write timeout with asyncio.wait_for, which on Python 3.11 can swallow a task's
+            # cancellation (the worker's shutdown then hangs). Keepalive finds dead peers.
+            "socket_timeout": None,
+            "socket_keepalive": True,
             "socket_connect_timeout": 5.0,
             "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
             **self._client_options,
