@@ -43,7 +43,9 @@ async def throughput(url: str, n: int, concurrency: int, batch: int) -> dict[str
                 if not claimed:
                     await worker.wait([q], 0.05)
                     continue
-                await worker.settle([Settle(j.claim, Outcome.COMPLETE, result=b"null") for j in claimed])
+                await worker.settle(
+                    [Settle(j.claim, Outcome.COMPLETE, result=b"null") for j in claimed]
+                )
                 done += len(claimed)
 
         await asyncio.gather(*(loop() for _ in range(concurrency)))
@@ -70,7 +72,7 @@ async def pickup(url: str, rounds: int) -> list[float]:
             ready = asyncio.Event()
             got: list[float] = []
 
-            async def claimer() -> None:
+            async def claimer(ready: asyncio.Event = ready, got: list[float] = got) -> None:
                 while True:
                     batch = (await worker.claim([q], "w", 1)).jobs
                     if batch:
@@ -104,12 +106,16 @@ async def main() -> None:
     a = p.parse_args()
     runs = [await throughput(a.url, a.jobs, a.concurrency, a.batch) for _ in range(a.runs)]
     for r in runs:
-        print(f"enqueue {r['enqueue_jobs_s']:>9,.0f} jobs/s   end-to-end {r['e2e_jobs_s']:>8,.0f} jobs/s")
+        enq, e2e = r["enqueue_jobs_s"], r["e2e_jobs_s"]
+        print(f"enqueue {enq:>9,.0f} jobs/s   end-to-end {e2e:>8,.0f} jobs/s")
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"median: enqueue {med['enqueue_jobs_s']:,.0f} jobs/s, end-to-end {med['e2e_jobs_s']:,.0f} jobs/s")
+    enq, e2e = med["enqueue_jobs_s"], med["e2e_jobs_s"]
+    print(f"median: enqueue {enq:,.0f} jobs/s, end-to-end {e2e:,.0f} jobs/s")
     lat = sorted(await pickup(a.url, 200))
-    print(f"pickup latency ms: p50 {lat[len(lat) // 2]:.3f}  p90 {lat[int(len(lat) * 0.9)]:.3f}  "
-          f"max {lat[-1]:.3f}")
+    print(
+        f"pickup latency ms: p50 {lat[len(lat) // 2]:.3f}  p90 {lat[int(len(lat) * 0.9)]:.3f}  "
+        f"max {lat[-1]:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -399,7 +399,7 @@ class RedisBackend(Backend):
                 out[i] = code == 1
         return out
 
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:  # noqa: ASYNC109
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
         if not queues or timeout <= 0:
             return
         groups = self._slot_groups(queues)
@@ -618,26 +618,29 @@ class RedisBackend(Backend):
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
         pubsub = await self._open_pubsub()
+        inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        # A reader task, not the consumer, drives the connection: after a server restart it
+        # subscribes again as soon as the server is back, whether or not anyone iterates.
+        reader = asyncio.create_task(self._read_events(pubsub, inbox), name="relaymq-redis-sub")
+        return _Subscription(inbox, reader)
 
-        async def events() -> AsyncGenerator[bytes, None]:
-            ps: Any = pubsub
-            try:
-                while True:
-                    try:
-                        message = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    except _UNAVAILABLE:
-                        # The server went away: events published meanwhile are lost (pub/sub
-                        # is at most once); subscribe again as soon as it is back.
-                        await _close_pubsub(ps)
-                        ps = await self._reopen_pubsub()
-                        continue
-                    if message is not None and message.get("type") in (b"message", "message"):
-                        for event in _unframe(message["data"]):
-                            yield event
-            finally:
-                await _close_pubsub(ps)
-
-        return events()
+    async def _read_events(self, pubsub: Any, inbox: asyncio.Queue[bytes]) -> None:
+        ps = pubsub
+        try:
+            while True:
+                try:
+                    message = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                except (*_UNAVAILABLE, rex.RedisError):
+                    # Events published while the server is away are lost (pub/sub is at most
+                    # once); subscribe again as soon as it is back.
+                    await _close_pubsub(ps)
+                    ps = await self._reopen_pubsub()
+                    continue
+                if message is not None and message.get("type") in (b"message", "message"):
+                    for event in _unframe(message["data"]):
+                        inbox.put_nowait(event)
+        finally:
+            await _close_pubsub(ps)
 
     async def _open_pubsub(self) -> Any:
         """A pub/sub connection subscribed to the events channel, confirmed by the server."""
@@ -663,6 +666,28 @@ class RedisBackend(Backend):
                 return await self._open_pubsub()
             except BackendError:
                 delay = min(delay * 2, 1.0)
+
+
+class _Subscription(AsyncGenerator[bytes, None]):
+    """The iterator ``subscribe`` returns. Unlike an ``async def`` generator, a cancelled
+    ``anext()`` (a caller's timeout) does not end it; only ``aclose()`` does."""
+
+    def __init__(self, inbox: asyncio.Queue[bytes], reader: asyncio.Task[None]) -> None:
+        self._inbox = inbox
+        self._reader = reader
+
+    async def asend(self, value: None) -> bytes:
+        if self._reader.done() and self._inbox.empty():
+            raise StopAsyncIteration
+        return await self._inbox.get()
+
+    async def athrow(self, *args: Any) -> bytes:
+        await self.aclose()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
 
 
 def _policy(reply: Any) -> str | None:
