@@ -90,3 +90,14 @@ async def test_priority_outside_the_exact_score_range_is_rejected(tmp_path: Path
     backend = RedisBackend("redis://127.0.0.1:1/0")  # never connected: validation comes first
     with pytest.raises(ConfigError, match="priority"):
         await backend.enqueue([new_job("q", priority=4096)])
+
+
+def test_lua_and_python_agree_on_the_job_fields() -> None:
+    import re
+    from importlib.resources import files
+
+    from relaymq.backends.redis.keys import JOB_FIELDS
+
+    lib = (files("relaymq.backends.redis") / "scripts" / "lib.lua").read_text()
+    block = lib[lib.index("local FIELDS = {") : lib.index("}", lib.index("local FIELDS = {"))]
+    assert re.findall(r"'(\w+)'", block) == JOB_FIELDS

@@ -44,8 +44,8 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.redis.config import check_eviction_policy, parse_url
-from relaymq.backends.redis.keys import PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
-from relaymq.backends.redis.records import num, opt, pairs, parse_job
+from relaymq.backends.redis.keys import JOB_FIELDS, PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
+from relaymq.backends.redis.records import num, opt, parse_job
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import (
     BackendError,
@@ -312,7 +312,7 @@ class RedisBackend(Backend):
                     "claim", keys, [self._now(), worker_id, max(want, 0), PROMOTE_MAX]
                 )
                 now = float(reply[0])
-                got = await self._parse_claimed(visit, worker_id, reply)
+                got = await self._parse_claimed(visit, reply)
                 jobs += got
                 if want < CLAIM_CHUNK or len(got) < want:
                     break
@@ -320,29 +320,17 @@ class RedisBackend(Backend):
                 break
         return ClaimBatch(jobs, now)
 
-    async def _parse_claimed(
-        self, visit: Sequence[str], worker_id: str, reply: list[Any]
-    ) -> list[Job]:
-        nows = reply[0]
-        worker = worker_id.encode()
+    async def _parse_claimed(self, visit: Sequence[str], reply: list[Any]) -> list[Job]:
         jobs: list[Job] = []
         unreadable: list[Settle] = []
         for at in range(1, len(reply), 3):
-            queue, job_id = visit[int(reply[at]) - 1], reply[at + 1].decode()
-            d = pairs(reply[at + 2])
-            # The script returns the record as it was before the claim; apply the claim.
-            token = int(d.get(b"token", b"0")) + 1
-            d[b"state"] = b"active"
-            d[b"token"] = b"%d" % token
-            d[b"attempts"] = b"%d" % (int(d.get(b"attempts", b"0")) + 1)
-            d[b"claimed_at"] = d[b"heartbeat_at"] = nows
-            d[b"worker_id"] = worker
+            queue, job_id, values = visit[int(reply[at]) - 1], reply[at + 1].decode(), reply[at + 2]
             try:
-                jobs.append(parse_job(queue, job_id, d))
+                jobs.append(parse_job(queue, job_id, values))
             except CorruptRecordError as e:
                 # Claimed (the script could read its state and token) but not readable here:
                 # fail it into the DLQ with the reason rather than hand it out or drop it.
-                claim = Job(queue, job_id, "", b"", JobState.ACTIVE, token=token).claim
+                claim = Job(queue, job_id, "", b"", JobState.ACTIVE, token=int(values[11])).claim
                 unreadable.append(Settle(claim, Outcome.FAIL, error=str(e)))
         if unreadable:
             await self.settle(unreadable)
@@ -361,7 +349,7 @@ class RedisBackend(Backend):
                 args: list[Any] = [now]
                 for i in indexes:
                     c = beats[i].claim
-                    args += (c.job_id, c.token, opt(beats[i].progress))
+                    args += (b"%d %s" % (c.token, c.job_id.encode()), opt(beats[i].progress))
                 commands.append(self._evalsha("heartbeat", [self._keys.base(queue)], args))
         replies = await self._run(commands, "heartbeat") if commands else []
         out = [BeatResult(held=False)] * len(beats)
@@ -383,14 +371,9 @@ class RedisBackend(Backend):
                 args: list[Any] = [now]
                 for i in indexes:
                     s = settles[i]
-                    args += (
-                        s.claim.job_id,
-                        s.claim.token,
-                        s.outcome.value,
-                        opt(s.result),
-                        opt(s.error),
-                        num(s.delay),
-                    )
+                    c = s.claim
+                    head = f"{c.token} {s.outcome.value} {s.delay!r} {c.job_id}"
+                    args += (head, opt(s.result if s.outcome is Outcome.COMPLETE else s.error))
                 commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
         replies = await self._run(commands, "settle") if commands else []
         out = [False] * len(settles)
@@ -462,14 +445,16 @@ class RedisBackend(Backend):
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
         try:
-            [flat] = await self._run([("HGETALL", self._keys.job(queue, job_id))], "get_job")
+            [values] = await self._run(
+                [("HMGET", self._keys.job(queue, job_id), *JOB_FIELDS)], "get_job"
+            )
         except BackendError as e:
             if isinstance(e.__cause__, rex.ResponseError) and "WRONGTYPE" in str(e.__cause__):
                 raise CorruptRecordError(f"job {job_id!r} of {queue!r} is not a hash") from e
             raise
-        if not flat:
+        if all(v is None for v in values):
             return None
-        return parse_job(queue, job_id, flat if isinstance(flat, dict) else pairs(flat))
+        return parse_job(queue, job_id, values)
 
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
@@ -484,7 +469,7 @@ class RedisBackend(Backend):
             if reply[at + 1] == 0:
                 continue  # unreadable: get_job reports it; a listing goes on without it
             with contextlib.suppress(CorruptRecordError):
-                jobs.append(parse_job(queue, reply[at].decode(), pairs(reply[at + 1])))
+                jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
         return jobs
 
     async def counts(self, queue: str) -> dict[JobState, int]:

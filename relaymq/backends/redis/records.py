@@ -20,48 +20,48 @@ def num(value: float) -> str:
     return repr(float(value))
 
 
-def _float(d: dict[bytes, bytes], key: bytes) -> float | None:
-    raw = d.get(key)
+def _float(raw: bytes | None) -> float | None:
     return None if raw is None else float(raw)
 
 
-def _str(d: dict[bytes, bytes], key: bytes) -> str | None:
-    raw = d.get(key)
+def _str(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode()
 
 
-def pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
-    """HGETALL pairs as a dict."""
-    return dict(zip(flat[::2], flat[1::2], strict=True))
+def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
+    """The ``Job`` for a job hash's values in ``JOB_FIELDS`` order (None where absent).
 
-
-def parse_job(queue: str, job_id: str, d: dict[bytes, bytes]) -> Job:
-    """The ``Job`` for a job hash (field -> value); ``CorruptRecordError`` if unreadable."""
+    Raises ``CorruptRecordError`` when the record cannot be read back.
+    """
     try:
+        (task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
+         attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+         progress, result, error, finished_at) = values  # fmt: skip
+        assert task is not None and payload is not None and state is not None
         return Job(
             queue=queue,
             id=job_id,
-            task=d[b"task"].decode(),
-            payload=d[b"payload"],
-            state=JobState(d[b"state"].decode()),
-            priority=int(d[b"priority"]),
-            seq=int(d[b"seq"]),
-            created_at=float(d[b"created_at"]),
-            run_at=_float(d, b"run_at"),
-            ttl=_float(d, b"ttl"),
-            max_attempts=int(d.get(b"max_attempts", b"1")),
-            timeout=_float(d, b"timeout"),
-            attempts=int(d.get(b"attempts", b"0")),
-            token=int(d.get(b"token", b"0")),
-            claimed_at=_float(d, b"claimed_at"),
-            heartbeat_at=_float(d, b"heartbeat_at"),
-            worker_id=_str(d, b"worker_id"),
-            stalls=int(d.get(b"stalls", b"0")),
-            cancel_requested=d.get(b"cancel_requested") == b"1",
-            progress=d.get(b"progress"),
-            result=d.get(b"result"),
-            error=_str(d, b"error"),
-            finished_at=_float(d, b"finished_at"),
+            task=task.decode(),
+            payload=payload,
+            state=JobState(state.decode()),
+            priority=int(priority or b""),
+            seq=int(seq or b""),
+            created_at=float(created_at or b""),
+            run_at=_float(run_at),
+            ttl=_float(ttl),
+            max_attempts=int(max_attempts or b"1"),
+            timeout=_float(timeout),
+            attempts=int(attempts or b"0"),
+            token=int(token or b"0"),
+            claimed_at=_float(claimed_at),
+            heartbeat_at=_float(heartbeat_at),
+            worker_id=_str(worker_id),
+            stalls=int(stalls or b"0"),
+            cancel_requested=cancel_requested == b"1",
+            progress=progress,
+            result=result,
+            error=_str(error),
+            finished_at=_float(finished_at),
         )
-    except (KeyError, ValueError, UnicodeDecodeError) as e:
+    except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e

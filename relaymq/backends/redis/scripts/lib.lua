@@ -6,6 +6,11 @@
 local PRIORITY_SHIFT = 1099511627776 -- 2^40: waiting score = priority * 2^40 + seq (exact)
 local WAKE_MAX = 32
 local TERMINAL = {completed = true, failed = true, expired = true, cancelled = true}
+-- The fields of a job hash in the order records travel to Python (keys.JOB_FIELDS; a test
+-- checks the two lists agree). Absent fields travel as nil.
+local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
+  'max_attempts', 'timeout', 'attempts', 'token', 'claimed_at', 'heartbeat_at', 'worker_id',
+  'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at'}
 
 -- Numbers go back to Redis with 17 significant digits: every double round-trips exactly.
 local function fmt(x)

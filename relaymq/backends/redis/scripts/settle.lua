@@ -1,8 +1,9 @@
 -- settle.lua: apply a batch of fenced transitions out of active, for one queue.
 -- KEYS[1]  base of the queue
 -- ARGV[1]  now ('' = server TIME)
--- ARGV[2..] 6 per settle: id, token, outcome (complete|retry|fail|expire|cancel|release),
---           result ('' = none, '=' .. bytes), error ('' = none, '=' .. text), delay (s)
+-- ARGV[2..] 2 per settle: "<token> <outcome> <delay> <id>" (outcome: complete|retry|fail|
+--           expire|cancel|release; delay in s), then the value: the result for complete, the
+--           error for the others ('' = none, '=' .. bytes)
 -- Returns  one integer per settle: 1 = applied, or a repeat of a terminal transition that
 --          already applied with this token (a lost reply); 0 = claim lost, nothing changed.
 -- Applies only while state == active and token matches. complete -> completed (result);
@@ -16,10 +17,11 @@ local out = {}
 local woke = 0
 local left = {} -- ids that leave the active set
 local finished = {} -- target state -> {score, id, ...}
-for i = 2, #ARGV, 6 do
-  local id, token, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local jk = job_key(base, id)
-  local r = read(jk, 'state', 'token', 'priority', 'seq', 'attempts')
+for i = 2, #ARGV, 2 do
+  local token, outcome, delay, id = string.match(ARGV[i], '^(%d+) (%a+) (%S+) (.*)$')
+  local value = ARGV[i + 1]
+  local jk = job_key(base, id or '')
+  local r = id and read(jk, 'state', 'token', 'priority', 'seq', 'attempts')
   local target = TARGET[outcome]
   local answer = 0
   if r and r[2] == token then
@@ -28,9 +30,9 @@ for i = 2, #ARGV, 6 do
       answer = 1
       left[#left + 1] = id
       if target then
-        local field, value = 'error', ARGV[i + 4]
+        local field = 'error'
         if outcome == 'complete' then
-          field, value = 'result', ARGV[i + 3]
+          field = 'result'
         end
         if value == '' then
           redis.call('HSET', jk, 'state', target, 'finished_at', nows)
@@ -49,8 +51,8 @@ for i = 2, #ARGV, 6 do
       else
         redis.call('HDEL', jk, 'worker_id')
         if outcome == 'retry' then
-          set_opt(jk, 'error', ARGV[i + 4])
-          local delay = tonumber(ARGV[i + 5])
+          set_opt(jk, 'error', value)
+          delay = tonumber(delay) or 0
           if delay > 0 then
             local run_at = fmt(now + delay)
             redis.call('ZADD', base .. ':delayed', run_at, id)
