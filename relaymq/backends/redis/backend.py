@@ -37,6 +37,7 @@ from relaymq.backends.base import (
     Capabilities,
     ClaimBatch,
     Clock,
+    DeliveryStore,
     Enqueued,
     Outcome,
     Recovered,
@@ -108,7 +109,7 @@ def _unframe(message: bytes) -> Iterator[bytes]:
         at += 4 + size
 
 
-class RedisBackend(Backend):
+class RedisBackend(Backend, DeliveryStore):
     """Redis and Redis Cluster backend (``redis://``, ``rediss://``, ``redis+cluster://``).
 
     Options: ``prefix`` (also ``?prefix=`` in the URL; default ``relaymq``) namespaces every
@@ -123,6 +124,7 @@ class RedisBackend(Backend):
         server_clock=True,
         blocking_wait=True,
         cluster_safe=True,
+        delivery_store=True,
     )
 
     def __init__(
@@ -594,6 +596,31 @@ class RedisBackend(Backend):
                     )
                 )
         return workers
+
+    # -- delivery store ---------------------------------------------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        args = [self._now(), worker_id, *(f"{token} {job_id}" for job_id, token in deliveries)]
+        nows, paused, claimed, stale = await self._script(
+            "claim_delivered", [self._keys.base(queue)], args
+        )
+        if paused:
+            return ClaimBatch([], float(nows)), []
+        as_claim: list[Any] = [nows]
+        for at in range(0, len(claimed), 2):
+            as_claim += (1, claimed[at], claimed[at + 1])
+        jobs = await self._parse_claimed([queue], as_claim)
+        return ClaimBatch(jobs, float(nows)), [i.decode() for i in stale]
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        if limit <= 0:
+            return []
+        reply = await self._script("promote_due", [self._keys.base(queue)], [self._now(), limit])
+        return [
+            parse_job(queue, reply[at].decode(), reply[at + 1]) for at in range(0, len(reply), 2)
+        ]
 
     # -- events -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from importlib.resources import files
 NAMES = (
     "enqueue", "claim", "heartbeat", "settle", "wait_check", "recover", "lock", "unlock",
     "page", "cancel", "retry_job", "remove_job", "purge", "register_worker", "list_workers",
+    "claim_delivered", "promote_due",
 )  # fmt: skip
 
 
