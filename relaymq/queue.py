@@ -7,9 +7,9 @@ events, so no backend does any of that.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -27,7 +27,7 @@ from relaymq.errors import (
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
-from relaymq.task import Call
+from relaymq.task import Call, Options
 
 R = TypeVar("R")
 
@@ -119,6 +119,19 @@ async def _next_event_for(subscription: Any, queue: str, job_id: str, within: fl
         return
 
 
+def _validate(o: Options) -> None:
+    if o.delay < 0:
+        raise ConfigError(f"delay must be >= 0, got {o.delay}")
+    if o.ttl is not None and o.ttl <= 0:
+        raise ConfigError(f"ttl must be > 0, got {o.ttl}")
+    if o.timeout is not None and o.timeout <= 0:
+        raise ConfigError(f"timeout must be > 0, got {o.timeout}")
+    if not 0 <= o.priority <= MAX_PRIORITY:
+        raise ConfigError(f"priority must be between 0 and {MAX_PRIORITY}, got {o.priority}")
+    if o.job_id is not None and not 0 < len(o.job_id) <= 255:
+        raise ConfigError("job_id must be 1 to 255 characters")
+
+
 class Queue:
     """A named lane of jobs on a backend: enqueue, inspect and administer it."""
 
@@ -147,7 +160,7 @@ class Queue:
 
     async def add_bulk(self, calls: Iterable[Call[Any]]) -> list[JobHandle[Any]]:
         """Enqueue many invocations in one backend call; nothing is stored if any is invalid."""
-        new_jobs = [self._new_job(c) for c in calls]
+        new_jobs = self._new_jobs(list(calls))
         if not new_jobs:
             return []
         answers = await self.backend.enqueue(new_jobs)
@@ -166,35 +179,25 @@ class Queue:
             for a in answers
         ]  # fmt: skip
 
-    def _new_job(self, call: Call[Any]) -> NewJob:
-        o = call.options
-        if o.delay < 0:
-            raise ConfigError(f"delay must be >= 0, got {o.delay}")
-        if o.ttl is not None and o.ttl <= 0:
-            raise ConfigError(f"ttl must be > 0, got {o.ttl}")
-        if o.timeout is not None and o.timeout <= 0:
-            raise ConfigError(f"timeout must be > 0, got {o.timeout}")
-        if not 0 <= o.priority <= MAX_PRIORITY:
-            raise ConfigError(f"priority must be between 0 and {MAX_PRIORITY}, got {o.priority}")
-        if o.job_id is not None and not 0 < len(o.job_id) <= 255:
-            raise ConfigError("job_id must be 1 to 255 characters")
-        payload = self.serializer.dumps({"args": list(call.args), "kwargs": call.kwargs})
-        if len(payload) > self.settings.max_payload_bytes:
-            raise PayloadTooLargeError(
-                f"payload of {len(payload)} bytes is over max_payload_bytes="
-                f"{self.settings.max_payload_bytes}"
-            )
-        return NewJob(
-            queue=self.name,
-            id=o.job_id or uuid.uuid4().hex,
-            task=call.task.name,
-            payload=payload,
-            priority=o.priority,
-            delay=o.delay,
-            ttl=o.ttl,
-            max_attempts=o.retries + 1,
-            timeout=o.timeout,
-        )
+    def _new_jobs(self, calls: list[Call[Any]]) -> list[NewJob]:
+        random_ids = os.urandom(16 * len(calls)).hex()  # one system call for the whole batch
+        checked: set[int] = set()
+        out: list[NewJob] = []
+        limit = self.settings.max_payload_bytes
+        for k, call in enumerate(calls):
+            o = call.options
+            if id(o) not in checked:  # calls made from one task share their Options
+                _validate(o)
+                checked.add(id(o))
+            payload = self.serializer.dumps({"args": list(call.args), "kwargs": call.kwargs})
+            if len(payload) > limit:
+                raise PayloadTooLargeError(
+                    f"payload of {len(payload)} bytes is over max_payload_bytes={limit}"
+                )
+            job_id = o.job_id or random_ids[32 * k : 32 * k + 32]
+            out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority, o.delay,
+                              o.ttl, o.retries + 1, o.timeout))  # fmt: skip
+        return out
 
     # -- admin and observation --------------------------------------------------------------
 

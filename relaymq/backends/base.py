@@ -255,7 +255,8 @@ class Backend(abc.ABC):
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         """A page of jobs in ``state``: waiting in claim order, delayed by run time, others
-        oldest first. Costs a page, not the queue."""
+        oldest first. Costs a page, not the queue. An unreadable record is listed with what
+        could be read and the damage described in ``extra["corrupt"]``."""
 
     @abc.abstractmethod
     async def counts(self, queue: str) -> dict[JobState, int]:
