@@ -18,7 +18,8 @@ local ids = redis.call('ZRANGEBYSCORE', akey, '-inf', '(' .. fmt(cutoff), 'LIMIT
 local requeued, failed, unreadable = {}, {}, {}
 for _, id in ipairs(ids) do
   local jk = job_key(base, id)
-  local r = read(jk, 'state', 'heartbeat_at', 'claimed_at', 'stalls', 'priority')
+  local r = read(jk, 'state', 'heartbeat_at', 'claimed_at', 'stalls', 'priority', 'token',
+    'created_at')
   if r == nil then
     quarantine(base, jk, id, 'active', nows)
     unreadable[#unreadable + 1] = id
@@ -27,7 +28,8 @@ for _, id in ipairs(ids) do
   else
     local hb, claimed = tonumber(r[2] or '0'), tonumber(r[3] or '0')
     local stalls, priority = tonumber(r[4] or '0'), tonumber(r[5])
-    if hb == nil or claimed == nil or stalls == nil or priority == nil then
+    local sound = tonumber(r[6] or '0') and tonumber(r[7] or '')
+    if hb == nil or claimed == nil or stalls == nil or priority == nil or not sound then
       quarantine(base, jk, id, 'active', nows)
       unreadable[#unreadable + 1] = id
     else
