@@ -275,16 +275,12 @@ class RedisBackend(Backend, DeliveryStore):
                 args: list[Any] = [now]
                 for i in chunk:
                     j = jobs[i]
-                    args += (
-                        j.id,
-                        j.task,
-                        j.payload,
-                        j.priority,
-                        num(j.delay),
-                        "" if j.ttl is None else num(j.ttl),
-                        j.max_attempts,
-                        "" if j.timeout is None else num(j.timeout),
+                    ttl = "-" if j.ttl is None else repr(float(j.ttl))
+                    timeout = "-" if j.timeout is None else repr(float(j.timeout))
+                    head = (
+                        f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {j.id}"
                     )
+                    args += (head, j.task, j.payload)
                 commands.append(self._evalsha("enqueue", [base], args))
                 chunks.append(chunk)
         replies = await self._run(commands, "enqueue")

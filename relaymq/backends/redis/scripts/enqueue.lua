@@ -1,8 +1,8 @@
 -- enqueue.lua: store new jobs of one queue as waiting (or delayed), in order.
 -- KEYS[1]  base of the queue ("<prefix>:{<queue>}")
 -- ARGV[1]  now ('' = server TIME)
--- ARGV[2..] 8 per job: id, task, payload, priority, delay (s), ttl ('' = none),
---           max_attempts, timeout ('' = none)
+-- ARGV[2..] 3 per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|-> <id>"
+--           (- = none), task, payload
 -- Returns  one integer per job: 1 = stored, 0 = duplicate (the id exists in this queue).
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
 local base = KEYS[1]
@@ -12,15 +12,16 @@ local seq = tonumber(redis.call('HGET', meta, 'seq') or '0')
 local out = {}
 local waiting = {}
 local delayed = {}
-for i = 2, #ARGV, 8 do
-  local id = ARGV[i]
+for i = 2, #ARGV, 3 do
+  local priority_s, delay_s, ttl, max_attempts, timeout, id =
+    string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
   local jk = job_key(base, id)
   if redis.call('EXISTS', jk) == 1 then
     out[#out + 1] = 0
   else
     seq = seq + 1
-    local priority = tonumber(ARGV[i + 3])
-    local delay = tonumber(ARGV[i + 4])
+    local priority = tonumber(priority_s)
+    local delay = tonumber(delay_s)
     local state = 'waiting'
     if delay > 0 then
       state = 'delayed'
@@ -33,12 +34,12 @@ for i = 2, #ARGV, 8 do
       waiting[#waiting + 1] = id
     end
     redis.call('HSET', jk, 'task', ARGV[i + 1], 'payload', ARGV[i + 2], 'state', state,
-      'priority', ARGV[i + 3], 'seq', seq, 'created_at', nows, 'max_attempts', ARGV[i + 6])
-    if ARGV[i + 5] ~= '' then
-      redis.call('HSET', jk, 'ttl', ARGV[i + 5])
+      'priority', priority_s, 'seq', seq, 'created_at', nows, 'max_attempts', max_attempts)
+    if ttl ~= '-' then
+      redis.call('HSET', jk, 'ttl', ttl)
     end
-    if ARGV[i + 7] ~= '' then
-      redis.call('HSET', jk, 'timeout', ARGV[i + 7])
+    if timeout ~= '-' then
+      redis.call('HSET', jk, 'timeout', timeout)
     end
     out[#out + 1] = 1
   end
