@@ -44,13 +44,14 @@ from relaymq.backends.base import (
     Settle,
     WorkerInfo,
 )
+from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import check_eviction_policy, parse_url
+from relaymq.backends.redis.errors import translated
 from relaymq.backends.redis.keys import JOB_FIELDS, PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
 from relaymq.backends.redis.records import num, opt, parse_job
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import (
     BackendError,
-    BackendUnavailableError,
     ConfigError,
     CorruptRecordError,
 )
@@ -69,44 +70,10 @@ SCAN_CHUNK = 500
 MIN_BLOCK = 0.01
 """BLPOP rounds timeouts to milliseconds and 0 blocks forever: shorter waits return at once."""
 
-_UNAVAILABLE = (
-    rex.ConnectionError,  # includes BusyLoadingError: a restarted server still reading its AOF
-    rex.TimeoutError,
-    rex.ClusterDownError,
-    rex.TryAgainError,
-    rex.MasterDownError,
-    rex.RedisClusterException,
-    OSError,
-)
-
-
-@contextlib.contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """Driver exceptions become ``relaymq.errors`` (the driver's stays as ``__cause__``)."""
-    try:
-        yield
-    except _UNAVAILABLE as e:
-        raise BackendUnavailableError(f"Redis unreachable ({what}): {e}") from e
-    except rex.RedisError as e:
-        raise BackendError(f"Redis failed ({what}): {e}") from e
-
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _frame(events: Sequence[bytes]) -> bytes:
-    """A batch of events as one pub/sub message: each one prefixed by its 4-byte length."""
-    return b"".join(len(e).to_bytes(4, "big") + e for e in events)
-
-
-def _unframe(message: bytes) -> Iterator[bytes]:
-    at = 0
-    while at + 4 <= len(message):
-        size = int.from_bytes(message[at : at + 4], "big")
-        yield message[at + 4 : at + 4 + size]
-        at += 4 + size
 
 
 class RedisBackend(Backend, DeliveryStore):
@@ -152,7 +119,7 @@ class RedisBackend(Backend, DeliveryStore):
             "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
             **self._client_options,
         }
-        with _translated("connect"):
+        with translated("connect"):
             if o.cluster:
                 if len(o.startup_nodes) > 1:
                     kwargs["startup_nodes"] = [ClusterNode(h, p) for h, p in o.startup_nodes]
@@ -216,7 +183,7 @@ class RedisBackend(Backend, DeliveryStore):
             raise BackendError("the Redis backend is not connected (call connect())")
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        with _translated(what):
+        with translated(what):
             for attempt in range(2):
                 if len(todo) == 1:
                     try:
@@ -398,7 +365,7 @@ class RedisBackend(Backend, DeliveryStore):
             return
         # Paused queues are watched too: resume pushes wake-up tokens.
         lists = [[self._keys.wake(q) for q in g] for g in groups]
-        with _translated("wait"):
+        with translated("wait"):
             if len(lists) == 1:
                 await self._r.blpop(lists[0], timeout=round(block, 3))
                 return
@@ -622,80 +589,10 @@ class RedisBackend(Backend, DeliveryStore):
 
     async def publish(self, events: Sequence[bytes]) -> None:
         if events:
-            await self._run([("PUBLISH", self._keys.events, _frame(events))], "publish")
+            await self._run([("PUBLISH", self._keys.events, pubsub.frame(events))], "publish")
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        pubsub = await self._open_pubsub()
-        inbox: asyncio.Queue[bytes] = asyncio.Queue()
-        # A reader task, not the consumer, drives the connection: after a server restart it
-        # subscribes again as soon as the server is back, whether or not anyone iterates.
-        reader = asyncio.create_task(self._read_events(pubsub, inbox), name="relaymq-redis-sub")
-        return _Subscription(inbox, reader)
-
-    async def _read_events(self, pubsub: Any, inbox: asyncio.Queue[bytes]) -> None:
-        ps = pubsub
-        try:
-            while True:
-                try:
-                    message = await ps.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                except (*_UNAVAILABLE, rex.RedisError):
-                    # Events published while the server is away are lost (pub/sub is at most
-                    # once); subscribe again as soon as it is back.
-                    await _close_pubsub(ps)
-                    ps = await self._reopen_pubsub()
-                    continue
-                if message is not None and message.get("type") in (b"message", "message"):
-                    for event in _unframe(message["data"]):
-                        inbox.put_nowait(event)
-        finally:
-            await _close_pubsub(ps)
-
-    async def _open_pubsub(self) -> Any:
-        """A pub/sub connection subscribed to the events channel, confirmed by the server."""
-        with _translated("subscribe"):
-            ps = self._r.pubsub()
-            try:
-                await ps.subscribe(self._keys.events)
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    message = await ps.get_message(timeout=1.0)
-                    if message is not None and message.get("type") in (b"subscribe", "subscribe"):
-                        return ps
-                raise BackendUnavailableError("Redis did not confirm the subscription")
-            except BaseException:
-                await _close_pubsub(ps)
-                raise
-
-    async def _reopen_pubsub(self) -> Any:
-        delay = 0.05
-        while True:
-            await asyncio.sleep(delay)
-            try:
-                return await self._open_pubsub()
-            except BackendError:
-                delay = min(delay * 2, 1.0)
-
-
-class _Subscription(AsyncGenerator[bytes, None]):
-    """The iterator ``subscribe`` returns. Unlike an ``async def`` generator, a cancelled
-    ``anext()`` (a caller's timeout) does not end it; only ``aclose()`` does."""
-
-    def __init__(self, inbox: asyncio.Queue[bytes], reader: asyncio.Task[None]) -> None:
-        self._inbox = inbox
-        self._reader = reader
-
-    async def asend(self, value: None) -> bytes:
-        if self._reader.done() and self._inbox.empty():
-            raise StopAsyncIteration
-        return await self._inbox.get()
-
-    async def athrow(self, *args: Any) -> bytes:
-        await self.aclose()
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        self._reader.cancel()
-        await asyncio.gather(self._reader, return_exceptions=True)
+        return await pubsub.subscribe(self._r, self._keys.events)
 
 
 def _policy(reply: Any) -> str | None:
@@ -710,8 +607,3 @@ def _policy(reply: Any) -> str | None:
                 if found:
                     return found
     return None
-
-
-async def _close_pubsub(ps: Any) -> None:
-    with contextlib.suppress(rex.RedisError, OSError, RuntimeError):
-        await ps.aclose()
