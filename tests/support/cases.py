@@ -15,7 +15,7 @@ from pathlib import Path
 
 from relaymq.backends.base import Backend, Clock
 
-CASE_MODULES = ["memory", "sqlite", "postgres", "rabbitmq_sqlite"]
+CASE_MODULES = ["memory", "sqlite", "postgres", "rabbitmq_sqlite", "redis", "redis_cluster"]
 
 
 @dataclass(frozen=True)
