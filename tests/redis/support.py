@@ -75,3 +75,12 @@ async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
         [("HSET", backend._keys.job(queue, job_id), "token", "garbage", "created_at", "bad")],
         "corrupt",
     )
+
+
+async def delete_prefix(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` on a (non-cluster) server, with a client of its own."""
+    client = Redis.from_url(url)
+    try:
+        await _delete_prefix(client, prefix)
+    finally:
+        await client.aclose()

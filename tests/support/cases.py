@@ -15,7 +15,15 @@ from pathlib import Path
 
 from relaymq.backends.base import Backend, Clock
 
-CASE_MODULES = ["memory", "sqlite", "postgres", "rabbitmq_sqlite", "redis", "redis_cluster"]
+CASE_MODULES = [
+    "memory",
+    "sqlite",
+    "postgres",
+    "redis",
+    "redis_cluster",
+    "rabbitmq_sqlite",
+    "rabbitmq_redis",
+]
 
 
 @dataclass(frozen=True)
