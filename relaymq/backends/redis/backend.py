@@ -46,6 +46,7 @@ from relaymq.backends.base import (
 )
 from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import check_eviction_policy, parse_url
+from relaymq.backends.redis.direct import Link
 from relaymq.backends.redis.errors import translated
 from relaymq.backends.redis.keys import JOB_FIELDS, PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
 from relaymq.backends.redis.records import num, opt, parse_job
@@ -104,6 +105,8 @@ class RedisBackend(Backend, DeliveryStore):
         self._client_options = options
         self._scripts = Scripts()
         self._r: Any = None
+        self._link: Link | None = None
+        """The pipelined command path (plain Redis only; a cluster client routes by key)."""
 
     async def connect(self) -> None:
         if self._r is not None:
@@ -134,6 +137,7 @@ class RedisBackend(Backend, DeliveryStore):
                 await client.aclose()
                 raise
         self._r = client
+        self._link = None if o.cluster else Link(client)
         check_eviction_policy(policies)
 
     async def _eviction_policies(self, client: Any) -> dict[str, Any]:
@@ -152,7 +156,7 @@ class RedisBackend(Backend, DeliveryStore):
 
     async def close(self) -> None:
         if self._r is not None:
-            client, self._r = self._r, None
+            client, self._r, self._link = self._r, None, None
             with contextlib.suppress(rex.RedisError, OSError):
                 await client.aclose()
 
@@ -185,7 +189,9 @@ class RedisBackend(Backend, DeliveryStore):
         todo = list(range(len(commands)))
         with translated(what):
             for attempt in range(2):
-                if len(todo) == 1:
+                if self._link is not None:
+                    got = await self._link.run([commands[i] for i in todo])
+                elif len(todo) == 1:
                     try:
                         got = [await self._r.execute_command(*commands[todo[0]])]
                     except rex.NoScriptError as e:
