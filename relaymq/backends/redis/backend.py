@@ -49,14 +49,14 @@ from relaymq.backends.redis.config import check_eviction_policy, parse_url
 from relaymq.backends.redis.direct import Link
 from relaymq.backends.redis.errors import translated
 from relaymq.backends.redis.keys import JOB_FIELDS, PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
-from relaymq.backends.redis.records import num, opt, parse_job
+from relaymq.backends.redis.records import num, opt, parse_claimed, parse_job
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import (
     BackendError,
     ConfigError,
     CorruptRecordError,
 )
-from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
 
 ENQUEUE_CHUNK = 1000
 """Jobs per enqueue script call: bounds how long one call holds the server."""
@@ -283,7 +283,7 @@ class RedisBackend(Backend, DeliveryStore):
                     "claim", keys, [self._now(), worker_id, max(want, 0), PROMOTE_MAX]
                 )
                 now = float(reply[0])
-                got = await self._parse_claimed(visit, reply)
+                got = await self._parse_claimed(visit, reply, worker_id)
                 jobs += got
                 if want < CLAIM_CHUNK or len(got) < want:
                     break
@@ -291,16 +291,35 @@ class RedisBackend(Backend, DeliveryStore):
                 break
         return ClaimBatch(jobs, now)
 
-    async def _parse_claimed(self, visit: Sequence[str], reply: list[Any]) -> list[Job]:
+    async def _parse_claimed(
+        self, visit: Sequence[str], reply: list[Any], worker_id: str
+    ) -> list[Job]:
+        """The jobs of a ``claim.lua`` reply."""
+        now = float(reply[0])
         jobs: list[Job] = []
         unreadable: list[Settle] = []
-        for at in range(1, len(reply), 3):
-            queue, job_id, values = visit[int(reply[at]) - 1], reply[at + 1].decode(), reply[at + 2]
+        for at in range(1, len(reply), 4):
+            queue, job_id, token = visit[reply[at] - 1], reply[at + 1].decode(), reply[at + 2]
             try:
-                jobs.append(parse_job(queue, job_id, values))
+                jobs.append(parse_claimed(queue, job_id, reply[at + 3], token, now, worker_id))
             except CorruptRecordError as e:
                 # Claimed (the script could read its state and token) but not readable here:
                 # fail it into the DLQ with the reason rather than hand it out or drop it.
+                unreadable.append(Settle(Claim(queue, job_id, token, now), Outcome.FAIL,
+                                         error=str(e)))  # fmt: skip
+        if unreadable:
+            await self.settle(unreadable)
+        return jobs
+
+    async def _parse_delivered(self, queue: str, claimed: list[Any]) -> list[Job]:
+        """The jobs of a ``claim_delivered.lua`` reply (records in ``JOB_FIELDS`` order)."""
+        jobs: list[Job] = []
+        unreadable: list[Settle] = []
+        for at in range(0, len(claimed), 2):
+            job_id, values = claimed[at].decode(), claimed[at + 1]
+            try:
+                jobs.append(parse_job(queue, job_id, values))
+            except CorruptRecordError as e:
                 claim = Job(queue, job_id, "", b"", JobState.ACTIVE, token=int(values[11])).claim
                 unreadable.append(Settle(claim, Outcome.FAIL, error=str(e)))
         if unreadable:
@@ -577,10 +596,7 @@ class RedisBackend(Backend, DeliveryStore):
         )
         if paused:
             return ClaimBatch([], float(nows)), []
-        as_claim: list[Any] = [nows]
-        for at in range(0, len(claimed), 2):
-            as_claim += (1, claimed[at], claimed[at + 1])
-        jobs = await self._parse_claimed([queue], as_claim)
+        jobs = await self._parse_delivered(queue, claimed)
         return ClaimBatch(jobs, float(nows)), [i.decode() for i in stale]
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:

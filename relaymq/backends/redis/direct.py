@@ -25,6 +25,7 @@ from typing import Any
 
 from redis import exceptions as rex
 
+_pack_one: Any
 try:
     from hiredis import pack_command as _pack_one
 except ImportError:  # pragma: no cover - hiredis is in the redis extra

@@ -28,6 +28,17 @@ def _str(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode()
 
 
+_STATES = {s.value.encode(): s for s in JobState}
+"""Stored state names to states, without the cost of an Enum call."""
+
+
+def _state(raw: bytes | None) -> JobState:
+    try:
+        return _STATES[raw]  # type: ignore[index]
+    except KeyError:
+        raise ValueError(f"unknown state {raw!r}") from None
+
+
 def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     """The ``Job`` for a job hash's values in ``JOB_FIELDS`` order (None where absent).
 
@@ -37,13 +48,13 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
         (task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
          attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
          progress, result, error, finished_at) = values  # fmt: skip
-        assert task is not None and payload is not None and state is not None
+        assert task is not None and payload is not None
         return Job(
             queue=queue,
             id=job_id,
             task=task.decode(),
             payload=payload,
-            state=JobState(state.decode()),
+            state=_state(state),
             priority=int(priority or b""),
             seq=int(seq or b""),
             created_at=float(created_at or b""),
@@ -55,7 +66,7 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             token=int(token or b"0"),
             claimed_at=_float(claimed_at),
             heartbeat_at=_float(heartbeat_at),
-            worker_id=_str(worker_id),
+            worker_id=_str(worker_id) if state == b"active" else None,
             stalls=int(stalls or b"0"),
             cancel_requested=cancel_requested == b"1",
             progress=progress,
@@ -64,4 +75,46 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             finished_at=_float(finished_at),
         )
     except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
+
+
+def parse_claimed(
+    queue: str, job_id: str, pairs: list[bytes], token: int, now: float, worker_id: str
+) -> Job:
+    """The ``Job`` that ``claim.lua`` made out of the record it read (HGETALL ``pairs``, taken
+    before the claim): the claim's changes are applied here, as the script applied them.
+
+    Raises ``CorruptRecordError`` when the record cannot be read back.
+    """
+    try:
+        d = dict(zip(pairs[::2], pairs[1::2], strict=True))
+        g = d.get
+        run_at, ttl, timeout, error = g(b"run_at"), g(b"ttl"), g(b"timeout"), g(b"error")
+        finished_at = g(b"finished_at")
+        return Job(
+            queue=queue,
+            id=job_id,
+            task=d[b"task"].decode(),
+            payload=d[b"payload"],
+            state=JobState.ACTIVE,
+            priority=int(d[b"priority"]),
+            seq=int(d[b"seq"]),
+            created_at=float(d[b"created_at"]),
+            run_at=None if run_at is None else float(run_at),
+            ttl=None if ttl is None else float(ttl),
+            max_attempts=int(g(b"max_attempts", b"1")),
+            timeout=None if timeout is None else float(timeout),
+            attempts=int(g(b"attempts", b"0")) + 1,
+            token=token,
+            claimed_at=now,
+            heartbeat_at=now,
+            worker_id=worker_id,
+            stalls=int(g(b"stalls", b"0")),
+            cancel_requested=g(b"cancel_requested") == b"1",
+            progress=g(b"progress"),
+            result=g(b"result"),
+            error=None if error is None else error.decode(),
+            finished_at=None if finished_at is None else float(finished_at),
+        )
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e

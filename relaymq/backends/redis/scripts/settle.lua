@@ -21,25 +21,33 @@ for i = 2, #ARGV, 2 do
   local token, outcome, delay, id = string.match(ARGV[i], '^(%d+) (%a+) (%S+) (.*)$')
   local value = ARGV[i + 1]
   local jk = job_key(base, id or '')
-  local r = id and read(jk, 'state', 'token', 'priority', 'seq', 'attempts')
+  local r = id and read(jk, 'state', 'token')
   local target = TARGET[outcome]
   local answer = 0
   if r and r[2] == token then
-    local priority, seq, attempts = tonumber(r[3]), tonumber(r[4]), tonumber(r[5] or '0')
+    local priority, seq, attempts = 0, 0, 0
+    if r[1] == 'active' and not target then
+      local more = read(jk, 'priority', 'seq', 'attempts')
+      priority, seq, attempts = tonumber(more[1]), tonumber(more[2]), tonumber(more[3] or '0')
+    end
     if r[1] == 'active' and priority and seq and attempts then
       answer = 1
       left[#left + 1] = id
+      -- worker_id stays behind: it is read back only while the job is active (keys.py).
       if target then
-        local field = 'error'
-        if outcome == 'complete' then
-          field = 'result'
-        end
         if value == '' then
+          local field = 'error'
+          if outcome == 'complete' then
+            field = 'result'
+          end
           redis.call('HSET', jk, 'state', target, 'finished_at', nows)
-          redis.call('HDEL', jk, 'worker_id', field)
+          redis.call('HDEL', jk, field)
+        elseif outcome == 'complete' then
+          redis.call('HSET', jk, 'state', target, 'finished_at', nows, 'result',
+            string.sub(value, 2))
         else
-          redis.call('HSET', jk, 'state', target, 'finished_at', nows, field, string.sub(value, 2))
-          redis.call('HDEL', jk, 'worker_id')
+          redis.call('HSET', jk, 'state', target, 'finished_at', nows, 'error',
+            string.sub(value, 2))
         end
         local set = finished[target]
         if set == nil then
@@ -49,7 +57,6 @@ for i = 2, #ARGV, 2 do
         set[#set + 1] = nows
         set[#set + 1] = id
       else
-        redis.call('HDEL', jk, 'worker_id')
         if outcome == 'retry' then
           set_opt(jk, 'error', value)
           delay = tonumber(delay) or 0
