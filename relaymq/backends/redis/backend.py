@@ -227,34 +227,34 @@ class RedisBackend(Backend, DeliveryStore):
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        by_queue: dict[str, list[int]] = defaultdict(list)
+        by_queue: dict[str, list[int]] = {}
+        heads: dict[tuple[Any, ...], str] = {}  # the options part of a head, per distinct set
+        head_of: list[str] = []
         for i, new in enumerate(jobs):
-            if not -PRIORITY_LIMIT < new.priority < PRIORITY_LIMIT:
-                raise ConfigError(
-                    f"priority {new.priority} of job {new.id!r} is outside "
-                    f"({-PRIORITY_LIMIT}, {PRIORITY_LIMIT}) on the Redis backend"
-                )
-            self._keys.base(new.queue)  # validates the name before anything is written
-            by_queue[new.queue].append(i)
+            options = (new.priority, new.delay, new.ttl, new.max_attempts, new.timeout)
+            prefix = heads.get(options)
+            if prefix is None:
+                prefix = heads[options] = self._head(new)
+            head_of.append(prefix + new.id)
+            indexes = by_queue.get(new.queue)
+            if indexes is None:
+                self._keys.base(new.queue)  # validates the name before anything is written
+                indexes = by_queue[new.queue] = []
+            indexes.append(i)
         now = self._now()
         commands: list[tuple[Any, ...]] = []
         chunks: list[list[int]] = []
         for queue, indexes in by_queue.items():
             commands.append(("SADD", self._keys.queues, queue))
             chunks.append([])
-            base = self._keys.base(queue)
+            head = ("EVALSHA", self._scripts.sha["enqueue"], 1, self._keys.base(queue), now)
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
-                args: list[Any] = [now]
+                args: list[Any] = []
                 for i in chunk:
                     j = jobs[i]
-                    ttl = "-" if j.ttl is None else repr(float(j.ttl))
-                    timeout = "-" if j.timeout is None else repr(float(j.timeout))
-                    head = (
-                        f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {j.id}"
-                    )
-                    args += (head, j.task, j.payload)
-                commands.append(self._evalsha("enqueue", [base], args))
+                    args += (head_of[i], j.task, j.payload)
+                commands.append((*head, *args))
                 chunks.append(chunk)
         replies = await self._run(commands, "enqueue")
         out: list[Enqueued | None] = [None] * len(jobs)
@@ -264,6 +264,18 @@ class RedisBackend(Backend, DeliveryStore):
             for i, stored in zip(chunk, reply, strict=True):
                 out[i] = Enqueued(jobs[i].id, duplicate=not stored)
         return [e for e in out if e is not None]
+
+    @staticmethod
+    def _head(j: NewJob) -> str:
+        """The options part of a job's head argument (``enqueue.lua``), checked."""
+        if not -PRIORITY_LIMIT < j.priority < PRIORITY_LIMIT:
+            raise ConfigError(
+                f"priority {j.priority} of job {j.id!r} is outside "
+                f"({-PRIORITY_LIMIT}, {PRIORITY_LIMIT}) on the Redis backend"
+            )
+        ttl = "-" if j.ttl is None else repr(float(j.ttl))
+        timeout = "-" if j.timeout is None else repr(float(j.timeout))
+        return f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} "
 
     # -- worker -----------------------------------------------------------------------------
 
