@@ -78,6 +78,15 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
 
 
+CLAIMED_ORDER = (
+    "queue id task payload state priority seq created_at run_at ttl max_attempts timeout "
+    "attempts token claimed_at heartbeat_at worker_id stalls cancel_requested progress result "
+    "error finished_at"
+).split()
+"""The order of ``Job``'s fields that ``parse_claimed`` passes positionally (a test checks it):
+keyword arguments cost a worker a microsecond and a half per job."""
+
+
 def parse_claimed(
     queue: str, job_id: str, pairs: list[bytes], token: int, now: float, worker_id: str
 ) -> Job:
@@ -90,31 +99,31 @@ def parse_claimed(
         d = dict(zip(pairs[::2], pairs[1::2], strict=True))
         g = d.get
         run_at, ttl, timeout, error = g(b"run_at"), g(b"ttl"), g(b"timeout"), g(b"error")
-        finished_at = g(b"finished_at")
+        finished_at, stalls = g(b"finished_at"), g(b"stalls")
         return Job(
-            queue=queue,
-            id=job_id,
-            task=d[b"task"].decode(),
-            payload=d[b"payload"],
-            state=JobState.ACTIVE,
-            priority=int(d[b"priority"]),
-            seq=int(d[b"seq"]),
-            created_at=float(d[b"created_at"]),
-            run_at=None if run_at is None else float(run_at),
-            ttl=None if ttl is None else float(ttl),
-            max_attempts=int(g(b"max_attempts", b"1")),
-            timeout=None if timeout is None else float(timeout),
-            attempts=int(g(b"attempts", b"0")) + 1,
-            token=token,
-            claimed_at=now,
-            heartbeat_at=now,
-            worker_id=worker_id,
-            stalls=int(g(b"stalls", b"0")),
-            cancel_requested=g(b"cancel_requested") == b"1",
-            progress=g(b"progress"),
-            result=g(b"result"),
-            error=None if error is None else error.decode(),
-            finished_at=None if finished_at is None else float(finished_at),
+            queue,
+            job_id,
+            d[b"task"].decode(),
+            d[b"payload"],
+            JobState.ACTIVE,
+            int(d[b"priority"]),
+            int(d[b"seq"]),
+            float(d[b"created_at"]),
+            None if run_at is None else float(run_at),
+            None if ttl is None else float(ttl),
+            int(g(b"max_attempts", b"1")),
+            None if timeout is None else float(timeout),
+            int(g(b"attempts", b"0")) + 1,
+            token,
+            now,
+            now,
+            worker_id,
+            0 if stalls is None else int(stalls),
+            g(b"cancel_requested") == b"1",
+            g(b"progress"),
+            g(b"result"),
+            None if error is None else error.decode(),
+            None if finished_at is None else float(finished_at),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
