@@ -12,7 +12,7 @@
     │   └── CorruptRecordError      a stored record cannot be read back
     ├── JobNotFoundError            no such job in that queue
     ├── TaskNotFoundError           a job names a task this process cannot import
-    └── JobFailedError              raised by ``JobHandle.result()`` for failed/expired/cancelled jobs
+    └── JobFailedError              ``JobHandle.result()`` of a failed/expired/cancelled job
         ├── JobCancelledError
         └── JobExpiredError
 

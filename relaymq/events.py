@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -47,36 +49,65 @@ class Event:
     job_id: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
-    def encode(self) -> bytes:
-        return orjson.dumps(
-            {"name": self.name, "queue": self.queue, "at": self.at, "job_id": self.job_id,
-             "data": self.data}
-        )  # fmt: skip
-
     @classmethod
-    def decode(cls, raw: bytes) -> Event:
-        d = orjson.loads(raw)
+    def from_dict(cls, d: dict[str, Any]) -> Event:
         return cls(d["name"], d["queue"], d["at"], d.get("job_id"), d.get("data") or {})
 
 
+def encode(events: Sequence[Event]) -> bytes:
+    """One message for a batch of events (a JSON array), so a batch costs one publish."""
+    return orjson.dumps(events)  # orjson writes (slotted) dataclasses natively
+
+
+def decode(raw: bytes) -> list[Event]:
+    """The events of one message; a message that is not ours decodes to nothing."""
+    try:
+        items = orjson.loads(raw)
+        return [Event.from_dict(d) for d in (items if isinstance(items, list) else [items])]
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return []
+
+
 async def publish(backend: Backend, events: Sequence[Event]) -> None:
-    """Encode and publish ``events`` in one backend call."""
+    """Publish ``events`` to every subscriber of ``backend``, in one backend call."""
     if events:
-        await backend.publish([e.encode() for e in events])
+        await backend.publish([encode(events)])
 
 
-async def subscribe(backend: Backend) -> AsyncGenerator[Event, None]:
-    """Decoded events from ``backend``, every process; undecodable ones are skipped."""
-    raw_events = await backend.subscribe()
+class Subscription:
+    """Decoded events from every process. Safe to wait on with a timeout: a cancelled wait
+    loses nothing, because a pump task reads the backend and buffers what arrives."""
 
-    async def decoded() -> AsyncGenerator[Event, None]:
+    def __init__(self, raw: AsyncGenerator[bytes, None]) -> None:
+        self._raw = raw
+        self._inbox: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._pump = asyncio.create_task(self._run(), name="relaymq-subscription")
+
+    async def _run(self) -> None:
         try:
-            async for raw in raw_events:
-                try:
-                    yield Event.decode(raw)
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    continue
+            async for message in self._raw:
+                for event in decode(message):
+                    self._inbox.put_nowait(event)
         finally:
-            await raw_events.aclose()
+            self._inbox.put_nowait(None)  # the backend ended the subscription
 
-    return decoded()
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        event = await self._inbox.get()
+        if event is None:
+            self._inbox.put_nowait(None)
+            raise StopAsyncIteration
+        return event
+
+    async def aclose(self) -> None:
+        self._pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
+        await self._raw.aclose()
+
+
+async def subscribe(backend: Backend) -> Subscription:
+    """Start a subscription (live when this returns); iterate it for decoded events."""
+    return Subscription(await backend.subscribe())

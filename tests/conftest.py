@@ -31,6 +31,17 @@ def case(request: pytest.FixtureRequest) -> BackendCase:
     return c
 
 
+SHARED = [c for c in CASES if c.url is not None]
+
+
+@pytest.fixture(params=SHARED, ids=[c.name for c in SHARED])
+def shared_case(request: pytest.FixtureRequest) -> BackendCase:
+    """Only the backends that several processes can share (cross-process tests)."""
+    c: BackendCase = request.param
+    require(c)
+    return c
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -52,10 +52,19 @@ class BenchError(RuntimeError):
 
 def base_parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--jobs", type=int, default=None, help="number of no-op jobs (default depends on peer/backend)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="number of no-op jobs (default depends on peer/backend)",
+    )
     p.add_argument("--url", default=None, help="server URL (default depends on backend)")
-    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S,
-                   help="hard limit in seconds for the whole run (default %(default)s)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help="hard limit in seconds for the whole run (default %(default)s)",
+    )
     # Internal: the same script is re-executed as the worker process.
     p.add_argument("--role", choices=("driver", "worker"), default="driver", help=argparse.SUPPRESS)
     return p
@@ -68,7 +77,9 @@ def redis_db_url(url: str) -> str:
     if not db_text.isdigit():
         raise BenchError(f"cannot read a Redis db number from {url!r}")
     if int(db_text) == 0:
-        raise BenchError(f"refusing to use Redis db 0 ({url!r}): it gets flushed; pass a dedicated db, e.g. /9")
+        raise BenchError(
+            f"refusing to use Redis db 0 ({url!r}): it gets flushed; pass a dedicated db, e.g. /9"
+        )
     return url
 
 
@@ -78,8 +89,9 @@ def postgres_url_for_db(server_url: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
-def emit_result(peer: str, version: str, backend: str, jobs: int,
-                enqueue_s: float, e2e_s: float) -> None:
+def emit_result(
+    peer: str, version: str, backend: str, jobs: int, enqueue_s: float, e2e_s: float
+) -> None:
     """Print the one JSON line that run.py reads."""
     line = {
         "peer": peer,
@@ -108,8 +120,9 @@ class Worker:
     session).
     """
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None,
-                 cwd: str | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None
+    ) -> None:
         self.argv = list(argv)
         self._tmpdir = tempfile.mkdtemp(prefix=PREFIX + "_")
         self.log_path = os.path.join(self._tmpdir, "worker.log")
@@ -117,8 +130,14 @@ class Worker:
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=full_env, cwd=cwd)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=cwd,
+        )
 
     def check_alive(self) -> None:
         code = self.proc.poll()
@@ -175,7 +194,7 @@ class Watchdog:
         self._timer.cancel()
 
     def _fire(self) -> None:
-        fail(f"{self.what}: did not finish within the {self.seconds:g} s deadline; killing the worker")
+        fail(f"{self.what}: not done within the {self.seconds:g} s deadline; killing the worker")
         if self.worker is not None:
             print(self.worker.log_tail(), file=sys.stderr, flush=True)
             self.worker.kill_now()
@@ -192,12 +211,15 @@ def wait_until(done: Callable[[], bool], worker: Worker, timeout: float, what: s
             return time.perf_counter()
         worker.check_alive()
         if time.perf_counter() > limit:
-            raise BenchError(f"timed out after {timeout:g} s waiting for {what}\n{worker.log_tail()}")
+            raise BenchError(
+                f"timed out after {timeout:g} s waiting for {what}\n{worker.log_tail()}"
+            )
         time.sleep(POLL_INTERVAL_S)
 
 
-async def await_until(done: Callable[[], Awaitable[bool]], worker: Worker, timeout: float,
-                      what: str) -> float:
+async def await_until(
+    done: Callable[[], Awaitable[bool]], worker: Worker, timeout: float, what: str
+) -> float:
     """Async twin of ``wait_until``."""
     import asyncio
 
@@ -207,7 +229,9 @@ async def await_until(done: Callable[[], Awaitable[bool]], worker: Worker, timeo
             return time.perf_counter()
         worker.check_alive()
         if time.perf_counter() > limit:
-            raise BenchError(f"timed out after {timeout:g} s waiting for {what}\n{worker.log_tail()}")
+            raise BenchError(
+                f"timed out after {timeout:g} s waiting for {what}\n{worker.log_tail()}"
+            )
         await asyncio.sleep(POLL_INTERVAL_S)
 
 

@@ -45,6 +45,8 @@ class Capabilities:
     """All keys of a queue live together, so the backend runs on a sharded cluster."""
     transactions: bool = True
     """Multi-record transitions are atomic on the server (false: documented weaker guarantee)."""
+    delivery_store: bool = False
+    """The backend also implements ``DeliveryStore`` (it can hold a broker's job metadata)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,8 @@ class Backend(abc.ABC):
 
         First promotes due delayed jobs to ``waiting``. Then takes waiting jobs of unpaused
         queues, lower priority number first, FIFO within a priority; queues are visited in the
-        order given until ``limit`` is reached (the worker rotates that order for fairness). Each becomes ``active`` with ``token + 1``, ``attempts + 1``,
+        order given until ``limit`` is reached (the worker rotates that order for fairness).
+        Each job becomes ``active`` with ``token + 1``, ``attempts + 1``,
         ``claimed_at = heartbeat_at = now`` and ``worker_id``. Two concurrent claims never
         return the same job.
         """
@@ -212,8 +215,8 @@ class Backend(abc.ABC):
         """Return when work may have arrived in ``queues``, or after ``timeout`` seconds.
 
         Returns at once when a job of an unpaused queue is already waiting, so a wake-up sent
-        between an empty claim and this call is never lost. May return early without work. Idle waits make at most about one request a second
-        per queue.
+        between an empty claim and this call is never lost. May return early without work.
+        Idle waits make at most about one request a second per queue.
         """
 
     # -- maintenance ------------------------------------------------------------------------
@@ -252,7 +255,8 @@ class Backend(abc.ABC):
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
         """A page of jobs in ``state``: waiting in claim order, delayed by run time, others
-        oldest first. Costs a page, not the queue."""
+        oldest first. Costs a page, not the queue. An unreadable record is listed with what
+        could be read and the damage described in ``extra["corrupt"]``."""
 
     @abc.abstractmethod
     async def counts(self, queue: str) -> dict[JobState, int]:
@@ -328,3 +332,30 @@ class Backend(abc.ABC):
         The subscription is live when this returns, so no event published afterwards is
         missed; order is kept per publisher. Closing the iterator (``aclose``) ends it.
         """
+
+
+class DeliveryStore(abc.ABC):
+    """What a backend adds to serve as the metadata store of a message broker (RabbitMQ).
+
+    The broker delivers messages that name a job and the token it was published for; the
+    store decides, atomically, whether a delivery may start the job. Everything else (settle,
+    heartbeat, recovery, admin) is the ordinary contract.
+    """
+
+    @abc.abstractmethod
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        """Claim each delivered ``(job_id, token)`` only while that job is ``waiting`` with
+        exactly that token and ``queue`` is not paused; a claim is the ordinary one (token + 1,
+        attempts + 1, claimed_at = now).
+
+        Returns the claimed jobs, and the ids of stale deliveries: the job is gone, no longer
+        waiting, or has another token. Deliveries in neither list (a paused queue) are for the
+        caller to keep and offer again.
+        """
+
+    @abc.abstractmethod
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        """Move up to ``limit`` due delayed jobs of ``queue`` to ``waiting`` (through the FIFO
+        allocator) and return them, so the caller can publish their deliveries."""

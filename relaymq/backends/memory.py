@@ -14,7 +14,7 @@ import heapq
 import itertools
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from relaymq.backends.base import (
     OUTCOME_STATE,
@@ -25,6 +25,7 @@ from relaymq.backends.base import (
     Capabilities,
     ClaimBatch,
     Clock,
+    DeliveryStore,
     Enqueued,
     Outcome,
     Recovered,
@@ -63,10 +64,13 @@ class _Row:
     finished_at: float | None = None
 
     def to_job(self) -> Job:
-        return Job(**{name: getattr(self, name) for name in _ROW_FIELDS})
-
-
-_ROW_FIELDS = tuple(f.name for f in fields(_Row))
+        return Job(
+            self.queue, self.id, self.task, self.payload, self.state, self.priority, self.seq,
+            self.created_at, self.run_at, self.ttl, self.max_attempts, self.timeout,
+            self.attempts, self.token, self.claimed_at, self.heartbeat_at, self.worker_id,
+            self.stalls, self.cancel_requested, self.progress, self.result, self.error,
+            self.finished_at,
+        )  # fmt: skip
 
 
 @dataclass
@@ -81,12 +85,13 @@ class _Queue:
     seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
-class InMemoryBackend(Backend):
+class InMemoryBackend(Backend, DeliveryStore):
     """Process-local reference backend (``memory://``)."""
 
     capabilities = Capabilities(
-        durable=False, cross_process=False, server_clock=True, blocking_wait=True
-    )
+        durable=False, cross_process=False, server_clock=True, blocking_wait=True,
+        delivery_store=True,
+    )  # fmt: skip
 
     def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
         self.url = url
@@ -194,13 +199,17 @@ class InMemoryBackend(Backend):
                 row = q.rows.get(job_id)
                 if row is None or row.state is not JobState.WAITING or row.seq != seq:
                     continue
-                self._move(q, row, JobState.ACTIVE)
-                row.token += 1
-                row.attempts += 1
-                row.claimed_at = row.heartbeat_at = now
-                row.worker_id = worker_id
-                claimed.append(row.to_job())
+                claimed.append(self._activate(q, row, worker_id, now))
         return ClaimBatch(claimed, now)
+
+    def _activate(self, q: _Queue, row: _Row, worker_id: str, now: float) -> Job:
+        """The one way into ``active``: a new token, a counted attempt."""
+        self._move(q, row, JobState.ACTIVE)
+        row.token += 1
+        row.attempts += 1
+        row.claimed_at = row.heartbeat_at = now
+        row.worker_id = worker_id
+        return row.to_job()
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         now = self._now()
@@ -437,6 +446,39 @@ class InMemoryBackend(Backend):
     async def list_workers(self) -> list[WorkerInfo]:
         now = self._now()
         return [info for info, until in self._workers.values() if until > now]
+
+    # -- delivery store ---------------------------------------------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        now = self._now()
+        q = self._queues.get(queue)
+        if q is not None and q.paused:
+            return ClaimBatch([], now), []
+        claimed: list[Job] = []
+        stale: list[str] = []
+        for job_id, token in deliveries:
+            row = q.rows.get(job_id) if q else None
+            if q is None or row is None or row.state is not JobState.WAITING or row.token != token:
+                stale.append(job_id)
+            else:
+                claimed.append(self._activate(q, row, worker_id, now))
+        return ClaimBatch(claimed, now), stale
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        q = self._queues.get(queue)
+        if q is None:
+            return []
+        now = self._now()
+        promoted: list[Job] = []
+        while q.delayed and q.delayed[0][0] <= now and len(promoted) < limit:
+            run_at, _, job_id = heapq.heappop(q.delayed)
+            row = q.rows.get(job_id)
+            if row is not None and row.state is JobState.DELAYED and row.run_at == run_at:
+                self._make_waiting(q, row)
+                promoted.append(row.to_job())
+        return promoted
 
     # -- events -----------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ async def test_promoted_delayed_job_queues_behind_earlier_waiting_ones(
     await backend.enqueue([later])
     batch = await backend.claim([q], "w", 10)
     # The delayed job enters the waiting line when it is promoted, not when it was enqueued.
-    assert [j.id for j in batch.jobs][0] == first.id
+    assert batch.jobs[0].id == first.id
     assert {j.id for j in batch.jobs} == {delayed.id, first.id, later.id}
 
 
@@ -179,8 +179,6 @@ async def test_wait_wakes_on_enqueue(make_backend: MakeBackend, q: str) -> None:
     await asyncio.wait_for(task, 5)  # far below the 30 s timeout: woken, not timed out
 
 
-async def test_wait_returns_at_once_when_work_is_already_there(
-    backend: Backend, q: str
-) -> None:
+async def test_wait_returns_at_once_when_work_is_already_there(backend: Backend, q: str) -> None:
     await backend.enqueue([new_job(q)])
     await asyncio.wait_for(backend.wait([q], 30), 5)

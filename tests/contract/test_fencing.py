@@ -47,9 +47,7 @@ async def test_retry_with_delay_makes_job_delayed_then_claimable(
     backend: Backend, q: str, clock: FakeClock
 ) -> None:
     job = await claim_one(backend, q, max_attempts=3)
-    assert await backend.settle([Settle(job.claim, Outcome.RETRY, error="e1", delay=10)]) == [
-        True
-    ]
+    assert await backend.settle([Settle(job.claim, Outcome.RETRY, error="e1", delay=10)]) == [True]
     stored = await backend.get_job(q, job.id)
     assert stored is not None
     assert (stored.state, stored.error, stored.attempts) == (JobState.DELAYED, "e1", 1)
@@ -140,9 +138,7 @@ async def test_f2_old_claim_cannot_retry_or_fail(
     assert (await backend.counts(q))[JobState.FAILED] == 0
 
 
-async def test_f3_heartbeat_reports_lost_claim(
-    backend: Backend, q: str, clock: FakeClock
-) -> None:
+async def test_f3_heartbeat_reports_lost_claim(backend: Backend, q: str, clock: FakeClock) -> None:
     job = await claim_one(backend, q)
     assert await backend.heartbeat([Beat(job.claim)]) == [BeatResult(held=True)]
     clock.advance(60)
@@ -241,9 +237,7 @@ async def test_worker_cancel_outcome(backend: Backend, q: str) -> None:
     assert stored is not None and stored.state is JobState.CANCELLED
 
 
-async def test_terminal_states_absorb_recovery(
-    backend: Backend, q: str, clock: FakeClock
-) -> None:
+async def test_terminal_states_absorb_recovery(backend: Backend, q: str, clock: FakeClock) -> None:
     await backend.enqueue([new_job(q) for _ in range(3)])
     a, b, c = (await backend.claim([q], "w", 3)).jobs
     await backend.settle(

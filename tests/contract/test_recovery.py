@@ -16,6 +16,7 @@ async def test_only_stale_active_jobs_are_recovered(
 ) -> None:
     await backend.enqueue([new_job(q, "old"), new_job(q, "fresh"), new_job(q, "idle")])
     [old] = (await backend.claim([q], "w", 1)).jobs
+    assert old.id == "old"
     clock.advance(25)
     [fresh] = (await backend.claim([q], "w", 1)).jobs
     clock.advance(10)  # old: 35 s since claim; fresh: 10 s
@@ -43,9 +44,7 @@ async def test_recovered_job_reenters_through_the_fifo_allocator(
     assert a.token == 1
 
 
-async def test_recovered_job_keeps_its_priority(
-    backend: Backend, q: str, clock: FakeClock
-) -> None:
+async def test_recovered_job_keeps_its_priority(backend: Backend, q: str, clock: FakeClock) -> None:
     await backend.enqueue([new_job(q, "urgent", priority=0)])
     await backend.claim([q], "w", 1)
     await backend.enqueue([new_job(q, "normal", priority=5)])
@@ -101,9 +100,7 @@ async def test_f9_token_keeps_growing_across_reclaims(
     assert tokens == sorted(set(tokens)) and len(tokens) == 3
 
 
-async def test_heartbeat_keeps_a_long_job_alive(
-    backend: Backend, q: str, clock: FakeClock
-) -> None:
+async def test_heartbeat_keeps_a_long_job_alive(backend: Backend, q: str, clock: FakeClock) -> None:
     await backend.enqueue([new_job(q)])
     [job] = (await backend.claim([q], "w", 1)).jobs
     for _ in range(6):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from relaymq.backends.base import Backend, Clock
 
-CASE_MODULES = ["memory", "mongodb"]
+CASE_MODULES = ["memory", "sqlite", "postgres", "mongodb"]
 
 
 @dataclass(frozen=True)

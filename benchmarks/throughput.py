@@ -1,0 +1,184 @@
+"""Throughput and pickup latency of relaymq on any backend URL, optionally beside peers.
+
+    python benchmarks/throughput.py --url sqlite:////tmp/bench.db
+    python benchmarks/throughput.py --url redis://127.0.0.1:6379/0 --peers huey,asyncmq
+
+Workload (the same for the peers): N no-op jobs (default 10,000) enqueued in bulk, one worker
+process with concurrency 10 (in-process for memory://, which has no other process), median of
+``--runs`` runs. Reported: enqueue jobs/s; end-to-end jobs/s, from the start of the enqueue until
+the last job completed; pickup latency p50/p99 with an idle worker and one job at a time, taken
+from the job record (claimed_at - created_at, both on the backend's clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.tasks import noop  # noqa: E402
+from relaymq import Queue, Settings, Worker, connect, events  # noqa: E402
+from relaymq.backends.base import Backend  # noqa: E402
+from relaymq.job import JobState  # noqa: E402
+
+
+@dataclass
+class Run:
+    enqueue_per_s: float
+    e2e_per_s: float
+
+
+@contextlib.asynccontextmanager
+async def worker(backend: Backend, url: str, queue: str, concurrency: int) -> AsyncIterator[None]:
+    """One worker: a subprocess, or a task in this process for process-local backends."""
+    online = await events.subscribe(backend)
+    try:
+        if not backend.capabilities.cross_process:
+            await online.aclose()
+            w = Worker(backend, [queue], settings=Settings(concurrency=concurrency))
+            running = asyncio.create_task(w.run())
+            await w.started.wait()
+            try:
+                yield
+            finally:
+                w.stop()
+                await running
+            return
+        env = {**os.environ, "RELAYMQ_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relaymq", "worker", "benchmarks.tasks", "-q", queue,
+            "-c", str(concurrency), "--backend", url, env=env, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(30):  # the worker process coming online
+                async for event in online:
+                    if event.name == events.WORKER_ONLINE and queue in event.data.get("queues", []):
+                        break
+            await online.aclose()  # do not make this process decode every event of the run
+            yield
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+    finally:
+        await online.aclose()
+
+
+async def until_completed(queue: Queue, n: int, deadline: float) -> None:
+    """Poll counts (every 20 ms, the driver only) until n jobs completed."""
+    async with asyncio.timeout(deadline):
+        while (await queue.counts())[JobState.COMPLETED] < n:  # noqa: ASYNC110 - driver poll
+            await asyncio.sleep(0.02)
+
+
+async def one_run(url: str, jobs: int, concurrency: int, chunk: int) -> Run:
+    backend = await connect(url)
+    queue = Queue(f"bench-{uuid.uuid4().hex[:8]}", backend)
+    try:
+        bound = noop.with_options(queue=queue.name)
+        calls = [bound.call() for _ in range(jobs)]
+        async with worker(backend, url, queue.name, concurrency):
+            start = time.perf_counter()
+            for k in range(0, jobs, chunk):
+                await queue.add_bulk(calls[k : k + chunk])
+            enqueued = time.perf_counter()
+            await until_completed(queue, jobs, deadline=600)
+            done = time.perf_counter()
+        return Run(jobs / (enqueued - start), jobs / (done - start))
+    finally:
+        await queue.obliterate()
+        await backend.close()
+
+
+async def latency(url: str, samples: int) -> list[float]:
+    """Pickup latency in ms, one job at a time, idle worker."""
+    backend = await connect(url)
+    queue = Queue(f"bench-lat-{uuid.uuid4().hex[:8]}", backend)
+    out: list[float] = []
+    try:
+        async with worker(backend, url, queue.name, 10):
+            task = noop.with_options(queue=queue.name)
+            for _ in range(samples):
+                handle = await queue.add(task.call())
+                await handle.result(timeout=10)
+                job = await handle.job()
+                assert job.claimed_at is not None
+                out.append((job.claimed_at - job.created_at) * 1000)
+    finally:
+        await queue.obliterate()
+        await backend.close()
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="memory://")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chunk", type=int, default=1000, help="jobs per add_bulk call")
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--peers", default="", help="comma-separated, e.g. huey,asyncmq")
+    parser.add_argument("--peer-backend", default=None, help="redis|postgres|rabbitmq")
+    args = parser.parse_args()
+
+    runs = [asyncio.run(one_run(args.url, args.jobs, args.concurrency, args.chunk))
+            for _ in range(args.runs)]  # fmt: skip
+    lat = asyncio.run(latency(args.url, args.latency_samples)) if args.latency_samples else []
+    ours = {
+        "enqueue_per_s": statistics.median(r.enqueue_per_s for r in runs),
+        "e2e_per_s": statistics.median(r.e2e_per_s for r in runs),
+    }
+    scheme = args.url.split("://", 1)[0]
+    print(f"relaymq {scheme}: {args.jobs} jobs, concurrency {args.concurrency}, "
+          f"median of {args.runs} runs")  # fmt: skip
+    print(f"  enqueue    {ours['enqueue_per_s']:>10,.0f} jobs/s   runs: "
+          + ", ".join(f"{r.enqueue_per_s:,.0f}" for r in runs))  # fmt: skip
+    print(f"  end-to-end {ours['e2e_per_s']:>10,.0f} jobs/s   runs: "
+          + ", ".join(f"{r.e2e_per_s:,.0f}" for r in runs))  # fmt: skip
+    if lat:
+        print(f"  pickup latency p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms"
+              f" ({len(lat)} samples)")  # fmt: skip
+    for peer in filter(None, args.peers.split(",")):
+        result = run_peer(peer, args.peer_backend or _peer_backend(scheme), args)
+        ratio = ours["e2e_per_s"] / result["e2e_per_s"] if result.get("e2e_per_s") else 0
+        print(f"  {peer} {result.get('version', '')}: end-to-end {result['e2e_per_s']:,.0f} "
+              f"jobs/s ({result.get('jobs')} jobs) -> relaymq is {ratio:.1f}x")  # fmt: skip
+    return 0
+
+
+def _peer_backend(scheme: str) -> str:
+    return {"redis": "redis", "postgresql": "postgres", "postgres": "postgres",
+            "amqp": "rabbitmq"}.get(scheme, scheme)  # fmt: skip
+
+
+def run_peer(peer: str, backend: str, args: Any) -> dict[str, Any]:
+    from benchmarks.peers.run import run_peer as peer_runner
+
+    result: dict[str, Any] = peer_runner(peer, backend, None, args.jobs, args.runs)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

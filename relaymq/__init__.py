@@ -1,0 +1,55 @@
+"""relaymq: an at-least-once job queue for asyncio Python."""
+
+from relaymq.backends import connect
+from relaymq.backends.base import Backend, Capabilities
+from relaymq.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    JobCancelledError,
+    JobExpiredError,
+    JobFailedError,
+    JobNotFoundError,
+    RelayError,
+    SerializationError,
+    TaskNotFoundError,
+)
+from relaymq.events import Event
+from relaymq.job import TERMINAL, Claim, Job, JobState
+from relaymq.queue import JobHandle, Queue, set_default_backend
+from relaymq.retry import exponential, fixed
+from relaymq.settings import Settings
+from relaymq.task import Call, JobContext, Task, task
+from relaymq.worker import Worker
+
+__all__ = [
+    "TERMINAL",
+    "Backend",
+    "BackendError",
+    "BackendUnavailableError",
+    "Call",
+    "Capabilities",
+    "Claim",
+    "ConfigError",
+    "Event",
+    "Job",
+    "JobCancelledError",
+    "JobContext",
+    "JobExpiredError",
+    "JobFailedError",
+    "JobHandle",
+    "JobNotFoundError",
+    "JobState",
+    "Queue",
+    "RelayError",
+    "SerializationError",
+    "Settings",
+    "Task",
+    "TaskNotFoundError",
+    "Worker",
+    "connect",
+    "exponential",
+    "fixed",
+    "set_default_backend",
+    "task",
+]

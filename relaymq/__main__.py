@@ -1,0 +1,5 @@
+import sys
+
+from relaymq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,531 @@
+"""PostgresBackend: one jobs table, SKIP LOCKED batch claims, LISTEN/NOTIFY wake-ups.
+
+Every transition is one SQL statement from ``queries.sql`` (a batch of transitions is one
+statement too), fenced on (queue, id, state, token). Times come from the server's ``now()``
+unless a test clock is given; it is passed to every statement as a nullable epoch parameter.
+Counters live in ``relaymq_counts`` (kept by statement triggers, see the first migration), so
+``counts`` reads a handful of rows whatever the size of the queue. Finished jobs are removed
+after ``retention`` by the process that holds the retention lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from relaymq.backends.base import (
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.postgres.config import DRIVER_ERRORS, Options, parse, translate
+from relaymq.backends.postgres.listener import Listener
+from relaymq.backends.postgres.migrations import apply, server_settings
+from relaymq.backends.postgres.queries import migrations, q
+from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError
+from relaymq.job import TERMINAL, Job, JobState, NewJob
+
+PROMOTE_PER_CLAIM = 1000
+"""Due delayed jobs a claim promotes to waiting per queue, beyond the ones it takes."""
+RECOVER_BATCH = 1000
+CLEAN_BATCH = 5000
+RETENTION_INTERVAL = 60.0
+RETENTION_LOCK = "relaymq:retention"
+NOTIFY_LIMIT = 7900
+"""NOTIFY payloads must stay under 8000 bytes; larger events travel through a table."""
+_READS = frozenset(
+    {"get_job", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
+     "is_paused", "list_queues", "list_workers", "wait_check", "fetch_event"}
+)  # fmt: skip
+"""Statements that change nothing: retried once when a pooled connection turns out dead."""
+
+
+class PostgresBackend(Backend):
+    """PostgreSQL 13+ through asyncpg (``postgresql://`` and ``postgres://``)."""
+
+    capabilities = Capabilities(
+        durable=True, cross_process=True, server_clock=True, blocking_wait=True
+    )
+
+    def __init__(self, url: str, *, clock: Clock | None = None, **options: Any) -> None:
+        self.url = url
+        self.options: Options = parse(url, options)
+        self._clock = clock
+        self._pool: asyncpg.Pool | None = None
+        self._connecting = asyncio.Lock()
+        self._listener = Listener(self.options, self._wake, self._event, self._reconnected)
+        self._waiters: dict[int, tuple[frozenset[str], asyncio.Event]] = {}
+        self._waiter_ids = itertools.count()
+        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._retention: asyncio.Task[None] | None = None
+        self._notes = itertools.count()
+        self._owner = f"relaymq-{uuid.uuid4().hex}"
+
+    async def connect(self) -> None:
+        async with self._connecting:
+            if self._pool is not None:
+                return
+            try:
+                pool = await asyncpg.create_pool(
+                    self.options.dsn,
+                    min_size=1,
+                    max_size=self.options.pool_size,
+                    server_settings=server_settings(self.options),
+                )
+            except DRIVER_ERRORS as e:
+                raise translate(e) from e
+            try:
+                async with pool.acquire() as con:
+                    if self.options.migrate:
+                        await apply(con, self.options)
+                    else:
+                        await self._check_migrated(con)
+            except BaseException as e:
+                await pool.close()
+                if isinstance(e, DRIVER_ERRORS):
+                    raise translate(e) from e
+                raise
+            self._pool = pool
+
+    async def _check_migrated(self, con: asyncpg.Connection) -> None:
+        try:
+            done = {r["name"] for r in await con.fetch(q("migrations_applied"))}
+        except asyncpg.UndefinedTableError:
+            done = set()
+        missing = [name for name, _ in migrations() if name not in done]
+        if missing:
+            raise BackendError(
+                f"schema {self.options.schema!r} lacks migrations {missing}: run "
+                "`relaymq migrate` or connect with ?migrate=true"
+            )
+
+    async def close(self) -> None:
+        for task in (self._dispatcher, self._retention):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._dispatcher = self._retention = None
+        await self._listener.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- internal ---------------------------------------------------------------------------
+
+    def _now(self) -> float | None:
+        """The test clock's reading, or None: the statement then uses the server's now()."""
+        return self._clock() if self._clock is not None else None
+
+    async def _run(self, method: str, name: str, *args: Any) -> Any:
+        pool = self._pool
+        if pool is None:
+            raise BackendError("PostgresBackend is not connected (await connect() first)")
+        for attempt in (1, 2):
+            try:
+                async with pool.acquire() as con:
+                    return await getattr(con, method)(q(name), *args)
+            except DRIVER_ERRORS as e:
+                error = translate(e)
+                if attempt == 1 and name in _READS and isinstance(error, BackendUnavailableError):
+                    continue
+                raise error from e
+        raise AssertionError("unreachable")
+
+    async def _fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await self._run("fetch", name, *args)
+        return rows
+
+    async def _fetchrow(self, name: str, *args: Any) -> asyncpg.Record:
+        row: asyncpg.Record = await self._run("fetchrow", name, *args)
+        return row
+
+    async def _execute(self, name: str, *args: Any) -> None:
+        await self._run("execute", name, *args)
+
+    def _start_listener(self) -> None:
+        self._listener.start()
+        if self._retention is None and self.options.retention > 0:
+            self._retention = asyncio.create_task(self._retention_loop(), name="relaymq-prune")
+
+    def _wake(self, queue: str) -> None:
+        for queues, event in self._waiters.values():
+            if queue in queues:
+                event.set()
+
+    def _reconnected(self) -> None:
+        # Notifications sent while the LISTEN connection was down are lost: wake everyone.
+        for _, event in self._waiters.values():
+            event.set()
+
+    # -- producer ---------------------------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        if not jobs:
+            return []
+        rows = await self._fetch(
+            "enqueue",
+            [j.queue for j in jobs],
+            [j.id for j in jobs],
+            [j.task for j in jobs],
+            [j.payload for j in jobs],
+            [j.priority for j in jobs],
+            [float(j.delay) for j in jobs],
+            [j.ttl for j in jobs],
+            [j.max_attempts for j in jobs],
+            [j.timeout for j in jobs],
+            self._now(),
+        )
+        stored = {(r["queue"], r["id"]) for r in rows}
+        out: list[Enqueued] = []
+        for j in jobs:
+            key = (j.queue, j.id)
+            out.append(Enqueued(j.id, duplicate=key not in stored))
+            stored.discard(key)  # a repeat later in the batch is a duplicate
+        return out
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        now = self._now()
+        if not queues or limit <= 0:
+            return ClaimBatch([], now if now is not None else time.time())
+        rows = await self._fetch("claim", list(queues), worker_id, limit, now, PROMOTE_PER_CLAIM)
+        jobs = [_job(r) for r in rows]
+        if now is None:
+            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
+        return ClaimBatch(jobs, now)
+
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        if not beats:
+            return []
+        rows = await self._fetch(
+            "heartbeat",
+            [b.claim.queue for b in beats],
+            [b.claim.job_id for b in beats],
+            [b.claim.token for b in beats],
+            [b.progress for b in beats],
+            self._now(),
+        )
+        return [BeatResult(r["held"], r["cancel_requested"]) for r in rows]
+
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        if not settles:
+            return []
+        rows = await self._fetch(
+            "settle",
+            [s.claim.queue for s in settles],
+            [s.claim.job_id for s in settles],
+            [s.claim.token for s in settles],
+            [s.outcome.value for s in settles],
+            [s.result for s in settles],
+            [s.error for s in settles],
+            [float(s.delay) for s in settles],
+            self._now(),
+        )
+        return [bool(r["applied"]) for r in rows]
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        self._start_listener()
+        listening = await self._listener.ready(within=min(timeout, 5.0))
+        if not listening:
+            timeout = min(timeout, 1.0)  # no wake-ups while it reconnects: poll gently
+        key = next(self._waiter_ids)
+        event = asyncio.Event()
+        self._waiters[key] = (frozenset(queues), event)
+        try:
+            row = await self._fetchrow("wait_check", list(queues), self._now())
+            if row["ready"]:
+                return
+            if row["next_due"] is not None:
+                timeout = min(timeout, max(0.0, row["next_due"]))
+            if timeout <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            del self._waiters[key]
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        result = Recovered()
+        while True:
+            rows = await self._fetch(
+                "recover_stalled", queue, float(threshold), max_stalled, self._now(),
+                RECOVER_BATCH,
+            )  # fmt: skip
+            for r in rows:
+                (result.failed if r["state"] == JobState.FAILED else result.requeued).append(
+                    r["id"]
+                )
+            if len(rows) < RECOVER_BATCH:
+                return result
+
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        row = await self._fetchrow("lock", name, owner, float(ttl), self._now())
+        return row is not None
+
+    async def unlock(self, name: str, owner: str) -> None:
+        await self._execute("unlock", name, owner)
+
+    # -- admin and observation --------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        row = await self._fetchrow("get_job", queue, job_id)
+        return _job(row) if row is not None else None
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        if state in TERMINAL:
+            rows = await self._fetch("list_finished", queue, state.value, offset, limit)
+        else:
+            rows = await self._fetch(f"list_{state.value}", queue, offset, limit)
+        return [_job(r) for r in rows]
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        out = {s: 0 for s in JobState}
+        for r in await self._fetch("counts", queue):
+            out[JobState(r["state"])] = int(r["n"])
+        return out
+
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        row = await self._fetchrow("cancel", queue, job_id, self._now())
+        if row["cancelled"]:
+            return CancelResult.CANCELLED
+        return CancelResult.ALREADY_TERMINAL if row["found"] else CancelResult.NOT_FOUND
+
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        return await self._fetchrow("retry_job", queue, job_id) is not None
+
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        return await self._fetchrow("remove_job", queue, job_id) is not None
+
+    async def pause(self, queue: str) -> None:
+        await self._execute("pause", queue, self._now())
+
+    async def resume(self, queue: str) -> None:
+        await self._execute("resume", queue, self.options.schema)
+
+    async def is_paused(self, queue: str) -> bool:
+        return bool((await self._fetchrow("is_paused", queue))["paused"])
+
+    async def drain(self, queue: str) -> int:
+        return int((await self._fetchrow("drain", queue))["n"])
+
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        if state not in TERMINAL:
+            return 0
+        total = 0
+        while True:
+            row = await self._fetchrow(
+                "clean", queue, state.value, float(older_than), CLEAN_BATCH, self._now()
+            )
+            total += int(row["n"])
+            if row["n"] < CLEAN_BATCH:
+                return total
+
+    async def obliterate(self, queue: str) -> None:
+        pool = self._pool
+        if pool is None:
+            raise BackendError("PostgresBackend is not connected (await connect() first)")
+        try:
+            async with pool.acquire() as con, con.transaction():
+                await con.execute(q("obliterate_jobs"), queue)
+                await con.execute(q("obliterate_queue"), queue)
+        except DRIVER_ERRORS as e:
+            raise translate(e) from e
+
+    async def list_queues(self) -> list[str]:
+        return [r["name"] for r in await self._fetch("list_queues")]
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        await self._execute(
+            "register_worker", info.id, list(info.queues), info.concurrency, info.host,
+            info.pid, float(info.started_at), float(ttl), self._now(),
+        )  # fmt: skip
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self._execute("unregister_worker", worker_id)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return [
+            WorkerInfo(
+                r["id"],
+                tuple(r["queues"]),
+                r["concurrency"],
+                r["host"],
+                r["pid"],
+                r["started_at"],
+                r["seen_at"].timestamp(),
+            )
+            for r in await self._fetch("list_workers", self._now())
+        ]
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[bytes]) -> None:
+        if not events:
+            return
+        pool = self._pool
+        if pool is None:
+            raise BackendError("PostgresBackend is not connected (await connect() first)")
+        try:
+            async with pool.acquire() as con:
+                if all(len(e) < NOTIFY_LIMIT for e in events):
+                    await con.execute(q("publish"), self.options.event_channel, self._wire(events))
+                    return
+                async with con.transaction():  # one transaction: the order is kept
+                    notes: list[str] = []
+                    for e in events:
+                        if len(e) < NOTIFY_LIMIT:
+                            notes += self._wire([e])
+                        else:
+                            event_id = await con.fetchval(q("store_event"), e)
+                            notes.append(f"r{next(self._notes)}:{event_id}")
+                    await con.execute(q("publish"), self.options.event_channel, notes)
+        except DRIVER_ERRORS as e:
+            raise translate(e) from e
+
+    def _wire(self, events: Sequence[bytes]) -> list[str]:
+        """Notification payloads: ``t<n>:<text>`` or ``b<n>:<base64>``.
+
+        ``n`` numbers this process's notifications, so equal events published in one
+        transaction are not folded into one by the server.
+        """
+        out: list[str] = []
+        for e in events:
+            n = next(self._notes)
+            try:
+                text = e.decode("utf-8")
+            except UnicodeDecodeError:
+                text = "\x00"
+            if "\x00" in text:
+                out.append(f"b{n}:{base64.b64encode(e).decode('ascii')}")
+            else:
+                out.append(f"t{n}:{text}")
+        return out
+
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        self._start_listener()
+        if not await self._listener.ready(within=10.0):
+            raise BackendUnavailableError("PostgreSQL LISTEN connection is not up")
+        try:
+            await self._listener.listen_events()
+        except DRIVER_ERRORS as e:
+            raise BackendUnavailableError(f"PostgreSQL LISTEN failed: {e}") from e
+        if self._dispatcher is None:
+            self._dispatcher = asyncio.create_task(self._dispatch(), name="relaymq-events")
+        inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        self._subscribers.add(inbox)
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            try:
+                while True:
+                    yield await inbox.get()
+            finally:
+                self._subscribers.discard(inbox)
+
+        return events()
+
+    def _event(self, payload: str) -> None:
+        self._inbox.put_nowait(payload)
+
+    async def _dispatch(self) -> None:
+        """Decode notifications in arrival order (fetching stored ones) and fan them out."""
+        while True:
+            payload = await self._inbox.get()
+            kind, _, data = payload.partition(":")
+            body: bytes | None
+            if kind.startswith("t"):
+                body = data.encode("utf-8")
+            elif kind.startswith("b"):
+                body = base64.b64decode(data)
+            else:
+                try:
+                    row = await self._fetchrow("fetch_event", int(data))
+                except (BackendError, ValueError):
+                    row = None
+                body = bytes(row["body"]) if row is not None else None
+            if body is None:
+                continue
+            for sub in self._subscribers:
+                sub.put_nowait(body)
+
+    # -- retention --------------------------------------------------------------------------
+
+    async def prune(self) -> int:
+        """Delete finished jobs older than ``retention`` (in batches) and stale stored events.
+
+        The backend runs this about once a minute in the process that holds the retention
+        lease; it is public so tests and operators can run it at once. Returns jobs deleted.
+        """
+        total = 0
+        if self.options.retention > 0:
+            for queue in await self.list_queues():
+                for state in sorted(TERMINAL):
+                    total += await self.clean(queue, state, self.options.retention)
+        await self._execute("prune_events", 3600.0)
+        return total
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RETENTION_INTERVAL)
+            with contextlib.suppress(BackendError):
+                if await self.lock(RETENTION_LOCK, self._owner, 2 * RETENTION_INTERVAL):
+                    await self.prune()
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _job(r: asyncpg.Record) -> Job:
+    try:
+        return Job(
+            queue=r["queue"],
+            id=r["id"],
+            task=r["task"],
+            payload=r["payload"],
+            state=JobState(r["state"]),
+            priority=r["priority"],
+            seq=r["seq"],
+            created_at=r["created_at"].timestamp(),
+            run_at=_ts(r["run_at"]),
+            ttl=r["ttl"],
+            max_attempts=r["max_attempts"],
+            timeout=r["timeout"],
+            attempts=r["attempts"],
+            token=r["token"],
+            claimed_at=_ts(r["claimed_at"]),
+            heartbeat_at=_ts(r["heartbeat_at"]),
+            worker_id=r["worker_id"],
+            stalls=r["stalls"],
+            cancel_requested=r["cancel_requested"],
+            progress=r["progress"],
+            result=r["result"],
+            error=r["error"],
+            finished_at=_ts(r["finished_at"]),
+        )
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise CorruptRecordError(f"unreadable job row {dict(r)!r}: {e}") from e

@@ -1,0 +1,116 @@
+"""The backend's URL options and the translation of driver errors into ``relaymq.errors``.
+
+URL: ``postgresql://user@host:port/db?schema=NAME&migrate=true&retention=SECONDS&pool_size=N``
+(``postgres://`` works too). ``schema`` (default ``public``) is where the tables live: every
+connection gets it as its ``search_path``. ``migrate=true`` applies pending migrations on
+connect. ``retention`` is how long finished jobs are kept (seconds, default 7 days, ``0`` keeps
+them for ever). Every other query parameter goes to the driver unchanged. Keyword arguments of
+the same names override the URL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
+
+DEFAULT_RETENTION = 7 * 24 * 3600.0
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    dsn: str
+    """The URL for the driver, without our own options."""
+    schema: str = "public"
+    migrate: bool = False
+    retention: float = DEFAULT_RETENTION
+    pool_size: int = 10
+
+    @property
+    def quoted_schema(self) -> str:
+        return f'"{self.schema}"'
+
+    @property
+    def wake_channel(self) -> str:
+        """The NOTIFY channel of wake-ups (the SQL function relaymq_wake_channel agrees)."""
+        return f"relaymq_wake.{self.schema}"[:63]
+
+    @property
+    def event_channel(self) -> str:
+        return f"relaymq_events.{self.schema}"[:63]
+
+
+def parse(url: str, overrides: dict[str, Any]) -> Options:
+    """Split ``url`` into the driver's DSN and our options; ``overrides`` are keyword options."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a PostgreSQL URL: {url!r}")
+    ours: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in ("schema", "migrate", "retention", "pool_size"):
+            ours[key] = value
+        else:
+            rest.append((key, value))
+    unknown = set(overrides) - {"schema", "migrate", "retention", "pool_size"}
+    if unknown:
+        raise ConfigError(f"unknown PostgresBackend options: {sorted(unknown)}")
+    ours.update(overrides)
+    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    schema = str(ours.get("schema", "public"))
+    if not _IDENTIFIER.match(schema):
+        raise ConfigError(f"schema must be a plain identifier (letters, digits, _): {schema!r}")
+    try:
+        retention = float(ours.get("retention", DEFAULT_RETENTION))
+        pool_size = int(ours.get("pool_size", 10))
+    except ValueError as e:
+        raise ConfigError(f"bad PostgresBackend option in {url!r}: {e}") from e
+    if retention < 0 or pool_size < 1:
+        raise ConfigError("retention must be >= 0 and pool_size >= 1")
+    return Options(dsn, schema, _flag(ours.get("migrate", False)), retention, pool_size)
+
+
+def _flag(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"migrate must be true or false, not {value!r}")
+
+
+# SQLSTATE classes and codes that mean "the server is not there right now".
+_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+
+
+def translate(e: BaseException) -> BackendError:
+    """The ``relaymq.errors`` exception for a driver or socket error (raise it ``from e``)."""
+    if isinstance(e, OSError | TimeoutError | asyncpg.exceptions.InterfaceError):
+        return BackendUnavailableError(f"PostgreSQL unreachable: {e}")
+    if isinstance(e, asyncpg.exceptions.PostgresConnectionError):
+        return BackendUnavailableError(f"PostgreSQL connection lost: {e}")
+    if isinstance(e, asyncpg.PostgresError):
+        state = getattr(e, "sqlstate", "") or ""
+        if state.startswith(_UNAVAILABLE_STATES):
+            return BackendUnavailableError(f"PostgreSQL unavailable: {e}")
+        return BackendError(f"PostgreSQL error {state}: {e}")
+    return BackendError(f"PostgreSQL driver error: {e!r}")
+
+
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.exceptions.InterfaceError,
+)
+"""What ``translate`` handles; catch these at the backend's boundary."""

@@ -1,0 +1,432 @@
+-- Named queries of the PostgreSQL backend, loaded by queries.py.
+--
+-- Each query opens with "-- name: <name>", then says what goes in and what comes out.
+-- Tables are unqualified: every connection of the backend has search_path set to its schema.
+-- "now" is always coalesce(to_timestamp($n), now()): a test clock passes epoch seconds, NULL
+-- means the server clock. Times go out as timestamptz (the driver turns them into datetimes).
+
+-- name: create_schema
+-- Template (not a prepared statement): {schema} is replaced by the quoted schema name.
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: migrations_lock
+-- in: $1 text, the schema. Serialises migration runs on one schema until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('relaymq.migrate:' || $1));
+
+-- name: migrations_table
+-- The ledger of applied migrations (created by the runner before the first migration).
+CREATE TABLE IF NOT EXISTS relaymq_migrations (
+    name       text        PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migrations_applied
+-- out: name of every applied migration, in order.
+SELECT name FROM relaymq_migrations ORDER BY name;
+
+-- name: migration_record
+-- in: $1 text, the migration's name (file name without .sql).
+INSERT INTO relaymq_migrations (name) VALUES ($1);
+
+-- name: enqueue
+-- Store new jobs in the order given; a (queue, id) that already exists, in the table or
+-- earlier in the same batch, is skipped (a duplicate). Each stored job gets the next seq.
+-- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
+--      $6 delay float8[], $7 ttl float8[], $8 max_attempts int[], $9 timeout float8[],
+--      $10 now float8|NULL
+-- out: queue, id of each stored job (duplicates are absent).
+WITH t AS (SELECT coalesce(to_timestamp($10::float8), now()) AS now)
+INSERT INTO relaymq_jobs AS j (queue, id, task, payload, state, priority, seq, created_at,
+                               run_at, ttl, max_attempts, timeout)
+SELECT u.queue, u.id, u.task, u.payload,
+       CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END,
+       u.priority, nextval('relaymq_job_seq'), t.now,
+       CASE WHEN u.delay > 0 THEN t.now + make_interval(secs => u.delay) END,
+       u.ttl, u.max_attempts, u.timeout
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int[], $6::float8[],
+            $7::float8[], $8::int[], $9::float8[])
+         WITH ORDINALITY AS u(queue, id, task, payload, priority, delay, ttl, max_attempts,
+                              timeout, ord)
+     CROSS JOIN t
+ORDER BY u.ord
+ON CONFLICT (queue, id) DO NOTHING
+RETURNING j.queue, j.id;
+
+-- name: claim
+-- Take up to $3 jobs in one statement: waiting jobs and due delayed jobs of the unpaused
+-- queues of $1, queue order first, then priority, then FIFO (a due delayed job queues behind
+-- the waiting ones of its priority: it enters the line now). Rows are locked with SKIP LOCKED,
+-- so concurrent claims never wait for each other nor share a job. Due delayed jobs that were
+-- locked but not taken are promoted to waiting with a new seq (at most $5 per queue per call).
+-- in:  $1 queues text[], $2 worker_id text, $3 limit int, $4 now float8|NULL, $5 promote int
+-- out: every column of each claimed job, in claim order.
+WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
+qs AS (
+    SELECT q.name, q.ord
+    FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = q.name)
+),
+ready AS (
+    SELECT w.queue, w.id, qs.ord, w.priority, 0 AS late, NULL::timestamptz AS run_at, w.seq
+    FROM qs CROSS JOIN LATERAL (
+        SELECT j.queue, j.id, j.priority, j.seq
+        FROM relaymq_jobs j
+        WHERE j.queue = qs.name AND j.state = 'waiting'
+        ORDER BY j.priority, j.seq
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) w
+),
+due AS (
+    SELECT d.queue, d.id, qs.ord, d.priority, 1 AS late, d.run_at, d.seq
+    FROM qs CROSS JOIN t CROSS JOIN LATERAL (
+        SELECT j.queue, j.id, j.priority, j.run_at, j.seq
+        FROM relaymq_jobs j
+        WHERE j.queue = qs.name AND j.state = 'delayed' AND j.run_at <= t.now
+        ORDER BY j.run_at, j.seq
+        LIMIT $5
+        FOR UPDATE SKIP LOCKED
+    ) d
+),
+picked AS (
+    SELECT * FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) c
+    ORDER BY c.ord, c.priority, c.late, c.run_at, c.seq
+    LIMIT $3
+),
+claimed AS (
+    UPDATE relaymq_jobs j
+    SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
+        claimed_at = t.now, heartbeat_at = t.now, worker_id = $2, run_at = NULL
+    FROM picked p, t
+    WHERE j.queue = p.queue AND j.id = p.id
+    RETURNING j.*
+),
+promoted AS (
+    UPDATE relaymq_jobs j
+    SET state = 'waiting', run_at = NULL, seq = nextval('relaymq_job_seq')
+    FROM (
+        SELECT d.queue, d.id FROM due d
+        WHERE NOT EXISTS (SELECT 1 FROM picked p WHERE p.queue = d.queue AND p.id = d.id)
+        ORDER BY d.run_at, d.seq
+    ) x
+    WHERE j.queue = x.queue AND j.id = x.id
+    RETURNING j.id
+)
+SELECT c.*
+FROM claimed c JOIN picked p ON p.queue = c.queue AND p.id = c.id
+ORDER BY p.ord, p.priority, p.late, p.run_at, p.seq;
+
+-- name: heartbeat
+-- Renew each claim still held (active, same token); store progress when given.
+-- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 progress bytea[] (NULL: keep),
+--      $5 now float8|NULL
+-- out: per beat in order: held bool, cancel_requested bool (set only for a lost claim that
+--      an operator cancelled while this token held it).
+WITH t AS (SELECT coalesce(to_timestamp($5::float8), now()) AS now),
+b AS (
+    SELECT *, 'active'::text AS held  -- a column, not a literal: see "settle"
+    FROM unnest($1::text[], $2::text[], $3::int8[], $4::bytea[])
+        WITH ORDINALITY AS b(queue, id, token, progress, ord)
+),
+renewed AS (
+    UPDATE relaymq_jobs j
+    SET heartbeat_at = t.now, progress = coalesce(b.progress, j.progress)
+    FROM b, t
+    WHERE j.queue = b.queue AND j.id = b.id AND j.state = b.held AND j.token = b.token
+    RETURNING j.queue, j.id
+)
+SELECT r.id IS NOT NULL AS held,
+       coalesce(r.id IS NULL AND cur.token = b.token AND cur.cancel_requested, false)
+           AS cancel_requested
+FROM b
+LEFT JOIN renewed r ON r.queue = b.queue AND r.id = b.id
+LEFT JOIN relaymq_jobs cur ON cur.queue = b.queue AND cur.id = b.id
+ORDER BY b.ord;
+
+-- name: settle
+-- Apply each fenced transition out of active: only a job still active with the claim's token
+-- changes. A terminal outcome already applied with the same token (a lost reply) counts as
+-- applied and changes nothing.
+-- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 outcome text[] (Outcome values),
+--      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL
+-- out: per settle in order: applied bool.
+WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
+s AS (
+    SELECT u.*,
+           CASE u.outcome
+               WHEN 'complete' THEN 'completed'
+               WHEN 'fail' THEN 'failed'
+               WHEN 'expire' THEN 'expired'
+               WHEN 'cancel' THEN 'cancelled'
+               WHEN 'retry' THEN CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END
+               ELSE 'waiting'
+           END AS target,
+           u.outcome IN ('complete', 'fail', 'expire', 'cancel') AS final,
+           -- The fence compares with this column rather than a literal, so the planner
+           -- cannot pick the partial index on active jobs (whose dead entries grow between
+           -- vacuums) and looks each job up by its primary key: cost O(batch).
+           'active'::text AS held
+    FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bytea[], $6::text[],
+                $7::float8[])
+        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ord)
+),
+done AS (
+    UPDATE relaymq_jobs j
+    SET state = s.target,
+        result = CASE WHEN s.outcome = 'complete' THEN s.result ELSE j.result END,
+        error = CASE WHEN s.outcome = 'release' OR s.outcome = 'complete' THEN j.error
+                     ELSE s.error END,
+        finished_at = CASE WHEN s.final THEN t.now END,
+        worker_id = NULL,
+        run_at = CASE WHEN s.target = 'delayed' THEN t.now + make_interval(secs => s.delay) END,
+        seq = CASE WHEN s.outcome = 'retry' THEN nextval('relaymq_job_seq') ELSE j.seq END,
+        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END
+    FROM s, t
+    WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
+    RETURNING j.queue, j.id
+)
+SELECT d.id IS NOT NULL
+       OR coalesce(s.final AND cur.state = s.target AND cur.token = s.token, false) AS applied
+FROM s
+LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
+LEFT JOIN relaymq_jobs cur ON cur.queue = s.queue AND cur.id = s.id
+ORDER BY s.ord;
+
+-- name: wait_check
+-- Whether a waiting job of an unpaused queue of $1 exists, and the time until the earliest
+-- delayed job of those queues is due.
+-- in:  $1 queues text[], $2 now float8|NULL
+-- out: one row: ready bool, next_due float8 seconds (NULL: no delayed job).
+WITH t AS (SELECT coalesce(to_timestamp($2::float8), now()) AS now),
+qs AS (
+    SELECT q.name
+    FROM unnest($1::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = q.name)
+)
+SELECT EXISTS (
+           SELECT 1 FROM qs CROSS JOIN LATERAL (
+               SELECT 1 FROM relaymq_jobs j
+               WHERE j.queue = qs.name AND j.state = 'waiting' LIMIT 1
+           ) w
+       ) AS ready,
+       (SELECT extract(epoch FROM min(d.run_at) - t.now)::float8
+        FROM qs CROSS JOIN LATERAL (
+            SELECT j.run_at FROM relaymq_jobs j
+            WHERE j.queue = qs.name AND j.state = 'delayed'
+            ORDER BY j.run_at LIMIT 1
+        ) d) AS next_due
+FROM t;
+
+-- name: recover_stalled
+-- Return up to $5 stalled jobs of a queue to waiting (new seq, a stall counted) or, past
+-- max_stalled, fail them. The CTE locks candidates with SKIP LOCKED; the UPDATE re-checks
+-- "still active, same token, still stale", so a job that finished meanwhile is never touched.
+-- in:  $1 queue text, $2 threshold float8 seconds, $3 max_stalled int, $4 now float8|NULL,
+--      $5 batch int
+-- out: id, state ('waiting': requeued, 'failed': into the DLQ) of each job changed.
+WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
+stale AS (
+    SELECT j.queue, j.id, j.token
+    FROM relaymq_jobs j, t
+    WHERE j.queue = $1 AND j.state = 'active'
+      AND greatest(j.heartbeat_at, j.claimed_at) < t.now - make_interval(secs => $2)
+    ORDER BY greatest(j.heartbeat_at, j.claimed_at)
+    LIMIT $5
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE relaymq_jobs j
+SET state = CASE WHEN j.stalls >= $3 THEN 'failed' ELSE 'waiting' END,
+    stalls = CASE WHEN j.stalls >= $3 THEN j.stalls ELSE j.stalls + 1 END,
+    error = CASE WHEN j.stalls >= $3
+                 THEN format('stalled %s times (max_stalled=%s)', j.stalls + 1, $3::int)
+                 ELSE j.error END,
+    finished_at = CASE WHEN j.stalls >= $3 THEN t.now END,
+    seq = CASE WHEN j.stalls >= $3 THEN j.seq ELSE nextval('relaymq_job_seq') END,
+    worker_id = NULL
+FROM stale s, t
+WHERE j.queue = s.queue AND j.id = s.id AND j.state = 'active' AND j.token = s.token
+  AND greatest(j.heartbeat_at, j.claimed_at) < t.now - make_interval(secs => $2)
+RETURNING j.id, j.state;
+
+-- name: lock
+-- Take or renew a lease: succeeds when it is free, lapsed, or already held by the owner.
+-- in:  $1 name text, $2 owner text, $3 ttl float8 seconds, $4 now float8|NULL
+-- out: one row (owner) when $2 holds the lease afterwards, none otherwise.
+INSERT INTO relaymq_leases AS l (name, owner, expires_at)
+VALUES ($1, $2, coalesce(to_timestamp($4::float8), now()) + make_interval(secs => $3))
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE l.owner = excluded.owner OR l.expires_at <= coalesce(to_timestamp($4::float8), now())
+RETURNING l.owner;
+
+-- name: unlock
+-- in: $1 name text, $2 owner text. Removes the lease only if $2 holds it.
+DELETE FROM relaymq_leases WHERE name = $1 AND owner = $2;
+
+-- name: get_job
+-- in: $1 queue, $2 id. out: every column of the job, or no row.
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = $2;
+
+-- name: list_waiting
+-- in: $1 queue, $2 offset, $3 limit. out: waiting jobs in claim order (the claim index).
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'waiting'
+ORDER BY priority, seq OFFSET $2 LIMIT $3;
+
+-- name: list_delayed
+-- in: $1 queue, $2 offset, $3 limit. out: delayed jobs by run time.
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'delayed'
+ORDER BY run_at, seq OFFSET $2 LIMIT $3;
+
+-- name: list_active
+-- in: $1 queue, $2 offset, $3 limit. out: active jobs, oldest claim first.
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'active'
+ORDER BY claimed_at, seq OFFSET $2 LIMIT $3;
+
+-- name: list_finished
+-- in: $1 queue, $2 state (terminal), $3 offset, $4 limit. out: jobs, oldest finish first.
+SELECT * FROM relaymq_jobs
+WHERE queue = $1 AND state = $2 AND state IN ('completed', 'failed', 'expired', 'cancelled')
+ORDER BY finished_at, seq OFFSET $3 LIMIT $4;
+
+-- name: counts
+-- in: $1 queue. out: state, n for each state with counter rows (the slots summed).
+SELECT state, sum(n)::int8 AS n FROM relaymq_counts WHERE queue = $1 GROUP BY state;
+
+-- name: cancel
+-- Cancel a waiting, delayed or active job; an active job keeps cancel_requested so its
+-- worker's heartbeat learns why the claim was lost.
+-- in:  $1 queue, $2 id, $3 now float8|NULL
+-- out: one row: found bool, cancelled bool.
+WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
+cur AS (SELECT 1 FROM relaymq_jobs WHERE queue = $1 AND id = $2),
+done AS (
+    UPDATE relaymq_jobs j
+    SET state = 'cancelled', cancel_requested = (j.state = 'active'),
+        error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
+    FROM t
+    WHERE j.queue = $1 AND j.id = $2 AND j.state IN ('waiting', 'delayed', 'active')
+    RETURNING j.id
+)
+SELECT EXISTS (SELECT 1 FROM cur) AS found, EXISTS (SELECT 1 FROM done) AS cancelled;
+
+-- name: retry_job
+-- Operator retry of a failed, expired or cancelled job: back to waiting with a new seq and
+-- its attempts and stalls reset.
+-- in:  $1 queue, $2 id. out: one row when the job was retried.
+UPDATE relaymq_jobs
+SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = false,
+    finished_at = NULL, run_at = NULL, seq = nextval('relaymq_job_seq')
+WHERE queue = $1 AND id = $2 AND state IN ('failed', 'expired', 'cancelled')
+RETURNING id;
+
+-- name: remove_job
+-- in: $1 queue, $2 id. out: one row when a job was deleted.
+DELETE FROM relaymq_jobs WHERE queue = $1 AND id = $2 RETURNING id;
+
+-- name: pause
+-- in: $1 queue, $2 now float8|NULL.
+INSERT INTO relaymq_queues (name, paused_at)
+VALUES ($1, coalesce(to_timestamp($2::float8), now()))
+ON CONFLICT (name) DO NOTHING;
+
+-- name: resume
+-- Remove the pause flag and wake the queue's waiting workers.
+-- in: $1 queue, $2 schema (names the wake-up channel).
+WITH gone AS (DELETE FROM relaymq_queues WHERE name = $1)
+SELECT pg_notify(relaymq_wake_channel($2), $1);
+
+-- name: is_paused
+-- in: $1 queue. out: one row: paused bool.
+SELECT EXISTS (SELECT 1 FROM relaymq_queues WHERE name = $1) AS paused;
+
+-- name: drain
+-- in: $1 queue. out: one row: n, the number of waiting and delayed jobs deleted.
+WITH gone AS (
+    DELETE FROM relaymq_jobs WHERE queue = $1 AND state IN ('waiting', 'delayed') RETURNING 1
+)
+SELECT count(*) AS n FROM gone;
+
+-- name: clean
+-- Delete up to $4 jobs in terminal state $2 that finished before now - $3 seconds (a batch:
+-- callers repeat until fewer than $4 are deleted). Rows locked elsewhere are skipped.
+-- in:  $1 queue, $2 state, $3 older_than float8 seconds, $4 batch int, $5 now float8|NULL
+-- out: one row: n, the number deleted.
+WITH t AS (SELECT coalesce(to_timestamp($5::float8), now()) AS now),
+old AS (
+    SELECT j.queue, j.id FROM relaymq_jobs j, t
+    WHERE j.queue = $1 AND j.state = $2
+      AND j.state IN ('completed', 'failed', 'expired', 'cancelled')
+      AND j.finished_at < t.now - make_interval(secs => $3)
+    ORDER BY j.finished_at
+    LIMIT $4
+    FOR UPDATE OF j SKIP LOCKED
+),
+gone AS (
+    DELETE FROM relaymq_jobs j USING old
+    WHERE j.queue = old.queue AND j.id = old.id RETURNING 1
+)
+SELECT count(*) AS n FROM gone;
+
+-- name: obliterate_jobs
+-- First step of obliterate: delete every job of $1 (the trigger zeroes its counters).
+DELETE FROM relaymq_jobs WHERE queue = $1;
+
+-- name: obliterate_queue
+-- Second step of obliterate (same transaction): the queue's counter rows and pause flag.
+WITH flag AS (DELETE FROM relaymq_queues WHERE name = $1)
+DELETE FROM relaymq_counts WHERE queue = $1;
+
+-- name: list_queues
+-- out: name of every queue that holds jobs or is paused, sorted.
+SELECT queue AS name FROM relaymq_counts GROUP BY queue HAVING sum(n) > 0
+UNION
+SELECT name FROM relaymq_queues
+ORDER BY name;
+
+-- name: register_worker
+-- Record or renew a worker until now + ttl; drops lapsed registrations on the way.
+-- in:  $1 id, $2 queues text[], $3 concurrency, $4 host, $5 pid, $6 started_at float8,
+--      $7 ttl float8 seconds, $8 now float8|NULL
+WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
+lapsed AS (DELETE FROM relaymq_workers w USING t WHERE w.expires_at <= t.now AND w.id <> $1)
+INSERT INTO relaymq_workers AS w (id, queues, concurrency, host, pid, started_at, seen_at,
+                                  expires_at)
+SELECT $1, $2::text[], $3, $4, $5, $6, t.now, t.now + make_interval(secs => $7) FROM t
+ON CONFLICT (id) DO UPDATE
+SET queues = excluded.queues, concurrency = excluded.concurrency, host = excluded.host,
+    pid = excluded.pid, started_at = excluded.started_at, seen_at = excluded.seen_at,
+    expires_at = excluded.expires_at;
+
+-- name: unregister_worker
+-- in: $1 id.
+DELETE FROM relaymq_workers WHERE id = $1;
+
+-- name: list_workers
+-- in: $1 now float8|NULL. out: every column of each worker whose registration has not lapsed.
+SELECT * FROM relaymq_workers
+WHERE expires_at > coalesce(to_timestamp($1::float8), now())
+ORDER BY id;
+
+-- name: publish
+-- Send notifications on channel $1, in the order given (one transaction keeps the order).
+-- in: $1 channel text, $2 payloads text[].
+SELECT pg_notify($1, u.payload)
+FROM unnest($2::text[]) WITH ORDINALITY AS u(payload, ord)
+ORDER BY u.ord;
+
+-- name: store_event
+-- An event too large for a NOTIFY payload; the notification carries the returned id.
+-- in: $1 body bytea. out: id.
+INSERT INTO relaymq_events (body) VALUES ($1) RETURNING id;
+
+-- name: fetch_event
+-- in: $1 id. out: body of a stored event (no row once pruned).
+SELECT body FROM relaymq_events WHERE id = $1;
+
+-- name: prune_events
+-- Delete stored events older than $1 seconds (server clock: they are only a transport).
+DELETE FROM relaymq_events WHERE created_at < now() - make_interval(secs => $1);
+
+
+-- name: ping
+-- The LISTEN connection's liveness check. out: one row.
+SELECT 1;

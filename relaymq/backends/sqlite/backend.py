@@ -1,0 +1,424 @@
+"""SQLiteBackend: the embedded, durable default (``sqlite:///relaymq.db``).
+
+One file on one machine, shared by any number of processes:
+
+- WAL journal: readers never block the writer, and a commit is one append to the WAL.
+- Every write is ONE ``BEGIN IMMEDIATE`` transaction: the write lock is taken first, so two
+  processes never interleave inside a transition and no transaction fails half-way on a lock
+  upgrade. Other writers wait up to ``busy_timeout``.
+- ``synchronous=NORMAL`` (default): a commit has reached the OS when the call returns, so a
+  process killed with SIGKILL loses nothing it committed; a power cut or OS crash can lose the
+  last commits before the next checkpoint (the file is never corrupted).
+  ``?synchronous=full`` fsyncs the WAL on every commit and survives power loss too.
+- Times come from this machine's clock (one machine, one clock) or the test clock given.
+- sqlite3 blocks, so all database work runs on ONE thread per backend, which owns the
+  connection; the event loop only awaits it.
+- Nothing wakes an idle waiter across processes, so ``wait`` and ``subscribe`` poll with a
+  short adaptive interval (a few ms after activity, backing off when idle). Writes made by this
+  backend instance wake its own waiters at once.
+
+URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (the SQLAlchemy
+convention: what follows ``sqlite:///`` is the path), with options as a query string:
+``synchronous=normal|full``, ``busy_timeout`` (seconds), ``poll_max`` (seconds),
+``events_keep`` (how many recent events the table keeps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Concatenate, ParamSpec, TypeVar
+from urllib.parse import parse_qsl
+
+from relaymq.backends.base import (
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    DeliveryStore,
+    Enqueued,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.sqlite import ops
+from relaymq.backends.sqlite.sql import QUERIES as Q
+from relaymq.backends.sqlite.sql import SCHEMA
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError, CorruptRecordError
+from relaymq.job import Job, JobState, NewJob
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
+POLL_MIN = 0.005
+EVENTS_POLL_MAX = 0.2
+EVENTS_BATCH = 500
+
+# sqlite3 messages that mean "the file cannot be used right now" rather than "bad request".
+_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o", "readonly", "no such table")
+_CORRUPT = ("malformed", "not a database")
+
+
+def parse_url(url: str) -> tuple[str, dict[str, str]]:
+    """The file path and the options of a ``sqlite:///path`` URL."""
+    prefix = "sqlite:///"
+    if not url.lower().startswith(prefix):
+        raise ConfigError(
+            f"bad SQLite URL {url!r}: write sqlite:///relative/file.db or sqlite:////abs/file.db"
+        )
+    path, _, query = url[len(prefix) :].partition("?")
+    if not path or path in {"/", ":memory:"} or path.endswith("/"):
+        raise ConfigError(
+            f"SQLite URL {url!r} names no database file: write sqlite:///relaymq.db (relative) or "
+            "sqlite:////var/lib/app/relaymq.db (absolute); for a process-local queue use memory://"
+        )
+    return path, dict(parse_qsl(query))
+
+
+class SQLiteBackend(Backend, DeliveryStore):
+    """Durable jobs in one SQLite file, safe for many processes on one machine."""
+
+    capabilities = Capabilities(
+        durable=True,
+        cross_process=True,
+        server_clock=True,
+        blocking_wait=False,
+        delivery_store=True,
+    )
+
+    def __init__(
+        self,
+        url: str = "sqlite:///relaymq.db",
+        *,
+        clock: Clock | None = None,
+        synchronous: str = "normal",
+        busy_timeout: float = 30.0,
+        poll_max: float = 1.0,
+        events_keep: int = 10_000,
+    ) -> None:
+        self.url = url
+        self.path, options = parse_url(url)
+        try:
+            self._synchronous = options.get("synchronous", synchronous).lower()
+            self._busy_timeout = float(options.get("busy_timeout", busy_timeout))
+            self._poll_max = max(POLL_MIN, float(options.get("poll_max", poll_max)))
+            self._events_keep = max(1, int(options.get("events_keep", events_keep)))
+        except ValueError as e:
+            raise ConfigError(f"bad option in SQLite URL {url!r}: {e}") from e
+        if self._synchronous not in {"normal", "full"}:
+            raise ConfigError(f"synchronous must be 'normal' or 'full', not {self._synchronous!r}")
+        self._clock = clock
+        self._conn: sqlite3.Connection | None = None  # only touched on the database thread
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._wakeup = asyncio.Event()
+        self._published = asyncio.Event()
+        # wait()'s polling interval, kept across calls: a worker calls wait() again and again
+        # while idle, and each call must not start over at a few ms. Work found resets it.
+        self._poll = POLL_MIN
+
+    async def connect(self) -> None:
+        if self._closed:
+            raise BackendError("this SQLiteBackend was closed; build a new one")
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="relaymq-sqlite")
+        await self._submit(lambda conn: None)  # opens the file and applies the schema
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._disconnect)
+        finally:
+            executor.shutdown(wait=False)
+
+    # -- the database thread ----------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else time.time()
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection; opens it (and prepares the file) the first time or after an
+        I/O error dropped it. Runs on the database thread."""
+        if self._conn is not None:
+            return self._conn
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise ConfigError(
+                f"SQLiteBackend needs SQLite >= 3.35 (RETURNING); this Python has "
+                f"{sqlite3.sqlite_version}"
+            )
+        conn = sqlite3.connect(
+            self.path, timeout=self._busy_timeout, isolation_level=None, cached_statements=256
+        )
+        try:
+            (mode,) = conn.execute(Q["pragma_wal"]).fetchone()
+            if str(mode).lower() != "wal":
+                raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+            conn.execute(Q[f"pragma_synchronous_{self._synchronous}"])
+            (version,) = conn.execute(Q["schema_version"]).fetchone()
+            if version < SCHEMA_VERSION:
+                conn.executescript(SCHEMA)
+            elif version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"{self.path} has relaymq schema {version}; this relaymq knows "
+                    f"{SCHEMA_VERSION}: upgrade relaymq"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _guarded(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job`` on the connection, translating sqlite3 errors. Database thread only."""
+        try:
+            return job(self._connection())
+        except sqlite3.Error as e:
+            conn = self._conn
+            if conn is not None and conn.in_transaction:
+                conn.rollback()
+            message = str(e).lower()
+            if any(m in message for m in _CORRUPT):
+                raise CorruptRecordError(f"{self.path}: {e}") from e
+            if isinstance(e, sqlite3.OperationalError) and any(m in message for m in _UNAVAILABLE):
+                if "locked" not in message and "busy" not in message:
+                    self._disconnect()  # reopen on the next call
+                raise BackendUnavailableError(f"{self.path}: {e}") from e
+            raise BackendError(f"{self.path}: {e}") from e
+
+    async def _submit(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        executor = self._executor
+        if executor is None:
+            raise BackendError("SQLiteBackend is not connected (call connect()) or was closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._guarded, job)
+
+    async def _read(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, float, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """One read statement (its own snapshot)."""
+        return await self._submit(lambda conn: fn(conn, self._now(), *args, **kwargs))
+
+    async def _write(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, float, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """One ``BEGIN IMMEDIATE`` transaction; ``now`` is read once the write lock is held."""
+
+        def transaction(conn: sqlite3.Connection) -> T:
+            conn.execute(Q["begin_immediate"])
+            try:
+                result = fn(conn, self._now(), *args, **kwargs)
+                conn.commit()
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+            return result
+
+        return await self._submit(transaction)
+
+    def _notify(self) -> None:
+        """Wake this instance's waiters (other processes notice by polling)."""
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    # -- producer ---------------------------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        if not jobs:
+            return []
+        answers = await self._write(ops.enqueue, jobs)
+        self._notify()
+        return answers
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        if not queues or limit <= 0:
+            return ClaimBatch([], self._now())
+        batch = await self._write(ops.claim, queues, worker_id, limit)
+        if batch.jobs:
+            self._poll = POLL_MIN  # busy: the next wait polls fast again
+        return batch
+
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        if not beats:
+            return []
+        return await self._write(ops.heartbeat, beats)
+
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        if not settles:
+            return []
+        answers, requeued = await self._write(ops.settle, settles)
+        if requeued:
+            self._notify()
+        return answers
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        names = json.dumps(list(queues))
+        while True:
+            wakeup = self._wakeup  # taken before the probe: a write after it still wakes us
+            ready, next_due = await self._read(ops.wait_probe, names)
+            now = self._now()
+            if ready or (next_due is not None and next_due <= now):
+                self._poll = POLL_MIN
+                return
+            pause = min(self._poll, deadline - loop.time())
+            if next_due is not None:
+                pause = min(pause, next_due - now)
+            if pause <= 0:
+                return
+            try:
+                async with asyncio.timeout(pause):
+                    await wakeup.wait()
+                self._poll = POLL_MIN
+                return  # this instance wrote something a waiter may want
+            except TimeoutError:
+                pass
+            self._poll = min(self._poll * 2, self._poll_max)
+            if loop.time() >= deadline:
+                return  # the caller's next wait() probes first: no second probe here
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        result = await self._write(ops.recover_stalled, queue, threshold, max_stalled)
+        if result.requeued:
+            self._notify()
+        return result
+
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        return await self._write(ops.lock, name, owner, ttl)
+
+    async def unlock(self, name: str, owner: str) -> None:
+        await self._write(ops.unlock, name, owner)
+
+    # -- admin and observation --------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        return await self._read(ops.get_job, queue, job_id)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        return await self._read(ops.list_jobs, queue, state, offset, limit)
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        return await self._read(ops.counts, queue)
+
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        return await self._write(ops.cancel, queue, job_id)
+
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        done = await self._write(ops.retry_job, queue, job_id)
+        if done:
+            self._notify()
+        return done
+
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        return await self._write(ops.remove_job, queue, job_id)
+
+    async def pause(self, queue: str) -> None:
+        await self._write(ops.pause, queue)
+
+    async def resume(self, queue: str) -> None:
+        await self._write(ops.resume, queue)
+        self._notify()
+
+    async def is_paused(self, queue: str) -> bool:
+        return await self._read(ops.is_paused, queue)
+
+    async def drain(self, queue: str) -> int:
+        return await self._write(ops.drain, queue)
+
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        return await self._write(ops.clean, queue, state, older_than)
+
+    async def obliterate(self, queue: str) -> None:
+        await self._write(ops.obliterate, queue)
+
+    async def list_queues(self) -> list[str]:
+        return await self._read(ops.list_queues)
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        await self._write(ops.register_worker, info, ttl)
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self._write(ops.unregister_worker, worker_id)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self._read(ops.list_workers)
+
+    # -- delivery store (the metadata of a broker's deliveries) -------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        if not deliveries:
+            return ClaimBatch([], self._now()), []
+        return await self._write(ops.claim_delivered, queue, deliveries, worker_id)
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        return await self._write(ops.promote_due, queue, limit)
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[bytes]) -> None:
+        if not events:
+            return
+        await self._write(ops.publish, events, self._events_keep)
+        self._published.set()
+        self._published = asyncio.Event()
+
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        last = await self._read(ops.events_head)  # live from here: later events are all seen
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            nonlocal last
+            interval = POLL_MIN
+            while not self._closed:
+                published = self._published
+                try:
+                    batch = await self._read(ops.events_after, last, EVENTS_BATCH)
+                except BackendUnavailableError:
+                    batch = []  # busy or reopening: keep the subscription, try again
+                    interval = EVENTS_POLL_MAX
+                if batch:
+                    for event_id, body in batch:
+                        last = event_id
+                        yield body
+                    interval = POLL_MIN
+                    continue
+                try:
+                    async with asyncio.timeout(interval):
+                        await published.wait()
+                except TimeoutError:
+                    interval = min(interval * 2, EVENTS_POLL_MAX)
+
+        return events()

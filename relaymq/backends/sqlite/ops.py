@@ -1,0 +1,408 @@
+"""The contract's operations as plain functions on a ``sqlite3.Connection``.
+
+They run on the backend's database thread. Each takes the connection and ``now`` (the backend's
+clock, read after the write lock was taken) and is called inside ONE transaction by
+``SQLiteBackend``: writes inside ``BEGIN IMMEDIATE ... COMMIT``, reads as a single statement.
+Functions are in the order of ``relaymq.backends.base``. No SQL here: see queries.sql.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from relaymq.backends.base import (
+    OUTCOME_STATE,
+    Beat,
+    BeatResult,
+    CancelResult,
+    ClaimBatch,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.sqlite import rows
+from relaymq.backends.sqlite.sql import QUERIES as Q
+from relaymq.errors import CorruptRecordError
+from relaymq.job import TERMINAL, Job, JobState, NewJob
+
+Conn = sqlite3.Connection
+
+
+def allocate_seq(conn: Conn, queue: str, n: int) -> int:
+    """Take ``n`` FIFO numbers of ``queue``; returns the first one."""
+    (last,) = conn.execute(Q["allocate_seq"], {"queue": queue, "n": n}).fetchone()
+    return int(last) - n + 1
+
+
+# -- producer -------------------------------------------------------------------------------
+
+
+def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
+    by_queue: dict[str, list[int]] = {}
+    for i, new in enumerate(jobs):
+        by_queue.setdefault(new.queue, []).append(i)
+    duplicate = [False] * len(jobs)
+    inserts: list[dict[str, Any]] = []
+    for queue, indexes in by_queue.items():
+        ids = [jobs[i].id for i in indexes]
+        seen = {
+            r[0] for r in conn.execute(Q["existing_ids"], {"queue": queue, "ids": json.dumps(ids)})
+        }
+        fresh: list[NewJob] = []
+        for i in indexes:
+            if jobs[i].id in seen:
+                duplicate[i] = True
+            else:
+                seen.add(jobs[i].id)
+                fresh.append(jobs[i])
+        if not fresh:
+            continue
+        seq = allocate_seq(conn, queue, len(fresh))
+        for offset, new in enumerate(fresh):
+            delayed = new.delay > 0
+            inserts.append(
+                {
+                    "queue": queue,
+                    "id": new.id,
+                    "task": new.task,
+                    "payload": new.payload,
+                    "state": JobState.DELAYED.value if delayed else JobState.WAITING.value,
+                    "priority": new.priority,
+                    "seq": seq + offset,
+                    "now": now,
+                    "run_at": now + new.delay if delayed else None,
+                    "ttl": new.ttl,
+                    "max_attempts": new.max_attempts,
+                    "timeout": new.timeout,
+                }
+            )
+    conn.executemany(Q["insert_job"], inserts)
+    return [Enqueued(new.id, duplicate=dup) for new, dup in zip(jobs, duplicate, strict=True)]
+
+
+# -- worker ---------------------------------------------------------------------------------
+
+
+def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+    claimed: list[Job] = []
+    for queue in queues:
+        if conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None:
+            continue
+        _promote_due(conn, now, queue)
+        while len(claimed) < limit:
+            want = limit - len(claimed)
+            params = {"queue": queue, "limit": want, "now": now, "worker_id": worker_id}
+            taken = conn.execute(Q["claim"], params).fetchall()
+            good: list[Job] = []
+            for row in taken:
+                bad = rows.problems(row)
+                if bad:  # out of the line and into the DLQ, so it never blocks the head again
+                    _fail_corrupt(conn, now, row, bad)
+                else:
+                    good.append(rows.build(row))
+            good.sort(key=lambda j: (j.priority, j.seq))
+            claimed += good
+            if len(taken) < want or len(good) == len(taken):
+                break  # the queue is empty, or the batch is full
+    return ClaimBatch(claimed, now)
+
+
+def _promote_due(conn: Conn, now: float, queue: str) -> None:
+    due = conn.execute(Q["due_delayed"], {"queue": queue, "now": now}).fetchall()
+    if not due:
+        return
+    seq = allocate_seq(conn, queue, len(due))
+    conn.executemany(Q["promote"], [{"rowid": r[0], "seq": seq + i} for i, r in enumerate(due)])
+
+
+def _fail_corrupt(conn: Conn, now: float, row: tuple[Any, ...], bad: list[str]) -> None:
+    error = rows.describe(row, bad)
+    conn.execute(Q["fail_corrupt"], {"rowid": row[rows.ROWID], "error": error, "now": now})
+
+
+def heartbeat(conn: Conn, now: float, beats: Sequence[Beat]) -> list[BeatResult]:
+    out: list[BeatResult] = []
+    for beat in beats:
+        c = beat.claim
+        params = {
+            "queue": c.queue, "id": c.job_id, "token": c.token, "now": now,
+            "progress": beat.progress,
+        }  # fmt: skip
+        if conn.execute(Q["heartbeat"], params).rowcount == 1:
+            out.append(BeatResult(held=True))
+            continue
+        status = conn.execute(Q["job_status"], {"queue": c.queue, "id": c.job_id}).fetchone()
+        cancelled = status is not None and status[1] == c.token and bool(status[2])
+        out.append(BeatResult(held=False, cancel_requested=cancelled))
+    return out
+
+
+def settle(conn: Conn, now: float, settles: Sequence[Settle]) -> tuple[list[bool], bool]:
+    """The answers, and whether a job went back to waiting (wake local waiters)."""
+    out: list[bool] = []
+    requeued = False
+    for s in settles:
+        c = s.claim
+        p: dict[str, Any] = {"queue": c.queue, "id": c.job_id, "token": c.token}
+        if s.outcome is Outcome.COMPLETE:
+            sql = Q["settle_complete"]
+            p.update(result=s.result, now=now)
+        elif s.outcome is Outcome.RETRY and s.delay > 0:
+            sql = Q["settle_retry_delayed"]
+            p.update(error=s.error, run_at=now + s.delay)
+        elif s.outcome is Outcome.RETRY:
+            sql = Q["settle_retry_waiting"]
+            p.update(error=s.error, seq=allocate_seq(conn, c.queue, 1))
+        elif s.outcome is Outcome.RELEASE:
+            sql = Q["settle_release"]
+        else:  # FAIL, EXPIRE, CANCEL
+            sql = Q["settle_finish"]
+            p.update(state=OUTCOME_STATE[s.outcome].value, error=s.error, now=now)
+        applied = conn.execute(sql, p).rowcount == 1
+        if applied:
+            requeued = requeued or OUTCOME_STATE[s.outcome] not in TERMINAL
+        else:
+            applied = _is_repeat(conn, s)
+        out.append(applied)
+    return out, requeued
+
+
+def _is_repeat(conn: Conn, s: Settle) -> bool:
+    """A terminal transition already applied with this token (its reply was lost)."""
+    target = OUTCOME_STATE[s.outcome]
+    if target not in TERMINAL:
+        return False
+    status = conn.execute(Q["job_status"], {"queue": s.claim.queue, "id": s.claim.job_id})
+    row = status.fetchone()
+    return row is not None and row[0] == target.value and row[1] == s.claim.token
+
+
+def wait_probe(conn: Conn, now: float, queues_json: str) -> tuple[bool, float | None]:
+    ready, next_due = conn.execute(Q["wait_probe"], {"queues": queues_json}).fetchone()
+    due = float(next_due) if isinstance(next_due, (int, float)) else None
+    return bool(ready), due
+
+
+# -- maintenance ----------------------------------------------------------------------------
+
+
+def recover_stalled(
+    conn: Conn, now: float, queue: str, threshold: float, max_stalled: int
+) -> Recovered:
+    result = Recovered()
+    cutoff = now - threshold
+    for row in conn.execute(Q["stalled"], {"queue": queue, "cutoff": cutoff}).fetchall():
+        try:
+            _recover_one(conn, now, row, cutoff, max_stalled, result)
+        except (sqlite3.Error, CorruptRecordError):
+            if not conn.in_transaction:  # SQLite rolled the whole transaction back
+                raise
+            result.errors.append(str(row[1]))  # one bad job does not stop the pass
+    return result
+
+
+def _recover_one(
+    conn: Conn, now: float, row: tuple[Any, ...], cutoff: float, max_stalled: int,
+    result: Recovered,
+) -> None:  # fmt: skip
+    bad = rows.problems(row)
+    if bad:
+        _fail_corrupt(conn, now, row, bad)
+        result.errors.append(str(row[1]))
+        return
+    job = rows.build(row)
+    p: dict[str, Any] = {"rowid": row[rows.ROWID], "token": job.token, "cutoff": cutoff}
+    if job.stalls >= max_stalled:
+        p.update(error=f"stalled {job.stalls + 1} times (max_stalled={max_stalled})", now=now)
+        if conn.execute(Q["recover_fail"], p).rowcount == 1:
+            result.failed.append(job.id)
+    else:
+        p.update(seq=allocate_seq(conn, job.queue, 1))
+        if conn.execute(Q["recover_requeue"], p).rowcount == 1:
+            result.requeued.append(job.id)
+
+
+def lock(conn: Conn, now: float, name: str, owner: str, ttl: float) -> bool:
+    p = {"name": name, "owner": owner, "expires_at": now + ttl, "now": now}
+    return conn.execute(Q["lock_take"], p).fetchone() is not None
+
+
+def unlock(conn: Conn, now: float, name: str, owner: str) -> None:
+    conn.execute(Q["lock_release"], {"name": name, "owner": owner})
+
+
+# -- admin and observation ------------------------------------------------------------------
+
+
+def get_job(conn: Conn, now: float, queue: str, job_id: str) -> Job | None:
+    row = conn.execute(Q["get_job"], {"queue": queue, "id": job_id}).fetchone()
+    return None if row is None else rows.to_job(row)
+
+
+_LISTINGS = {
+    JobState.WAITING: "list_waiting",
+    JobState.DELAYED: "list_delayed",
+    JobState.ACTIVE: "list_active",
+}
+
+
+def list_jobs(
+    conn: Conn, now: float, queue: str, state: JobState, offset: int, limit: int
+) -> list[Job]:
+    p = {"queue": queue, "state": state.value, "offset": offset, "limit": limit}
+    found = conn.execute(Q[_LISTINGS.get(state, "list_finished")], p).fetchall()
+    return [rows.to_job_lenient(row, state) for row in found]
+
+
+def counts(conn: Conn, now: float, queue: str) -> dict[JobState, int]:
+    out = {s: 0 for s in JobState}
+    for state, n in conn.execute(Q["counts"], {"queue": queue}):
+        if state in out:
+            out[JobState(state)] = int(n)
+    return out
+
+
+def cancel(conn: Conn, now: float, queue: str, job_id: str) -> CancelResult:
+    p = {"queue": queue, "id": job_id, "now": now}
+    if conn.execute(Q["cancel"], p).rowcount == 1:
+        return CancelResult.CANCELLED
+    status = conn.execute(Q["job_status"], {"queue": queue, "id": job_id}).fetchone()
+    if status is None:
+        return CancelResult.NOT_FOUND
+    if status[0] not in {s.value for s in TERMINAL}:
+        raise CorruptRecordError(f"job {job_id!r} in queue {queue!r} has state {status[0]!r}")
+    return CancelResult.ALREADY_TERMINAL
+
+
+def retry_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
+    p = {"queue": queue, "id": job_id, "seq": allocate_seq(conn, queue, 1)}
+    return conn.execute(Q["retry_job"], p).rowcount == 1
+
+
+def remove_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
+    return conn.execute(Q["remove_job"], {"queue": queue, "id": job_id}).rowcount == 1
+
+
+def pause(conn: Conn, now: float, queue: str) -> None:
+    conn.execute(Q["pause"], {"queue": queue})
+
+
+def resume(conn: Conn, now: float, queue: str) -> None:
+    conn.execute(Q["resume"], {"queue": queue})
+
+
+def is_paused(conn: Conn, now: float, queue: str) -> bool:
+    return conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None
+
+
+def drain(conn: Conn, now: float, queue: str) -> int:
+    return conn.execute(Q["drain"], {"queue": queue}).rowcount
+
+
+def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float) -> int:
+    if state not in TERMINAL:
+        return 0
+    p = {"queue": queue, "state": state.value, "cutoff": now - older_than}
+    return conn.execute(Q["clean"], p).rowcount
+
+
+def obliterate(conn: Conn, now: float, queue: str) -> None:
+    for name in ("obliterate_jobs", "resume", "obliterate_counts", "obliterate_seq"):
+        conn.execute(Q[name], {"queue": queue})
+
+
+def list_queues(conn: Conn, now: float) -> list[str]:
+    return [r[0] for r in conn.execute(Q["list_queues"])]
+
+
+def register_worker(conn: Conn, now: float, info: WorkerInfo, ttl: float) -> None:
+    conn.execute(Q["prune_workers"], {"now": now})
+    conn.execute(
+        Q["register_worker"],
+        {
+            "id": info.id, "queues": json.dumps(list(info.queues)),
+            "concurrency": info.concurrency, "host": info.host, "pid": info.pid,
+            "started_at": info.started_at, "now": now, "expires_at": now + ttl,
+        },
+    )  # fmt: skip
+
+
+def unregister_worker(conn: Conn, now: float, worker_id: str) -> None:
+    conn.execute(Q["unregister_worker"], {"id": worker_id})
+
+
+def list_workers(conn: Conn, now: float) -> list[WorkerInfo]:
+    out: list[WorkerInfo] = []
+    for wid, queues, concurrency, host, pid, started_at, seen_at in conn.execute(
+        Q["list_workers"], {"now": now}
+    ):
+        names = tuple(str(q) for q in json.loads(queues))
+        out.append(WorkerInfo(wid, names, int(concurrency), host, int(pid), started_at, seen_at))
+    return out
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+def publish(conn: Conn, now: float, events: Sequence[bytes], keep: int) -> None:
+    conn.executemany(Q["insert_event"], [{"body": body} for body in events])
+    conn.execute(Q["trim_events"], {"keep": keep})
+
+
+def events_head(conn: Conn, now: float) -> int:
+    (head,) = conn.execute(Q["events_head"]).fetchone()
+    return int(head)
+
+
+def events_after(conn: Conn, now: float, after: int, limit: int) -> list[tuple[int, bytes]]:
+    return [
+        (int(i), bytes(body))
+        for i, body in conn.execute(Q["events_after"], {"after": after, "limit": limit})
+    ]
+
+
+# -- delivery store -------------------------------------------------------------------------
+
+
+def claim_delivered(
+    conn: Conn, now: float, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+) -> tuple[ClaimBatch, list[str]]:
+    if conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None:
+        return ClaimBatch([], now), []  # neither claimed nor stale: the caller offers it again
+    claimed: list[Job] = []
+    stale: list[str] = []
+    for job_id, token in deliveries:
+        p = {"queue": queue, "id": job_id, "token": token, "now": now, "worker_id": worker_id}
+        row = conn.execute(Q["claim_delivered"], p).fetchone()
+        bad = rows.problems(row) if row is not None else []
+        if row is None or bad:
+            if bad:
+                _fail_corrupt(conn, now, row, bad)
+            stale.append(job_id)
+        else:
+            claimed.append(rows.build(row))
+    return ClaimBatch(claimed, now), stale
+
+
+def promote_due(conn: Conn, now: float, queue: str, limit: int) -> list[Job]:
+    due = conn.execute(Q["due_delayed_page"], {"queue": queue, "now": now, "limit": limit})
+    rowids = [r[0] for r in due.fetchall()]
+    if not rowids:
+        return []
+    seq = allocate_seq(conn, queue, len(rowids))
+    promoted: list[Job] = []
+    for i, rowid in enumerate(rowids):
+        row = conn.execute(Q["promote_returning"], {"rowid": rowid, "seq": seq + i}).fetchone()
+        if row is None:
+            continue
+        bad = rows.problems(row)
+        if bad:
+            _fail_corrupt(conn, now, row, bad)
+        else:
+            promoted.append(rows.build(row))
+    return promoted

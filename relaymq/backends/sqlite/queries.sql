@@ -1,0 +1,348 @@
+-- Named queries of SQLiteBackend, loaded by sql.py. Each block starts with "-- name: <name>"
+-- and holds ONE statement; the comment lines after the name say what goes in and comes out.
+-- Parameters are named (:name). "<job>" below means the job columns in this order:
+--   queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+--   timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+--   progress, result, error, finished_at, rowid
+-- (rows.py reads them by position). Writes run inside begin_immediate ... COMMIT.
+
+-- name: pragma_wal
+-- In: nothing. Out: one row, the journal mode now in force ('wal' expected). Persistent.
+PRAGMA journal_mode = WAL;
+
+-- name: pragma_synchronous_normal
+-- WAL + NORMAL: a commit is in the OS before it returns, so a killed process loses nothing;
+-- a power cut or OS crash may lose the last commits (never corrupts the file).
+PRAGMA synchronous = NORMAL;
+
+-- name: pragma_synchronous_full
+-- WAL + FULL: the WAL is fsynced on every commit; survives power loss too, at a cost per commit.
+PRAGMA synchronous = FULL;
+
+-- name: schema_version
+-- Out: one row, the schema version (0 for a fresh file).
+PRAGMA user_version;
+
+-- name: begin_immediate
+-- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
+-- other writers wait up to the busy timeout, readers are never blocked (WAL).
+BEGIN IMMEDIATE;
+
+-- name: allocate_seq
+-- The per-queue FIFO allocator. In: :queue, :n (how many numbers to take).
+-- Out: one row, the LAST number taken; the block is (seq - n, seq].
+INSERT INTO queues (queue, seq) VALUES (:queue, :n)
+ON CONFLICT (queue) DO UPDATE SET seq = seq + excluded.seq
+RETURNING seq;
+
+-- name: existing_ids
+-- In: :queue, :ids (JSON array of job ids). Out: the ids among them that already exist.
+SELECT id FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: insert_job
+-- In: one new job. Out: nothing (the counts trigger adds it to its state).
+INSERT INTO jobs (queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+                  max_attempts, timeout)
+VALUES (:queue, :id, :task, :payload, :state, :priority, :seq, :now, :run_at, :ttl,
+        :max_attempts, :timeout);
+
+-- name: is_paused
+-- In: :queue. Out: one row when the queue is paused, none otherwise.
+SELECT 1 FROM pauses WHERE queue = :queue;
+
+-- name: due_delayed
+-- In: :queue, :now. Out: rowid of each delayed job due at :now, in promotion order.
+SELECT rowid FROM jobs
+WHERE queue = :queue AND state = 'delayed' AND run_at <= :now
+ORDER BY run_at, seq;
+
+-- name: promote
+-- In: :rowid, :seq (a fresh FIFO number). Out: nothing. The job joins the end of its line.
+UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
+WHERE rowid = :rowid AND state = 'delayed';
+
+-- name: claim
+-- In: :queue, :limit, :now, :worker_id. Out: <job> of each job taken (in no particular order).
+-- Takes the head of the line (priority, then FIFO) through jobs_waiting. A token or attempts
+-- value that is not an integer is left as it is, so the reader sees the damage and fails the job
+-- instead of handing out a made-up token.
+UPDATE jobs SET
+    state = 'active',
+    token = CASE WHEN typeof(token) = 'integer' THEN token + 1 ELSE token END,
+    attempts = CASE WHEN typeof(attempts) = 'integer' THEN attempts + 1 ELSE attempts END,
+    claimed_at = :now,
+    heartbeat_at = :now,
+    worker_id = :worker_id
+WHERE rowid IN (
+    SELECT rowid FROM jobs WHERE queue = :queue AND state = 'waiting'
+    ORDER BY priority, seq LIMIT :limit
+)
+RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
+          cancel_requested, progress, result, error, finished_at, rowid;
+
+-- name: fail_corrupt
+-- In: :rowid, :error, :now. Out: nothing. Moves an unreadable job out of every line into the DLQ.
+UPDATE jobs SET state = 'failed', error = :error, finished_at = :now, worker_id = NULL
+WHERE rowid = :rowid;
+
+-- name: heartbeat
+-- In: :queue, :id, :token, :now, :progress (NULL keeps the stored progress).
+-- Out: nothing; changes() is 1 when the claim is held, 0 when it is lost.
+UPDATE jobs SET heartbeat_at = :now, progress = coalesce(:progress, progress)
+WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
+
+-- name: job_status
+-- In: :queue, :id. Out: state, token, cancel_requested of the job, or no row.
+SELECT state, token, cancel_requested FROM jobs WHERE queue = :queue AND id = :id;
+
+-- name: settle_complete
+-- In: :queue, :id, :token, :result, :now. Out: nothing; changes() = 1 when applied (fenced).
+UPDATE jobs SET state = 'completed', result = :result, finished_at = :now, worker_id = NULL
+WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
+
+-- name: settle_finish
+-- FAIL, EXPIRE (the DLQ) and CANCEL. In: :queue, :id, :token, :state, :error, :now.
+-- Out: nothing; changes() = 1 when applied (fenced).
+UPDATE jobs SET state = :state, error = :error, finished_at = :now, worker_id = NULL
+WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
+
+-- name: settle_retry_delayed
+-- In: :queue, :id, :token, :error, :run_at. Out: nothing; changes() = 1 when applied (fenced).
+UPDATE jobs SET state = 'delayed', run_at = :run_at, error = :error, worker_id = NULL
+WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
+
+-- name: settle_retry_waiting
+-- In: :queue, :id, :token, :error, :seq (fresh FIFO number).
+-- Out: nothing; changes() = 1 when applied (fenced).
+UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq, error = :error, worker_id = NULL
+WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
+
+-- name: settle_release
+-- In: :queue, :id, :token. Out: nothing; changes() = 1 when applied (fenced).
+-- Keeps seq, so the job goes back to its old place in line; gives back the attempt.
+UPDATE jobs SET state = 'waiting', attempts = attempts - 1, worker_id = NULL
+WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
+
+-- name: wait_probe
+-- In: :queues (JSON array of queue names). Out: one row (ready, next_due): ready is 1 when an
+-- unpaused queue has a waiting job; next_due is the earliest run_at of a delayed job of an
+-- unpaused queue, or NULL. Index probes only (jobs_waiting, jobs_delayed).
+SELECT
+    EXISTS (
+        SELECT 1 FROM json_each(:queues) AS q
+        WHERE NOT EXISTS (SELECT 1 FROM pauses AS p WHERE p.queue = q.value)
+          AND EXISTS (SELECT 1 FROM jobs AS j WHERE j.queue = q.value AND j.state = 'waiting')
+    ) AS ready,
+    (
+        SELECT min((SELECT min(j.run_at) FROM jobs AS j
+                    WHERE j.queue = q.value AND j.state = 'delayed'))
+        FROM json_each(:queues) AS q
+        WHERE NOT EXISTS (SELECT 1 FROM pauses AS p WHERE p.queue = q.value)
+    ) AS next_due;
+
+-- name: stalled
+-- In: :queue, :cutoff. Out: <job> of each active job whose newer of heartbeat_at and
+-- claimed_at is older than :cutoff (jobs_active).
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs
+WHERE queue = :queue AND state = 'active' AND max(heartbeat_at, claimed_at) < :cutoff;
+
+-- name: recover_requeue
+-- In: :rowid, :token, :cutoff, :seq (fresh FIFO number). Out: nothing; changes() = 1 when the
+-- job was still active, with the same token and still stale, and is now waiting again.
+UPDATE jobs SET state = 'waiting', stalls = stalls + 1, worker_id = NULL, run_at = NULL,
+                seq = :seq
+WHERE rowid = :rowid AND state = 'active' AND token = :token
+  AND max(heartbeat_at, claimed_at) < :cutoff;
+
+-- name: recover_fail
+-- In: :rowid, :token, :cutoff, :error, :now. Out: nothing; changes() = 1 when the job was still
+-- active, same token, still stale, and is now failed (the poison-job guard).
+UPDATE jobs SET state = 'failed', error = :error, finished_at = :now, worker_id = NULL
+WHERE rowid = :rowid AND state = 'active' AND token = :token
+  AND max(heartbeat_at, claimed_at) < :cutoff;
+
+-- name: lock_take
+-- In: :name, :owner, :expires_at, :now. Out: one row when :owner holds the lease afterwards
+-- (taken, renewed or taken over after it lapsed), none when another owner holds it.
+INSERT INTO locks (name, owner, expires_at) VALUES (:name, :owner, :expires_at)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+    WHERE locks.owner = excluded.owner OR locks.expires_at <= :now
+RETURNING owner;
+
+-- name: lock_release
+-- In: :name, :owner. Out: nothing. Only the holder can give a lease up.
+DELETE FROM locks WHERE name = :name AND owner = :owner;
+
+-- name: get_job
+-- In: :queue, :id. Out: <job>, or no row.
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs WHERE queue = :queue AND id = :id;
+
+-- name: list_waiting
+-- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs WHERE queue = :queue AND state = 'waiting'
+ORDER BY priority, seq LIMIT :limit OFFSET :offset;
+
+-- name: list_delayed
+-- In: :queue, :limit, :offset. Out: <job> rows by run time (jobs_delayed).
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs WHERE queue = :queue AND state = 'delayed'
+ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
+
+-- name: list_active
+-- In: :queue, :limit, :offset. Out: <job> rows, oldest claim first. The active set is bounded
+-- by the workers' concurrency, so sorting it is cheap.
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs WHERE queue = :queue AND state = 'active'
+ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
+
+-- name: list_finished
+-- In: :queue, :state (a terminal state), :limit, :offset. Out: <job> rows, oldest finish first
+-- (jobs_finished; ties in insertion order).
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL
+ORDER BY finished_at, rowid LIMIT :limit OFFSET :offset;
+
+-- name: counts
+-- In: :queue. Out: (state, n) rows from the counts table; states never seen are absent.
+SELECT state, n FROM counts WHERE queue = :queue;
+
+-- name: cancel
+-- In: :queue, :id, :now. Out: nothing; changes() = 1 when a waiting, delayed or active job is
+-- now cancelled. An active job keeps cancel_requested = 1 so its worker's heartbeat learns why
+-- (SET reads the old state).
+UPDATE jobs SET state = 'cancelled', cancel_requested = (state = 'active'),
+                error = 'cancelled by request', finished_at = :now, worker_id = NULL
+WHERE queue = :queue AND id = :id AND state IN ('waiting', 'delayed', 'active');
+
+-- name: retry_job
+-- In: :queue, :id, :seq (fresh FIFO number). Out: nothing; changes() = 1 when a failed,
+-- expired or cancelled job is waiting again with its attempts and stalls reset.
+UPDATE jobs SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = 0,
+                finished_at = NULL, run_at = NULL, seq = :seq
+WHERE queue = :queue AND id = :id AND state IN ('failed', 'expired', 'cancelled');
+
+-- name: remove_job
+-- In: :queue, :id. Out: nothing; changes() = 1 when the job existed.
+DELETE FROM jobs WHERE queue = :queue AND id = :id;
+
+-- name: pause
+-- In: :queue. Out: nothing.
+INSERT INTO pauses (queue) VALUES (:queue) ON CONFLICT (queue) DO NOTHING;
+
+-- name: resume
+-- In: :queue. Out: nothing.
+DELETE FROM pauses WHERE queue = :queue;
+
+-- name: drain
+-- In: :queue. Out: nothing; changes() = the number of waiting and delayed jobs deleted.
+DELETE FROM jobs WHERE rowid IN (
+    SELECT rowid FROM jobs WHERE queue = :queue AND state = 'waiting'
+    UNION ALL
+    SELECT rowid FROM jobs WHERE queue = :queue AND state = 'delayed'
+);
+
+-- name: clean
+-- In: :queue, :state (terminal), :cutoff. Out: nothing; changes() = the number deleted.
+DELETE FROM jobs
+WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL AND finished_at < :cutoff;
+
+-- name: obliterate_jobs
+-- In: :queue. Out: nothing.
+DELETE FROM jobs WHERE queue = :queue;
+
+-- name: obliterate_counts
+-- In: :queue. Out: nothing.
+DELETE FROM counts WHERE queue = :queue;
+
+-- name: obliterate_seq
+-- In: :queue. Out: nothing.
+DELETE FROM queues WHERE queue = :queue;
+
+-- name: list_queues
+-- Out: the names of queues that hold jobs or are paused, sorted.
+SELECT queue FROM counts WHERE n > 0
+UNION
+SELECT queue FROM pauses
+ORDER BY queue;
+
+-- name: register_worker
+-- In: :id, :queues (JSON array), :concurrency, :host, :pid, :started_at, :now, :expires_at.
+-- Out: nothing.
+INSERT INTO workers (id, queues, concurrency, host, pid, started_at, seen_at, expires_at)
+VALUES (:id, :queues, :concurrency, :host, :pid, :started_at, :now, :expires_at)
+ON CONFLICT (id) DO UPDATE SET
+    queues = excluded.queues, concurrency = excluded.concurrency, host = excluded.host,
+    pid = excluded.pid, started_at = excluded.started_at, seen_at = excluded.seen_at,
+    expires_at = excluded.expires_at;
+
+-- name: prune_workers
+-- In: :now. Out: nothing. Deletes registrations that lapsed.
+DELETE FROM workers WHERE expires_at <= :now;
+
+-- name: unregister_worker
+-- In: :id. Out: nothing.
+DELETE FROM workers WHERE id = :id;
+
+-- name: list_workers
+-- In: :now. Out: (id, queues JSON, concurrency, host, pid, started_at, seen_at) per live worker.
+SELECT id, queues, concurrency, host, pid, started_at, seen_at
+FROM workers WHERE expires_at > :now ORDER BY id;
+
+-- name: insert_event
+-- In: :body. Out: nothing.
+INSERT INTO events (body) VALUES (:body);
+
+-- name: trim_events
+-- In: :keep. Out: nothing. Keeps the newest :keep events (a rowid range delete: cheap).
+DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - :keep;
+
+-- name: events_head
+-- Out: one row, the id of the newest event (0 when there is none).
+SELECT coalesce(max(id), 0) FROM events;
+
+-- name: events_after
+-- In: :after, :limit. Out: (id, body) of the events newer than :after, oldest first.
+SELECT id, body FROM events WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: claim_delivered
+-- DeliveryStore. In: :queue, :id, :token (the token the delivery was published for), :now,
+-- :worker_id. Out: <job> when the job was waiting with exactly that token and is now active;
+-- no row for a stale delivery (gone, not waiting, or another token).
+UPDATE jobs SET
+    state = 'active', token = token + 1, attempts = attempts + 1,
+    claimed_at = :now, heartbeat_at = :now, worker_id = :worker_id
+WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
+RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
+          cancel_requested, progress, result, error, finished_at, rowid;
+
+-- name: due_delayed_page
+-- DeliveryStore. In: :queue, :now, :limit. Out: rowid of up to :limit due delayed jobs, in
+-- promotion order.
+SELECT rowid FROM jobs
+WHERE queue = :queue AND state = 'delayed' AND run_at <= :now
+ORDER BY run_at, seq LIMIT :limit;
+
+-- name: promote_returning
+-- DeliveryStore. In: :rowid, :seq (a fresh FIFO number). Out: <job> of the promoted job.
+UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
+WHERE rowid = :rowid AND state = 'delayed'
+RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
+          cancel_requested, progress, result, error, finished_at, rowid;

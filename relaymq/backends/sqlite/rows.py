@@ -1,0 +1,109 @@
+"""Reading job rows back: every field is checked, because the file is not trusted.
+
+SQLite columns are loosely typed, so a row damaged by a tool, a bug or a bad migration can hold
+text where a number belongs or a state nobody knows. ``to_job`` refuses such a row with
+``CorruptRecordError`` naming the field; ``to_job_lenient`` (listings for operators) substitutes
+a neutral value and says what was wrong in ``Job.extra["corrupt"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relaymq.errors import CorruptRecordError
+from relaymq.job import Job, JobState
+
+# The column order of "<job>" in queries.sql.
+COLUMNS = (
+    "queue", "id", "task", "payload", "state", "priority", "seq", "created_at", "run_at", "ttl",
+    "max_attempts", "timeout", "attempts", "token", "claimed_at", "heartbeat_at", "worker_id",
+    "stalls", "cancel_requested", "progress", "result", "error", "finished_at", "rowid",
+)  # fmt: skip
+ROWID = COLUMNS.index("rowid")
+PRIORITY = COLUMNS.index("priority")
+SEQ = COLUMNS.index("seq")
+
+_STATES = {s.value: s for s in JobState}
+
+# What each column may hold: (python types allowed, nullable, neutral value for listings).
+_KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
+    "queue": ((str,), False, ""),
+    "id": ((str,), False, ""),
+    "task": ((str,), False, ""),
+    "payload": ((bytes,), False, b""),
+    "priority": ((int,), False, 0),
+    "seq": ((int,), False, 0),
+    "created_at": ((float, int), False, 0.0),
+    "run_at": ((float, int), True, None),
+    "ttl": ((float, int), True, None),
+    "max_attempts": ((int,), False, 1),
+    "timeout": ((float, int), True, None),
+    "attempts": ((int,), False, 0),
+    "token": ((int,), False, -1),
+    "claimed_at": ((float, int), True, None),
+    "heartbeat_at": ((float, int), True, None),
+    "worker_id": ((str,), True, None),
+    "stalls": ((int,), False, 0),
+    "cancel_requested": ((int,), False, 0),
+    "progress": ((bytes,), True, None),
+    "result": ((bytes,), True, None),
+    "error": ((str,), True, None),
+    "finished_at": ((float, int), True, None),
+}
+_FLOATS = frozenset(name for name, (types, _, _) in _KINDS.items() if float in types)
+_CHECKS = tuple(
+    (i, name, *_KINDS[name]) for i, name in enumerate(COLUMNS[:ROWID]) if name in _KINDS
+)
+
+
+def problems(row: tuple[Any, ...]) -> list[str]:
+    """What is wrong with ``row``, one phrase per bad field; empty for a sound row."""
+    found: list[str] = []
+    state = row[4]
+    if state not in _STATES:
+        found.append(f"state is {state!r}, not a job state")
+    for i, name, types, nullable, _ in _CHECKS:
+        value = row[i]
+        if type(value) not in types and not (value is None and nullable):
+            found.append(f"{name} is {value!r}, not {'/'.join(t.__name__ for t in types)}")
+    return found
+
+
+def to_job(row: tuple[Any, ...]) -> Job:
+    """The ``Job`` stored in ``row``; ``CorruptRecordError`` when any field is unreadable."""
+    bad = problems(row)
+    if bad:
+        raise CorruptRecordError(describe(row, bad))
+    return build(row)
+
+
+def to_job_lenient(row: tuple[Any, ...], state: JobState) -> Job:
+    """Like ``to_job``, but a bad field gets a neutral value and the damage goes into ``extra``.
+
+    Only for listings shown to operators (the row was selected by ``state``); never for claims.
+    """
+    bad = problems(row)
+    if not bad:
+        return build(row)
+    fixed = list(row)
+    fixed[4] = state.value
+    for i, _, types, nullable, neutral in _CHECKS:
+        if type(row[i]) not in types and not (row[i] is None and nullable):
+            fixed[i] = neutral
+    return build(tuple(fixed), {"corrupt": "; ".join(bad)})
+
+
+def describe(row: tuple[Any, ...], bad: list[str]) -> str:
+    """The reason stored with (and raised for) an unreadable job."""
+    return f"corrupt record for job {row[1]!r} in queue {row[0]!r}: {'; '.join(bad)}"
+
+
+def build(row: tuple[Any, ...], extra: dict[str, str] | None = None) -> Job:
+    """The ``Job`` of a row that ``problems`` found sound."""
+    v = {name: row[i] for i, name in enumerate(COLUMNS[:ROWID])}
+    for name in _FLOATS:
+        if v[name] is not None:
+            v[name] = float(v[name])
+    v["state"] = _STATES[v["state"]]
+    v["cancel_requested"] = bool(v["cancel_requested"])
+    return Job(**v, extra=extra or {})

@@ -1,0 +1,30 @@
+"""The ``relaymq`` command: ``main(argv) -> int``. Every option has a RELAYMQ_* twin."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from relaymq.cli.app import cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code instead of exiting (tests call this)."""
+    try:
+        cli.main(args=argv, prog_name="relaymq", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""``relaymq demo``: at-least-once delivery shown on the embedded SQLite backend."""

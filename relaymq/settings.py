@@ -1,0 +1,82 @@
+"""Settings, with the seed's names; every field has a ``RELAYMQ_<NAME>`` environment twin."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from relaymq.errors import ConfigError
+
+DEFAULT_BACKEND_URL = "sqlite:///relaymq.db"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    backend: str = DEFAULT_BACKEND_URL
+    """Backend URL (``RELAYMQ_BACKEND``)."""
+    concurrency: int = 10
+    """Jobs one worker runs at once."""
+    enable_stalled_check: bool = True
+    """Run stalled recovery in this worker (elected per queue through the backend's lock)."""
+    stalled_threshold: float = 30.0
+    """Seconds without a heartbeat after which an active job counts as stalled."""
+    heartbeat_interval: float = 5.0
+    """Seconds between heartbeats; must be well inside ``stalled_threshold``."""
+    stalled_check_interval: float = 10.0
+    """Seconds between stalled-recovery passes."""
+    shutdown_timeout: float = 10.0
+    """Seconds a stopping worker waits for running jobs before releasing their claims."""
+    max_stalled: int = 3
+    """Recoveries a job may go through before it fails into the DLQ (poison-job guard)."""
+    max_payload_bytes: int = 1024 * 1024
+    """Largest serialized job payload accepted at enqueue (below every backend's own limit)."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError("concurrency must be at least 1")
+        if self.stalled_threshold <= 0 or self.heartbeat_interval <= 0:
+            raise ConfigError("stalled_threshold and heartbeat_interval must be positive")
+        if self.heartbeat_interval * 2 > self.stalled_threshold:
+            raise ConfigError(
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be at most half of "
+                f"stalled_threshold ({self.stalled_threshold}s), or live jobs look stalled"
+            )
+        if self.stalled_check_interval <= 0 or self.shutdown_timeout < 0:
+            raise ConfigError("stalled_check_interval must be positive, shutdown_timeout >= 0")
+        if self.max_stalled < 0 or self.max_payload_bytes < 1:
+            raise ConfigError("max_stalled must be >= 0 and max_payload_bytes >= 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``RELAYMQ_*`` variables, then ``overrides`` (None values ignored)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"RELAYMQ_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse(f.name, f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _parse(name: str, kind: object, raw: str) -> Any:
+    try:
+        if kind in (bool, "bool"):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return float(raw)
+        return raw
+    except ValueError as e:
+        raise ConfigError(f"RELAYMQ_{name.upper()}={raw!r} is not a valid {kind}") from e

@@ -1,0 +1,234 @@
+"""Tasks: registered functions with default options, and the typed way to enqueue them.
+
+    @task(queue="emails", retries=3)
+    async def send(to: str) -> None: ...
+
+    await send.enqueue("a@example.com")                  # checked against send's signature
+    await send.with_options(delay=60, job_id="welcome-a").enqueue("a@example.com")
+
+A handler whose first parameter is annotated ``JobContext`` receives one; it is not part of the
+arguments given to ``enqueue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from relaymq.errors import ConfigError, TaskNotFoundError
+from relaymq.retry import DEFAULT_BACKOFF, Backoff
+
+if TYPE_CHECKING:
+    from relaymq.backends.base import Backend
+    from relaymq.queue import JobHandle
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Per-job options; a task holds the defaults, ``with_options`` overrides them."""
+
+    queue: str = DEFAULT_QUEUE
+    retries: int = 0
+    backoff: Backoff | float = DEFAULT_BACKOFF
+    ttl: float | None = None
+    timeout: float | None = None
+    priority: int = 0
+    delay: float = 0.0
+    job_id: str | None = None
+    backend: Backend | None = None
+
+
+class JobContext:
+    """What a running handler may know and do about its own job."""
+
+    def __init__(
+        self,
+        job_id: str,
+        queue: str,
+        task: str,
+        attempt: int,
+        report: Callable[[Any], None],
+    ) -> None:
+        self.job_id = job_id
+        self.queue = queue
+        self.task = task
+        self.attempt = attempt
+        self._report = report
+        self._cancelled = False
+
+    def progress(self, value: Any) -> None:
+        """Record progress (any serializable value); stored with the next heartbeat and
+        published as ``job:progress``. Safe to call from a plain function's thread."""
+        self._report(value)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled or its claim lost: a plain function should stop."""
+        return self._cancelled
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[R]):
+    """One invocation of a task, ready to enqueue (``Queue.add`` / ``Queue.add_bulk``)."""
+
+    task: Task[Any, R]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: Options
+
+
+class Task(Generic[P, R]):
+    """A registered function plus default options."""
+
+    def __init__(
+        self, fn: Callable[..., Any], name: str, options: Options, takes_context: bool
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.takes_context = takes_context
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.options.queue}>"
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+        """An invocation to pass to ``Queue.add_bulk`` (arguments checked by type checkers)."""
+        return Call(self, args, kwargs, self.options)
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """Enqueue one job on the task's backend (or the default one); returns its handle."""
+        from relaymq.queue import Queue, default_backend
+
+        backend = self.options.backend or await default_backend()
+        return await Queue(self.options.queue, backend).add(self.call(*args, **kwargs))
+
+    def with_options(
+        self,
+        *,
+        queue: str | None = None,
+        delay: float | None = None,
+        job_id: str | None = None,
+        priority: int | None = None,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        backoff: Backoff | float | None = None,
+        backend: Backend | None = None,
+    ) -> Task[P, R]:
+        """A copy of this task whose next enqueues use these options."""
+        changes: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "queue": queue, "delay": delay, "job_id": job_id, "priority": priority,
+                "ttl": ttl, "timeout": timeout, "retries": retries, "backoff": backoff,
+                "backend": backend,
+            }.items()
+            if v is not None
+        }  # fmt: skip
+        return Task(self.fn, self.name, dataclasses.replace(self.options, **changes),
+                    self.takes_context)  # fmt: skip
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Call the function directly, as if it were not a task (a coroutine if async)."""
+        return self.fn(*args, **kwargs)
+
+
+REGISTRY: dict[str, Task[Any, Any]] = {}
+"""Every task defined in this process, by name."""
+
+
+class _Decorator:
+    def __init__(self, name: str | None, options: Options) -> None:
+        self.name = name
+        self.options = options
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, R]]
+    ) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[JobContext, P], R]) -> Task[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> Task[P, R]: ...
+    def __call__(self, fn: Callable[..., Any]) -> Task[Any, Any]:
+        name = self.name or f"{fn.__module__}:{fn.__qualname__}"
+        t: Task[Any, Any] = Task(fn, name, self.options, _takes_context(fn))
+        REGISTRY[name] = t
+        return t
+
+
+def task(
+    name: str | None = None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    retries: int = 0,
+    backoff: Backoff | float = DEFAULT_BACKOFF,
+    ttl: float | None = None,
+    timeout: float | None = None,
+    priority: int = 0,
+    backend: Backend | None = None,
+) -> _Decorator:
+    """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``,
+    so a worker can import it on demand."""
+    if retries < 0:
+        raise ConfigError("retries must be >= 0")
+    options = Options(
+        queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
+        priority=priority, backend=backend,
+    )  # fmt: skip
+    return _Decorator(name, options)
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return False
+    annotation = params[0].annotation
+    return annotation is JobContext or (
+        isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "JobContext"
+    )
+
+
+def resolve(name: str) -> Task[Any, Any]:
+    """The task called ``name``: registered already, or imported from its ``module:attr`` path.
+
+    Only functions decorated with ``@task`` can be run, never arbitrary callables.
+    """
+    found = REGISTRY.get(name)
+    if found is not None:
+        return found
+    module_name, sep, attr = name.partition(":")
+    if not sep:
+        raise TaskNotFoundError(f"unknown task {name!r}: not registered in this worker")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise TaskNotFoundError(f"unknown task {name!r}: cannot import {module_name!r}: {e}") from e
+    found = REGISTRY.get(name)
+    obj = getattr(module, attr, None) if found is None else found
+    if not isinstance(obj, Task):
+        raise TaskNotFoundError(f"unknown task {name!r}: {module_name} has no @task {attr!r}")
+    return obj
+
+
+async def invoke(t: Task[Any, Any], ctx: JobContext, args: list[Any], kw: dict[str, Any]) -> Any:
+    """Run the handler: awaited when async, in the default thread pool when plain."""
+    if t.takes_context:
+        args = [ctx, *args]
+    if t.is_async:
+        coro: Awaitable[Any] = t.fn(*args, **kw)
+        return await coro
+    return await asyncio.to_thread(t.fn, *args, **kw)

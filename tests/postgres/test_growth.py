@@ -1,0 +1,106 @@
+"""Backend-specific behaviour: retention of finished jobs, bytes that text would reject,
+events too large for a NOTIFY payload, counters that stay exact without scanning."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest_asyncio
+
+from relaymq.backends.base import Beat, Outcome, Settle
+from relaymq.backends.postgres import PostgresBackend
+from relaymq.job import JobState
+from relaymq.testing import FakeClock
+from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
+from tests.support.jobs import new_job
+
+Make = Callable[..., PostgresBackend]
+
+
+@pytest_asyncio.fixture
+async def make(postgres_case: None) -> AsyncIterator[Callable[..., object]]:
+    await ensure_database()
+    schema = f"g_{uuid.uuid4().hex[:12]}"
+    made: list[PostgresBackend] = []
+
+    async def build(**options: object) -> PostgresBackend:
+        b = PostgresBackend(f"{SERVER}/{DATABASE}?schema={schema}&migrate=true", **options)
+        await b.connect()
+        made.append(b)
+        return b
+
+    yield build
+    for b in made:
+        await b.close()
+    await drop_schema(schema)
+
+
+async def test_finished_jobs_are_pruned_after_retention(make: Make, clock: FakeClock) -> None:
+    backend = await make(clock=clock, retention=10)
+    q = "retained"
+    await backend.enqueue([new_job(q, f"j{i}") for i in range(7)])
+    jobs = (await backend.claim([q], "w", 5)).jobs
+    await backend.settle([Settle(j.claim, Outcome.COMPLETE) for j in jobs[:3]])
+    await backend.settle([Settle(j.claim, Outcome.FAIL, error="x") for j in jobs[3:4]])
+    clock.advance(5)
+    assert await backend.prune() == 0  # not old enough yet
+    clock.advance(6)
+    assert await backend.prune() == 4
+    counts = await backend.counts(q)
+    assert counts == {**{s: 0 for s in JobState}, JobState.WAITING: 2, JobState.ACTIVE: 1}
+    assert await backend.get_job(q, jobs[0].id) is None
+    assert await backend.get_job(q, jobs[4].id) is not None  # still active: untouched
+
+
+async def test_bytes_with_nul_round_trip(make: Make) -> None:
+    backend = await make()
+    q = "bytes"
+    raw = b"\x00\xff\xfe nul \x00 end"
+    await backend.enqueue([new_job(q, "nul", payload=raw)])
+    [job] = (await backend.claim([q], "w", 1)).jobs
+    assert job.payload == raw
+    await backend.heartbeat([Beat(job.claim, progress=raw)])
+    await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=raw)])
+    stored = await backend.get_job(q, "nul")
+    assert stored is not None and (stored.payload, stored.progress, stored.result) == (raw,) * 3
+
+
+async def test_large_binary_and_repeated_events_arrive_in_order(make: Make) -> None:
+    publisher, listener = await make(), await make()
+    sub = await listener.subscribe()
+    try:
+        events = [b'{"n":1}', b"\x00binary\xff", b"x" * 20_000, b'{"n":1}', b'{"n":2}']
+        await publisher.publish(events)
+        got = [await asyncio.wait_for(anext(sub), 10) for _ in events]
+        assert got == events
+    finally:
+        await sub.aclose()
+
+
+async def test_counts_stay_exact_under_concurrent_claims(make: Make) -> None:
+    clients = [await make() for _ in range(3)]
+    q = "counted"
+    await clients[0].enqueue([new_job(q) for _ in range(300)])
+
+    async def work(b: PostgresBackend) -> None:
+        while jobs := (await b.claim([q], "w", 7)).jobs:
+            outcome = Outcome.COMPLETE if len(jobs) % 2 else Outcome.FAIL
+            await b.settle([Settle(j.claim, outcome, error="e") for j in jobs])
+
+    await asyncio.gather(*(work(clients[i % 3]) for i in range(6)))
+    counts = await clients[1].counts(q)
+    assert counts[JobState.COMPLETED] + counts[JobState.FAILED] == 300
+    assert sum(counts.values()) == 300
+
+
+async def test_wait_wakes_when_a_delayed_job_falls_due(make: Make) -> None:
+    backend = await make()
+    q = "soon"
+    await backend.enqueue([new_job(q, delay=0.3)])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(backend.wait([q], 30), 5)
+    assert 0.2 <= loop.time() - started < 3
+    assert len((await backend.claim([q], "w", 5)).jobs) == 1

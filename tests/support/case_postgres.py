@@ -1,0 +1,92 @@
+"""PostgreSQL case: the shared server on 127.0.0.1:5432, database ``relaymq_test`` (created
+when missing), one schema per test (search_path on the pool), dropped when the test's last
+handle closes. ``RELAYMQ_TEST_POSTGRES`` points at another server."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from relaymq.backends.base import Backend, Clock
+from relaymq.backends.postgres import PostgresBackend
+from tests.support.cases import BackendCase
+
+SERVER = os.environ.get("RELAYMQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+DATABASE = "relaymq_test"
+_open: dict[str, int] = {}  # schema -> open handles
+_database_ready = False
+
+
+def schema_for(tmp: Path) -> str:
+    return "t_" + hashlib.sha1(str(tmp).encode()).hexdigest()[:16]
+
+
+def url(tmp: Path) -> str:
+    return f"{SERVER}/{DATABASE}?schema={schema_for(tmp)}&migrate=true"
+
+
+async def ensure_database() -> None:
+    global _database_ready
+    if _database_ready:
+        return
+    con = await asyncpg.connect(f"{SERVER}/postgres")
+    try:
+        exists = await con.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE)
+        if not exists:
+            try:
+                await con.execute(f'CREATE DATABASE "{DATABASE}"')
+            except asyncpg.DuplicateDatabaseError:
+                pass
+    finally:
+        await con.close()
+    _database_ready = True
+
+
+async def drop_schema(schema: str) -> None:
+    con = await asyncpg.connect(f"{SERVER}/{DATABASE}")
+    try:
+        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await con.close()
+
+
+class _TestBackend(PostgresBackend):
+    """Drops the test's schema when the last handle on it closes."""
+
+    _closed = False
+
+    async def close(self) -> None:
+        await super().close()
+        if self._closed:
+            return
+        self._closed = True
+        schema = self.options.schema
+        _open[schema] -= 1
+        if _open[schema] == 0:
+            del _open[schema]
+            await drop_schema(schema)
+
+
+async def make(clock: Clock | None, tmp: Path) -> Backend:
+    await ensure_database()
+    backend = _TestBackend(url(tmp), clock=clock)
+    await backend.connect()
+    _open[backend.options.schema] = _open.get(backend.options.schema, 0) + 1
+    return backend
+
+
+def unavailable() -> str | None:
+    parts = urlsplit(SERVER)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), 2):
+            return None
+    except OSError as e:
+        return f"no PostgreSQL at {SERVER}: {e}"
+
+
+CASE = BackendCase(name="postgres", make=make, unavailable=unavailable, url=url)

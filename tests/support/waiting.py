@@ -1,0 +1,56 @@
+"""Waiting in tests without sleeping: re-check a condition each time the backend says
+something happened (any event), with a deadline that names what was awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from relaymq import events
+from relaymq.backends.base import Backend
+from relaymq.job import JobState
+
+Check = Callable[[], bool | Awaitable[bool]]
+
+RECHECK = 0.25
+"""Also re-check this often, for conditions no event announces (a handler's own state)."""
+
+
+class Watch:
+    def __init__(self, backend: Backend, subscription: events.Subscription) -> None:
+        self.backend = backend
+        self.events = subscription
+
+    async def until(self, check: Check, what: str, within: float = 10.0) -> None:
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    result = check()
+                    if await result if inspect.isawaitable(result) else result:
+                        return
+                    try:
+                        async with asyncio.timeout(RECHECK):
+                            await anext(self.events)
+                    except TimeoutError:
+                        pass
+        except TimeoutError:
+            raise AssertionError(f"gave up after {within}s waiting for {what}") from None
+
+    async def state(self, queue: str, job_id: str, state: JobState, within: float = 10) -> None:
+        async def reached() -> bool:
+            job = await self.backend.get_job(queue, job_id)
+            return job is not None and job.state is state
+
+        await self.until(reached, f"job {queue}/{job_id} to be {state.value}", within)
+
+
+@asynccontextmanager
+async def watch(backend: Backend) -> AsyncIterator[Watch]:
+    """Subscribe first, then act, then ``await w.until(...)``: no event can be missed."""
+    subscription = await events.subscribe(backend)
+    try:
+        yield Watch(backend, subscription)
+    finally:
+        await subscription.aclose()

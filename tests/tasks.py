@@ -1,0 +1,98 @@
+"""Tasks the worker tests run. ``LEDGER`` counts side effects per key, in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from relaymq import JobContext, task
+
+LEDGER: Counter[str] = Counter()
+RUNNING: Counter[str] = Counter()
+PEAK: Counter[str] = Counter()
+GATES: dict[str, asyncio.Event] = {}
+_lock = threading.Lock()
+
+
+def gate(key: str) -> asyncio.Event:
+    """An event a test sets to let ``wait_for_gate`` jobs finish."""
+    return GATES.setdefault(key, asyncio.Event())
+
+
+@task(queue="tests")
+async def add(a: int, b: int) -> int:
+    LEDGER[f"add:{a}:{b}"] += 1
+    return a + b
+
+
+@task(queue="tests")
+def multiply(a: int, b: int) -> int:
+    """A plain function: runs in the thread pool."""
+    assert threading.current_thread() is not threading.main_thread()
+    return a * b
+
+
+@task(queue="tests", retries=2, backoff=0.01)
+async def fail_once(key: str) -> int:
+    LEDGER[key] += 1
+    if LEDGER[key] == 1:
+        raise RuntimeError(f"first attempt of {key} fails")
+    return LEDGER[key]
+
+
+@task(queue="tests")
+async def with_context(ctx: JobContext, label: str) -> dict[str, Any]:
+    ctx.progress({"label": label, "pct": 50})
+    return {"job_id": ctx.job_id, "attempt": ctx.attempt, "queue": ctx.queue}
+
+
+@task(queue="tests", retries=1, backoff=0.01)
+async def always_fail(key: str) -> None:
+    LEDGER[key] += 1
+    raise ValueError(f"{key} always fails")
+
+
+@task(queue="tests")
+async def wait_for_gate(key: str) -> str:
+    """Counts how many run at once, then blocks until the test opens the gate."""
+    LEDGER[key] += 1
+    with _lock:
+        RUNNING[key] += 1
+        PEAK[key] = max(PEAK[key], RUNNING[key])
+    try:
+        await gate(key).wait()
+    finally:
+        with _lock:
+            RUNNING[key] -= 1
+    return key
+
+
+@task(queue="tests", timeout=0.2)
+async def too_slow(key: str) -> None:
+    LEDGER[key] += 1
+    await asyncio.sleep(30)
+
+
+@task(queue="tests")
+async def bad_result(key: str) -> object:
+    LEDGER[key] += 1
+    return object()
+
+
+@task(queue="tests")
+def blocking_sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@task(queue="tests")
+def hang_first_attempt(ctx: JobContext, marker: str) -> int:
+    """First attempt: leaves a side-effect mark, then hangs (the test kills its process)."""
+    with open(marker, "a") as f:
+        f.write(f"{ctx.attempt}\n")
+    if ctx.attempt == 1:
+        time.sleep(3600)
+    return ctx.attempt

@@ -1,0 +1,297 @@
+"""The worker on every backend: outcomes, retries, bad input, TTL, cancellation, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from relaymq import (
+    JobCancelledError,
+    JobExpiredError,
+    JobFailedError,
+    JobState,
+    Queue,
+    SerializationError,
+)
+from relaymq.backends.base import Backend
+from relaymq.errors import PayloadTooLargeError
+from tests import tasks
+from tests.support.jobs import new_job
+from tests.support.waiting import watch
+from tests.worker.conftest import RunWorker
+
+
+def key() -> str:
+    return uuid.uuid4().hex
+
+
+async def wait_state(
+    backend: Backend, queue: str, job_id: str, state: JobState, within: float = 10
+) -> None:
+    async with watch(backend) as w:
+        await w.state(queue, job_id, state, within)
+
+
+async def test_completes_async_and_plain_functions(queue: Queue, run_worker: RunWorker) -> None:
+    async with run_worker():
+        h1 = await queue.add(tasks.add.call(2, 3))
+        h2 = await queue.add(tasks.multiply.call(4, 5))
+        assert await h1.result(timeout=10) == 5
+        assert await h2.result(timeout=10) == 20
+    job = await h1.job()
+    assert (job.state, job.attempts) == (JobState.COMPLETED, 1)
+
+
+async def test_context_gives_attempt_and_records_progress(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    async with run_worker():
+        handle = await queue.add(tasks.with_context.call("x"))
+        result = await handle.result(timeout=10)
+    assert result == {"job_id": handle.id, "attempt": 1, "queue": queue.name}
+
+
+async def test_failure_is_retried_then_succeeds(queue: Queue, run_worker: RunWorker) -> None:
+    k = key()
+    async with run_worker():
+        handle = await queue.add(tasks.fail_once.call(k))
+        assert await handle.result(timeout=10) == 2
+    job = await handle.job()
+    assert job.attempts == 2 and tasks.LEDGER[k] == 2
+    assert job.error is not None and "first attempt" in job.error
+
+
+async def test_exhausted_retries_fail_into_the_dlq(queue: Queue, run_worker: RunWorker) -> None:
+    k = key()
+    async with run_worker():
+        handle = await queue.add(tasks.always_fail.call(k))
+        with pytest.raises(JobFailedError, match="always fails"):
+            await handle.result(timeout=10)
+    assert tasks.LEDGER[k] == 2  # retries=1: two attempts
+    assert [j.id for j in await queue.list_jobs(JobState.FAILED)] == [handle.id]
+
+
+async def test_unknown_task_fails_into_the_dlq_naming_it(
+    live: Backend, q: str, run_worker: RunWorker
+) -> None:
+    await live.enqueue([new_job(q, "ghost", task="tests.nowhere:missing", max_attempts=5)])
+    async with run_worker():
+        await wait_state(live, q, "ghost", JobState.FAILED)
+    job = await live.get_job(q, "ghost")
+    assert job is not None and job.attempts == 1  # no requeue loop
+    assert job.error is not None and "tests.nowhere:missing" in job.error
+
+
+async def test_undecodable_payload_fails_and_others_go_on(
+    live: Backend, q: str, queue: Queue, run_worker: RunWorker
+) -> None:
+    await live.enqueue([new_job(q, "garbled", task=tasks.add.name, payload=b"\xff{not json")])
+    good = await queue.add(tasks.add.call(1, 1))
+    async with run_worker():
+        assert await good.result(timeout=10) == 2
+        await wait_state(live, q, "garbled", JobState.FAILED)
+    job = await live.get_job(q, "garbled")
+    assert job is not None and job.error is not None and "payload" in job.error
+
+
+async def test_expired_job_goes_to_the_dlq_without_running(
+    live: Backend, q: str, queue: Queue, run_worker: RunWorker
+) -> None:
+    k = key()
+    tasks.gate(k).set()
+    handle = await queue.add(tasks.wait_for_gate.with_options(ttl=0.05).call(k))
+    await asyncio.sleep(0.1)  # a short real TTL is what this test is about: let it pass
+    async with run_worker():
+        with pytest.raises(JobExpiredError):
+            await handle.result(timeout=10)
+    assert tasks.LEDGER[k] == 0  # the handler never ran
+    job = await handle.job()
+    assert job.state is JobState.EXPIRED and job.attempts == 1
+    assert [j.id for j in await queue.list_jobs(JobState.EXPIRED)] == [handle.id]
+
+
+async def test_cancelled_waiting_job_never_starts(queue: Queue, run_worker: RunWorker) -> None:
+    k = key()
+    handle = await queue.add(tasks.wait_for_gate.call(k))
+    await queue.cancel(handle.id)
+    async with run_worker():
+        with pytest.raises(JobCancelledError):
+            await handle.result(timeout=10)
+        after = await queue.add(tasks.add.call(0, 0))
+        await after.result(timeout=10)  # the worker ran later work: it saw and skipped ours
+    assert tasks.LEDGER[k] == 0
+
+
+async def test_cancelling_an_active_job_stops_its_handler(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    k = key()
+    async with run_worker() as worker:
+        handle = await queue.add(tasks.wait_for_gate.call(k))
+        await wait_state(queue.backend, queue.name, handle.id, JobState.ACTIVE)
+        await queue.cancel(handle.id)
+        with pytest.raises(JobCancelledError):
+            await handle.result(timeout=10)
+        async with asyncio.timeout(5):  # the heartbeat telling the worker to stop the handler
+            await worker.wait_idle()
+    assert tasks.RUNNING[k] == 0 and tasks.LEDGER[k] == 1
+    assert (await handle.job()).state is JobState.CANCELLED
+
+
+async def test_timeout_counts_as_a_failed_attempt(queue: Queue, run_worker: RunWorker) -> None:
+    k = key()
+    async with run_worker():
+        handle = await queue.add(tasks.too_slow.call(k))
+        with pytest.raises(JobFailedError, match="timed out"):
+            await handle.result(timeout=10)
+    assert tasks.LEDGER[k] == 1
+
+
+async def test_unserialisable_result_fails_with_reason(queue: Queue, run_worker: RunWorker) -> None:
+    async with run_worker():
+        handle = await queue.add(tasks.bad_result.call(key()))
+        with pytest.raises(JobFailedError, match="result cannot be serialized"):
+            await handle.result(timeout=10)
+
+
+async def test_unserialisable_arguments_are_rejected_and_nothing_stored(queue: Queue) -> None:
+    with pytest.raises(SerializationError, match="cannot serialize"):
+        await queue.add(tasks.add.call(object(), 1))  # type: ignore[arg-type]
+    with pytest.raises(SerializationError):
+        await queue.add_bulk([tasks.add.call(1, 1), tasks.add.call("\ud800", 1)])  # type: ignore[arg-type]
+    assert sum((await queue.counts()).values()) == 0
+
+
+async def test_oversized_payload_is_rejected(queue: Queue) -> None:
+    small = Queue(queue.name, queue.backend, settings=queue.settings.replace(max_payload_bytes=64))
+    with pytest.raises(PayloadTooLargeError):
+        await small.add(tasks.add.call(1, "x" * 100))  # type: ignore[arg-type]
+    assert sum((await queue.counts()).values()) == 0
+
+
+async def test_nul_characters_round_trip(queue: Queue, run_worker: RunWorker) -> None:
+    async with run_worker():
+        handle = await queue.add(tasks.add.call("a\x00", "\x00b"))  # type: ignore[arg-type]
+        assert await handle.result(timeout=10) == "a\x00\x00b"
+
+
+async def test_claims_are_sized_to_free_slots(queue: Queue, run_worker: RunWorker) -> None:
+    k = key()
+    async with run_worker(concurrency=3), watch(queue.backend) as w:
+        handles = await queue.add_bulk([tasks.wait_for_gate.call(k) for _ in range(7)])
+        await w.until(lambda: tasks.RUNNING[k] >= 3, "three handlers running")
+        counts = await queue.counts()
+        assert (counts[JobState.ACTIVE], counts[JobState.WAITING]) == (3, 4)
+        tasks.gate(k).set()
+        for h in handles:
+            await h.result(timeout=10)
+    assert tasks.PEAK[k] == 3 and tasks.LEDGER[k] == 7
+
+
+async def test_graceful_shutdown_releases_unfinished_claims(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    k = key()
+    async with run_worker(shutdown_timeout=0.1):
+        handle = await queue.add(tasks.wait_for_gate.call(k))
+        await wait_state(queue.backend, queue.name, handle.id, JobState.ACTIVE)
+    job = await handle.job()
+    assert job.state is JobState.WAITING and job.attempts == 0  # runnable again at once
+    tasks.gate(k).set()
+    async with run_worker():
+        assert await handle.result(timeout=10) == k
+
+
+async def test_stalled_job_of_a_dead_worker_is_recovered_and_completed(
+    live: Backend, q: str, run_worker: RunWorker
+) -> None:
+    await live.enqueue([new_job(q, "orphan", task=tasks.add.name,
+                                payload=b'{"args":[20,22],"kwargs":{}}')])  # fmt: skip
+    [job] = (await live.claim([q], "dead-worker", 1)).jobs  # a worker that then died
+    async with run_worker():
+        await wait_state(live, q, "orphan", JobState.COMPLETED)
+    done = await live.get_job(q, "orphan")
+    assert done is not None and done.stalls == 1 and done.token == job.token + 1
+    assert done.result == b"42"
+
+
+async def test_lost_claim_stops_the_handler_and_writes_nothing(
+    live: Backend, queue: Queue, run_worker: RunWorker
+) -> None:
+    k = key()
+    async with run_worker() as worker:
+        handle = await queue.add(tasks.wait_for_gate.call(k))
+        await wait_state(live, queue.name, handle.id, JobState.ACTIVE)
+        await live.remove_job(queue.name, handle.id)  # the claim is gone from under the worker
+        async with asyncio.timeout(5):  # the next heartbeat noticing
+            await worker.wait_idle()
+    assert await live.get_job(queue.name, handle.id) is None
+    assert tasks.RUNNING[k] == 0
+
+
+async def test_one_worker_serves_several_queues(
+    live: Backend, q: str, run_worker: RunWorker
+) -> None:
+    a, b = Queue(q + "-a", live), Queue(q + "-b", live)
+    async with run_worker(queues=[a.name, b.name]):
+        ha = await a.add(tasks.add.call(1, 2))
+        hb = await b.add(tasks.add.call(3, 4))
+        assert (await ha.result(timeout=10), await hb.result(timeout=10)) == (3, 7)
+
+
+async def test_delayed_job_runs_once_due(queue: Queue, run_worker: RunWorker) -> None:
+    async with run_worker():
+        handle = await queue.add(tasks.add.with_options(delay=0.3).call(5, 5))
+        assert (await handle.job()).state is JobState.DELAYED
+        assert await handle.result(timeout=10) == 10
+
+
+async def test_priority_and_duplicate_job_id(queue: Queue, run_worker: RunWorker) -> None:
+    first = await queue.add(tasks.add.with_options(job_id="once").call(1, 1))
+    again = await queue.add(tasks.add.with_options(job_id="once").call(2, 2))
+    assert (first.duplicate, again.duplicate) == (False, True)
+    assert sum((await queue.counts()).values()) == 1
+    async with run_worker():
+        assert await again.result(timeout=10) == 2  # the handle of the job that exists
+
+
+async def test_paused_queue_is_not_worked(queue: Queue, run_worker: RunWorker) -> None:
+    await queue.pause()
+    async with run_worker():
+        handle = await queue.add(tasks.add.call(9, 9))
+        with pytest.raises(TimeoutError):
+            await handle.result(timeout=0.5)
+        await queue.resume()
+        assert await handle.result(timeout=10) == 18
+
+
+async def test_manual_retry_replays_a_dead_job(queue: Queue, run_worker: RunWorker) -> None:
+    k = key()
+    async with run_worker():
+        handle = await queue.add(tasks.always_fail.call(k))
+        with pytest.raises(JobFailedError):
+            await handle.result(timeout=10)
+        assert await queue.retry_job(handle.id)
+        with pytest.raises(JobFailedError):
+            await handle.result(timeout=10)
+    assert tasks.LEDGER[k] == 4  # two attempts, replayed: two more
+
+
+async def test_worker_events_reach_subscribers(queue: Queue, run_worker: RunWorker) -> None:
+    seen: list[tuple[str, str | None]] = []
+    async with watch(queue.backend) as w, run_worker():
+        handle = await queue.add(tasks.add.call(1, 2))
+        await handle.result(timeout=10)
+
+        async def collect() -> None:
+            async for event in w.events:
+                assert event.queue == queue.name and event.at > 0
+                seen.append((event.name, event.job_id))
+                if event.name == "job:completed" and event.job_id == handle.id:
+                    return
+
+        await asyncio.wait_for(collect(), 10)
+    names = [name for name, job_id in seen if job_id == handle.id]
+    assert names[:2] == ["job:waiting", "job:active"] and names[-1] == "job:completed"
