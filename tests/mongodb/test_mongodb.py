@@ -135,34 +135,52 @@ async def test_server_clock_decides_due_jobs_and_leases(make: Make) -> None:
     assert await backend.lock("lease", "B", ttl=5)
 
 
-async def test_a_corrupt_job_is_failed_and_the_claim_goes_on(make: Make) -> None:
+async def set_fields(backend: MongoDBBackend, queue: str, job_id: str, **fields: object) -> None:
+    """Damage a stored job behind the backend's back."""
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(case_mongodb.SERVER)
+    try:
+        jobs = client[backend.database_name][JOBS]
+        await jobs.update_one({"queue": queue, "id": job_id}, {"$set": fields})
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [{"token": "x"}, {"attempts": "x"}, {"payload": 7}, {"task": None}],
+    ids=["token", "attempts", "payload", "task"],
+)
+async def test_a_corrupt_job_is_failed_and_the_claim_goes_on(
+    make: Make, damage: dict[str, object]
+) -> None:
     backend = await make(FakeClock())
     q = "bad"
     await backend.enqueue([new_job(q, "a"), new_job(q, "broken"), new_job(q, "c")])
-    await case_mongodb.corrupt(backend, q, "broken")
+    await set_fields(backend, q, "broken", **damage)
     with pytest.raises(CorruptRecordError, match="broken"):
         await backend.get_job(q, "broken")
     batch = await backend.claim([q], "w", 3)
     assert [j.id for j in batch.jobs] == ["a", "c"]
     counts = await backend.counts(q)
     assert (counts[JobState.ACTIVE], counts[JobState.FAILED]) == (2, 1)
+    [listed] = await backend.list_jobs(q, JobState.FAILED)
+    assert listed.id == "broken" and "corrupt record" in (listed.error or "")
+    assert next(iter(damage)) in listed.extra["corrupt"]
 
 
-async def test_recovery_goes_past_an_unreadable_active_job(make: Make, tmp_path: Path) -> None:
+async def test_recovery_goes_past_unreadable_active_jobs(make: Make) -> None:
     clock = FakeClock()
     backend = await make(clock)
     q = "bad-active"
-    await backend.enqueue([new_job(q, "a"), new_job(q, "broken"), new_job(q, "c")])
-    await backend.claim([q], "w", 3)
-    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(case_mongodb.SERVER)
-    try:
-        jobs = client[backend.database_name][JOBS]
-        await jobs.update_one({"queue": q, "id": "broken"}, {"$set": {"token": "x"}})
-    finally:
-        await client.close()
+    await backend.enqueue([new_job(q, i) for i in ("a", "no-token", "no-payload", "c")])
+    await backend.claim([q], "w", 4)
+    await set_fields(backend, q, "no-token", token="x")
+    await set_fields(backend, q, "no-payload", payload=None)
     clock.advance(60)
     recovered = await backend.recover_stalled(q, threshold=30, max_stalled=5)
-    assert sorted(recovered.requeued) == ["a", "c"] and recovered.errors == ["broken"]
+    assert sorted(recovered.requeued) == ["a", "c"]
+    assert recovered.failed == ["no-payload"]  # still fenced by its token: failed with a reason
+    assert recovered.errors == ["no-token"]  # cannot be fenced: left alone, reported
 
 
 async def test_heartbeat_batch_reports_each_claim(make: Make) -> None:

@@ -57,7 +57,15 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.mongodb import transitions as tx
-from relaymq.backends.mongodb.documents import Document, new_document, to_job, to_seconds
+from relaymq.backends.mongodb.documents import (
+    Document,
+    describe,
+    new_document,
+    problems,
+    to_job,
+    to_job_lenient,
+    to_seconds,
+)
 from relaymq.backends.mongodb.eventlog import EventLog
 from relaymq.backends.mongodb.indexes import JOBS, LOCKS, QUEUES, WORKERS, ensure_indexes
 from relaymq.errors import (
@@ -346,7 +354,7 @@ class MongoDBBackend(Backend):
         return target in TERMINAL and doc.get("state") == str(target)
 
     @translated
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:  # noqa: ASYNC109
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         paused: set[str] = set()
@@ -383,18 +391,22 @@ class MongoDBBackend(Backend):
 
     @translated
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
-        projection = {"id": 1, "token": 1, "stalls": 1}
-        cursor = self._jobs.find(tx.stalled(queue, threshold, self._now), projection)
+        cursor = self._jobs.find(tx.stalled(queue, threshold, self._now))
         found = await cursor.sort("heartbeat_at", 1).limit(RECOVER_BATCH).to_list()
         result = Recovered()
         requeue: list[tuple[Any, str, int, int]] = []
-        fail: list[tuple[Any, str, int, int]] = []
+        fail: list[tuple[Any, str, int, str]] = []
         for doc in found:
-            job_id, token, stalls = doc.get("id"), doc.get("token"), doc.get("stalls", 0)
-            if not (isinstance(job_id, str) and type(token) is int and type(stalls) is int):
+            job_id, token, stalls = doc.get("id"), doc.get("token"), doc.get("stalls")
+            if not (isinstance(job_id, str) and type(token) is int):
                 result.errors.append(str(job_id if isinstance(job_id, str) else doc["_id"]))
-                continue
-            (fail if stalls >= max_stalled else requeue).append((doc["_id"], job_id, token, stalls))
+            elif bad := problems(doc):  # fenced by its token, it can still be failed
+                fail.append((doc["_id"], job_id, token, describe(doc, bad)))
+            elif type(stalls) is int and stalls >= max_stalled:
+                reason = f"stalled {stalls + 1} times (max_stalled={max_stalled})"
+                fail.append((doc["_id"], job_id, token, reason))
+            else:
+                requeue.append((doc["_id"], job_id, token, stalls or 0))
         if not requeue and not fail:
             return result
         first = (await self._sequences(queue, len(requeue)))[0] if requeue else 0
@@ -408,11 +420,9 @@ class MongoDBBackend(Backend):
         ] + [
             UpdateOne(
                 tx.still_stalled(doc_id, token, threshold, self._now),
-                tx.fail_stalled(
-                    f"stalled {stalls + 1} times (max_stalled={max_stalled})", self._now, write_id
-                ),
+                tx.fail_stalled(reason, self._now, write_id),
             )
-            for doc_id, _, token, stalls in fail
+            for doc_id, _, token, reason in fail
         ]
         outcome = await self._jobs.bulk_write(ops, ordered=False)
         if outcome.matched_count == len(ops):
@@ -461,7 +471,7 @@ class MongoDBBackend(Backend):
             JobState.ACTIVE: [("claimed_at", 1), ("seq", 1)],
         }.get(state, [("finished_at", 1), ("seq", 1)])
         cursor = self._jobs.find({"queue": queue, "state": str(state)}).sort(order)
-        return [to_job(doc) async for doc in cursor.skip(offset).limit(limit)]
+        return [to_job_lenient(doc, state) async for doc in cursor.skip(offset).limit(limit)]
 
     @translated
     async def counts(self, queue: str) -> dict[JobState, int]:

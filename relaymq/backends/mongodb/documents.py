@@ -29,6 +29,7 @@ time, never ahead of jobs that were waiting before it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -84,81 +85,127 @@ def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
     }
 
 
+# Every field a Job is read from: (name, accepted types, may be null/absent, neutral value).
+_FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
+    ("queue", (str,), False, ""),
+    ("id", (str,), False, ""),
+    ("task", (str,), False, ""),
+    ("payload", (bytes,), False, b""),  # bson.Binary subclasses bytes
+    ("priority", (int,), False, 0),
+    ("seq", (int,), False, 0),
+    ("created_at", (dt.datetime,), False, None),
+    ("ready_at", (dt.datetime,), True, None),
+    ("ttl", (int, float), True, None),
+    ("max_attempts", (int,), False, 1),
+    ("timeout", (int, float), True, None),
+    ("attempts", (int,), False, 0),
+    ("token", (int,), False, 0),
+    ("claimed_at", (dt.datetime,), True, None),
+    ("heartbeat_at", (dt.datetime,), True, None),
+    ("worker_id", (str,), True, None),
+    ("stalls", (int,), False, 0),
+    ("cancel_requested", (bool,), True, False),
+    ("progress", (bytes,), True, None),
+    ("result", (bytes,), True, None),
+    ("error", (str,), True, None),
+    ("finished_at", (dt.datetime,), True, None),
+]
+_STATES = frozenset(str(s) for s in JobState)
+
+
+def problems(doc: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``doc``, one phrase per unreadable field; empty for a sound one."""
+    found: list[str] = []
+    if doc.get("state") not in _STATES:
+        found.append(f"state is {doc.get('state')!r}, not a job state")
+    for name, types, nullable, _ in _FIELDS:
+        value = doc.get(name)
+        if value is None:
+            if not nullable:
+                found.append(f"{name} is missing")
+        elif not _readable(value, types):
+            found.append(
+                f"{name} is {type(value).__name__} {_short(value)}, not {types[0].__name__}"
+            )
+    return found
+
+
+def _readable(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+
+
+def describe(doc: Mapping[str, Any], bad: list[str]) -> str:
+    """The reason raised for, and stored with, an unreadable job."""
+    return f"corrupt record for job {doc.get('id')!r} in queue {doc.get('queue')!r}: " + "; ".join(
+        bad
+    )
+
+
 def to_job(doc: Mapping[str, Any]) -> Job:
-    """The ``Job`` a document stores; ``CorruptRecordError`` when a field has the wrong type."""
-    try:
-        state = JobState(doc["state"])
-        ready_at = _time(doc, "ready_at")
-        return Job(
-            queue=_str(doc, "queue"),
-            id=_str(doc, "id"),
-            task=_str(doc, "task"),
-            payload=_bytes(doc, "payload", required=True) or b"",
-            state=state,
-            priority=_int(doc, "priority"),
-            seq=_int(doc, "seq"),
-            created_at=_time(doc, "created_at", required=True) or 0.0,
-            run_at=ready_at if state is JobState.DELAYED else None,
-            ttl=_float(doc, "ttl"),
-            max_attempts=_int(doc, "max_attempts"),
-            timeout=_float(doc, "timeout"),
-            attempts=_int(doc, "attempts"),
-            token=_int(doc, "token"),
-            claimed_at=_time(doc, "claimed_at"),
-            heartbeat_at=_time(doc, "heartbeat_at"),
-            worker_id=_opt_str(doc, "worker_id"),
-            stalls=_int(doc, "stalls"),
-            cancel_requested=bool(doc.get("cancel_requested", False)),
-            progress=_bytes(doc, "progress"),
-            result=_bytes(doc, "result"),
-            error=_opt_str(doc, "error"),
-            finished_at=_time(doc, "finished_at"),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        where = f"{doc.get('queue')!r}/{doc.get('id')!r}"
-        raise CorruptRecordError(f"job document {where} cannot be read: {e!r}") from e
+    """The ``Job`` a document stores; ``CorruptRecordError`` when any field is unreadable."""
+    bad = problems(doc)
+    if bad:
+        raise CorruptRecordError(describe(doc, bad))
+    return _build(doc)
 
 
-def _str(doc: Mapping[str, Any], key: str) -> str:
-    value = doc[key]
-    if not isinstance(value, str):
-        raise TypeError(f"{key} is {type(value).__name__}, not str")
-    return value
+def to_job_lenient(doc: Mapping[str, Any], state: JobState) -> Job:
+    """Like ``to_job``, but an unreadable field gets a neutral value and the damage is told in
+    ``extra["corrupt"]``. Only for listings shown to operators (selected by ``state``)."""
+    bad = problems(doc)
+    if not bad:
+        return _build(doc)
+    fixed = dict(doc, state=str(state))
+    for name, types, nullable, neutral in _FIELDS:
+        value = doc.get(name)
+        if (value is None and not nullable) or (value is not None and not _readable(value, types)):
+            fixed[name] = neutral
+    if fixed.get("created_at") is None:
+        fixed["created_at"] = to_date(0)
+    return dataclasses.replace(_build(fixed), extra={"corrupt": "; ".join(bad)})
 
 
-def _opt_str(doc: Mapping[str, Any], key: str) -> str | None:
-    return None if doc.get(key) is None else _str(doc, key)
+def _build(doc: Mapping[str, Any]) -> Job:
+    state = JobState(doc["state"])
+    return Job(
+        queue=doc["queue"],
+        id=doc["id"],
+        task=doc["task"],
+        payload=bytes(doc["payload"]),
+        state=state,
+        priority=doc["priority"],
+        seq=doc["seq"],
+        created_at=to_seconds(doc["created_at"]),
+        run_at=_seconds(doc.get("ready_at")) if state is JobState.DELAYED else None,
+        ttl=_float(doc.get("ttl")),
+        max_attempts=doc["max_attempts"],
+        timeout=_float(doc.get("timeout")),
+        attempts=doc["attempts"],
+        token=doc["token"],
+        claimed_at=_seconds(doc.get("claimed_at")),
+        heartbeat_at=_seconds(doc.get("heartbeat_at")),
+        worker_id=doc.get("worker_id"),
+        stalls=doc["stalls"],
+        cancel_requested=bool(doc.get("cancel_requested")),
+        progress=_bytes(doc.get("progress")),
+        result=_bytes(doc.get("result")),
+        error=doc.get("error"),
+        finished_at=_seconds(doc.get("finished_at")),
+    )
 
 
-def _int(doc: Mapping[str, Any], key: str) -> int:
-    value = doc.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{key} is {type(value).__name__}, not int")
-    return value
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
-def _float(doc: Mapping[str, Any], key: str) -> float | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{key} is {type(value).__name__}, not a number")
-    return float(value)
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
-def _bytes(doc: Mapping[str, Any], key: str, *, required: bool = False) -> bytes | None:
-    value = doc[key] if required else doc.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, bytes):  # bson.Binary subclasses bytes
-        raise TypeError(f"{key} is {type(value).__name__}, not binary")
-    return bytes(value)
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
 
 
-def _time(doc: Mapping[str, Any], key: str, *, required: bool = False) -> float | None:
-    value = doc[key] if required else doc.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dt.datetime):
-        raise TypeError(f"{key} is {type(value).__name__}, not a date")
-    return to_seconds(value)
+def _seconds(value: Any) -> float | None:
+    return None if value is None else to_seconds(value)

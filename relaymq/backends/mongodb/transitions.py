@@ -80,14 +80,24 @@ def claim_again(ids: list[Any], now: Now) -> Document:
     return {"_id": {"$in": ids}, "state": {"$in": CLAIMABLE}, **now.compare("ready_at", "$lte")}
 
 
+def _plus_one(field: str) -> Document:
+    """``field + 1``, or null when the stored value is not a number: one damaged document must
+    not make the whole ``update_many`` fail (the read-back then fails that job, see backend).
+
+    ``int``, not ``long``: pymongo writes small ints as int32, and mongoeco (unlike MongoDB)
+    does not match an int32 filter value against a stored int64."""
+    number = {"$convert": {"input": f"${field}", "to": "int", "onError": None, "onNull": None}}
+    return {"$add": [number, 1]}
+
+
 def claim_update(worker_id: str, claim_id: str, now: Now) -> list[Document]:
     at = now.expr()
     return [
         {
             "$set": {
                 "state": ACTIVE,
-                "token": {"$add": ["$token", 1]},
-                "attempts": {"$add": ["$attempts", 1]},
+                "token": _plus_one("token"),
+                "attempts": _plus_one("attempts"),
                 "claimed_at": at,
                 "heartbeat_at": at,
                 "worker_id": literal(worker_id),
