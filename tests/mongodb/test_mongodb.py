@@ -226,3 +226,17 @@ async def test_event_log_is_trimmed_to_the_newest_events(make: Make) -> None:
         assert stored == 150  # trimmed at every 100th id to the newest 150
     finally:
         await client.close()
+
+
+async def test_a_timed_out_read_does_not_end_the_subscription(make: Make) -> None:
+    publisher, listener = await make(), await make()
+    sub = await listener.subscribe()
+    try:
+        with pytest.raises(TimeoutError):  # what JobHandle.result does between re-checks
+            await asyncio.wait_for(anext(sub), 0.3)
+        await publisher.publish([b"after the timeout"])
+        assert await asyncio.wait_for(anext(sub), 10) == b"after the timeout"
+    finally:
+        await sub.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await anext(sub)

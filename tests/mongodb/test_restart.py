@@ -14,13 +14,16 @@ from typing import TypeVar
 
 import pytest
 
+from relaymq import Queue, Settings, Worker
 from relaymq.backends.base import Backend, Outcome, Settle
 from relaymq.backends.mongodb import MongoDBBackend
 from relaymq.errors import BackendUnavailableError
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
+from tests import tasks
 from tests.mongodb.conftest import PYMONGO_SOCKET_LEAK, MongoServer
 from tests.support.jobs import new_job, queue_name
+from tests.support.waiting import watch
 
 pytestmark = [pytest.mark.slow, PYMONGO_SOCKET_LEAK]
 
@@ -147,3 +150,40 @@ async def test_a_call_during_the_outage_fails_fast_and_clearly(
         assert time.monotonic() - start < 5  # server_selection_timeout=1.0, not 30 s
     finally:
         await backend.close()
+
+
+async def test_a_running_worker_rides_out_a_server_sigkill(mongo_server: MongoServer) -> None:
+    """Jobs waiting and active when the server dies: the worker reconnects by itself within
+    10 s of the restart, the active jobs are recovered or finished, and every job completes."""
+    q = queue_name("ride")
+    key = f"ride-{q}"
+    settings = Settings(
+        heartbeat_interval=0.1, stalled_threshold=1.0, stalled_check_interval=0.2,
+        shutdown_timeout=2.0,
+    )  # fmt: skip
+    async with backend_on(mongo_server) as producer, backend_on(mongo_server) as own:
+        queue = Queue(q, producer, settings=settings)
+        handles = await queue.add_bulk([tasks.wait_for_gate.call(key) for _ in range(12)])
+        worker = Worker(own, [q], concurrency=4, settings=settings)
+        running = asyncio.create_task(worker.run())
+        try:
+            async with watch(producer) as w:
+                await w.until(lambda: tasks.RUNNING[key] == 4, "four handlers holding claims")
+            await mongo_server.kill()
+            await asyncio.sleep(1.5)  # an outage longer than the stall threshold
+            await mongo_server.start()
+            back = time.monotonic()
+            tasks.gate(key).set()
+            first = await first_success(
+                lambda: handles[0].result(timeout=RECONNECT_DEADLINE), RECONNECT_DEADLINE
+            )
+            assert first[0] == key
+            reconnected = time.monotonic() - back
+            assert reconnected < RECONNECT_DEADLINE, f"first job done {reconnected:.1f}s after"
+            for handle in handles:
+                assert await handle.result(timeout=30) == key
+        finally:
+            worker.stop()
+            await running
+        counts = await producer.counts(q)
+        assert counts[JobState.COMPLETED] == 12 and sum(counts.values()) == 12

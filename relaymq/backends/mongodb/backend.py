@@ -66,7 +66,7 @@ from relaymq.backends.mongodb.documents import (
     to_job_lenient,
     to_seconds,
 )
-from relaymq.backends.mongodb.eventlog import EventLog
+from relaymq.backends.mongodb.eventlog import EventLog, Subscription
 from relaymq.backends.mongodb.indexes import JOBS, LOCKS, QUEUES, WORKERS, ensure_indexes
 from relaymq.errors import (
     BackendError,
@@ -592,4 +592,4 @@ class MongoDBBackend(Backend):
 
     @translated
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        return self._events.tail(await self._events.position())
+        return Subscription(self._events.tail(await self._events.position()))

@@ -9,11 +9,16 @@ a hole means a publisher has reserved an id and not yet inserted it; the subscri
 the hole to fill (up to ``gap_timeout``) so a slow publisher's events are not skipped, then
 moves past it (a publisher that died mid-call, or events trimmed before they were read). A
 subscription outlives server restarts: it retries on connection errors until closed.
+
+A ``Subscription`` tails in a task of its own into a bounded inbox, so a reader that gives up
+waiting (``asyncio.timeout`` around ``anext``) cancels only its wait: a plain async generator
+would be finished by that cancellation and every later ``anext`` would end at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final
@@ -24,10 +29,13 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 
 from relaymq.backends.mongodb.indexes import COUNTERS, EVENTS
+from relaymq.errors import BackendError
 
 COUNTER_ID: Final = "events"
 TRIM_EVERY: Final = 100
 READ_BATCH: Final = 500
+INBOX: Final = 10_000
+"""Events a subscription holds for a slow reader before it stops reading the log."""
 
 
 class EventLog:
@@ -94,3 +102,40 @@ class EventLog:
                     yield bytes(body)
             if len(docs) < READ_BATCH or hole_since is not None:
                 await asyncio.sleep(self._poll)
+
+
+class Subscription(AsyncGenerator[bytes, None]):
+    """Events from ``EventLog.tail``, read ahead by a task; ``aclose`` ends it."""
+
+    def __init__(self, tail: AsyncGenerator[bytes, None]) -> None:
+        self._tail = tail
+        self._inbox: asyncio.Queue[bytes | BaseException] = asyncio.Queue(INBOX)
+        self._feeder: asyncio.Task[None] | None = asyncio.create_task(self._feed())
+
+    async def _feed(self) -> None:
+        try:
+            async for body in self._tail:
+                await self._inbox.put(body)
+        except Exception as e:  # not a connection loss (those are retried): tell the reader
+            await self._inbox.put(e)
+
+    async def asend(self, value: None) -> bytes:
+        if self._feeder is None:
+            raise StopAsyncIteration
+        item = await self._inbox.get()  # cancelling this wait loses nothing
+        if isinstance(item, BaseException):
+            await self.aclose()
+            raise BackendError(f"event subscription failed: {item}") from item
+        return item
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> bytes:
+        await self.aclose()
+        raise val if isinstance(val, BaseException) else typ
+
+    async def aclose(self) -> None:
+        feeder, self._feeder = self._feeder, None
+        if feeder is not None:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+            await self._tail.aclose()
