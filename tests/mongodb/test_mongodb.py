@@ -71,6 +71,7 @@ async def test_connect_by_url_scheme() -> None:
         assert backend.database_name == "relaymq_test_scheme"
         assert backend.capabilities.durable and not backend.capabilities.transactions
     finally:
+        await backend._client.drop_database(backend.database_name)  # type: ignore[union-attr]
         await backend.close()
 
 
