@@ -52,6 +52,9 @@ class Maintenance:
             except BackendError as e:  # logged; the next pass tries again
                 log.warning("stalled recovery of %s failed: %s", queue, e)
                 continue
+            except Exception:  # a bug in one pass must not end recovery for good
+                log.exception("stalled recovery of %s failed", queue)
+                continue
             done[queue] = found
             await self._report(queue, found)
         return done

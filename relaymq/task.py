@@ -224,10 +224,8 @@ def resolve(name: str) -> Task[Any, Any]:
     return obj
 
 
-async def invoke(t: Task[Any, Any], ctx: JobContext, args: list[Any], kw: dict[str, Any]) -> Any:
+async def invoke(t: Task[Any, Any], args: list[Any], kw: dict[str, Any]) -> Any:
     """Run the handler: awaited when async, in the default thread pool when plain."""
-    if t.takes_context:
-        args = [ctx, *args]
     if t.is_async:
         coro: Awaitable[Any] = t.fn(*args, **kw)
         return await coro

@@ -4,8 +4,8 @@ Four loops share one process:
 
 - the claim loop takes as many jobs as there are free slots in one call, or waits;
 - each claimed job runs in its own asyncio task (plain functions in the thread pool);
-- the flush loop settles every finished job's outcome in one batched, fenced call and then
-  publishes the batch's events;
+- the flush loop settles every finished job's outcome in one batched, fenced call;
+- the events loop publishes what happened in batches, at most every ``EVENT_WINDOW``;
 - the heartbeat loop renews every held claim in one batched call on its own timer, and stops
   handlers whose claim was lost or whose job was cancelled.
 
@@ -39,6 +39,8 @@ from relaymq.task import JobContext, Task, invoke, resolve
 log = logging.getLogger("relaymq.worker")
 
 MAX_ERROR_CHARS = 4000
+EVENT_WINDOW = 0.05
+"""Seconds events wait to be published together."""
 IDLE_WAIT = 1.0
 """Longest single ``backend.wait``; blocking backends are woken earlier by new work."""
 
@@ -52,16 +54,19 @@ _OUTCOME_EVENT = {
 }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Running:
     job: Job
     claim: Claim
-    ctx: JobContext
     claimed_mono: float
+    ctx: JobContext | None = None
+    """Made only for handlers that take one."""
     task: asyncio.Task[None] | None = None
     stop_reason: str | None = None
     """Why the handler was cancelled: "lost", "cancelled" or "shutdown"."""
     progress: bytes | None = None
+    settling: bool = False
+    """The outcome is written or being written: heartbeats leave the claim alone."""
 
 
 @dataclass
@@ -108,9 +113,11 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._outbox: list[tuple[_Running, Settle, dict[str, Any]]] = []
+        self._outbox: list[tuple[_Running, Settle]] = []
         self._events: list[events.Event] = []
+        self._events_pending = asyncio.Event()
         self._flush_wanted = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._rotation = 0
         self._maintenance = Maintenance(backend, self.queues, self.settings, self.id)
 
@@ -139,6 +146,7 @@ class Worker:
         await events.publish(self.backend, [self._worker_event(events.WORKER_ONLINE)])
         helpers = [
             asyncio.create_task(self._flush_loop(), name="relaymq-flush"),
+            asyncio.create_task(self._publish_loop(), name="relaymq-events"),
             asyncio.create_task(self._heartbeat_loop(info), name="relaymq-heartbeat"),
         ]
         if self.settings.enable_stalled_check:
@@ -161,14 +169,20 @@ class Worker:
                     r.task.cancel()
             if pending:
                 await asyncio.wait(pending)
-        for helper in helpers:
-            helper.cancel()
+        async with self._flush_lock:  # never cancel the flush loop in the middle of a settle
+            for helper in helpers:
+                helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        await self._flush()  # every outcome, including the releases
+        try:
+            await self._flush()  # every outcome, including the releases
+        except BackendError as e:
+            log.error("could not settle %d outcomes at shutdown (%s): they will be recovered "
+                      "as stalled jobs", len(self._outbox), e)  # fmt: skip
+        await self._publish_events()
         with contextlib.suppress(BackendError):
             await self._maintenance.release_locks()
             await self.backend.unregister_worker(self.id)
-            await events.publish(self.backend, [self._event(events.WORKER_OFFLINE, self.queues[0])])
+            await events.publish(self.backend, [self._worker_event(events.WORKER_OFFLINE)])
         log.info("worker %s stopped", self.id)
 
     @property
@@ -204,7 +218,6 @@ class Worker:
             self.stats.claimed += len(batch.jobs)
             for job in batch.jobs:
                 self._start(job, batch.now)
-            self._flush_wanted.set()  # publish the job:active events soon
 
     def _queue_order(self) -> list[str]:
         """Rotate the queue order on every claim so no queue starves the others."""
@@ -227,18 +240,22 @@ class Worker:
             inner.result()  # re-raise what the awaitable raised
 
     def _start(self, job: Job, now: float) -> None:
-        key = (job.queue, job.id)
+        r = _Running(job, job.claim, time.monotonic())
+        self._running[job.queue, job.id] = self._held[job.queue, job.id] = r
+        self._idle.clear()
+        self._emit(self._event(events.JOB_ACTIVE, job.queue, job.id,
+                               {"attempt": job.attempts, "worker": self.id}))  # fmt: skip
+        r.task = asyncio.create_task(self._execute(r, now))
+
+    def _context(self, r: _Running) -> JobContext:
+        job = r.job
 
         def report(value: Any) -> None:
-            self._report_progress(key, value)
+            self._report_progress((job.queue, job.id), value)
 
-        ctx = JobContext(job.id, job.queue, job.task, job.attempts, report)
-        r = _Running(job, job.claim, ctx, time.monotonic())
-        self._running[key] = self._held[key] = r
-        self._idle.clear()
-        self._events.append(self._event(events.JOB_ACTIVE, job.queue, job.id,
-                                        {"attempt": job.attempts, "worker": self.id}))  # fmt: skip
-        r.task = asyncio.create_task(self._execute(r, now), name=f"relaymq-job-{job.id}")
+        r.ctx = JobContext(job.id, job.queue, job.task, job.attempts, report)
+        r.ctx._cancelled = r.stop_reason is not None
+        return r.ctx
 
     # -- running one job --------------------------------------------------------------------
 
@@ -256,7 +273,8 @@ class Worker:
         if settle is None:
             self._held.pop((job.queue, job.id), None)
         else:
-            self._outbox.append((r, settle, {"attempt": job.attempts}))
+            r.settling = True
+            self._outbox.append((r, settle))
             self._flush_wanted.set()
 
     async def _attempt(self, r: _Running, now: float) -> Settle | None:
@@ -275,14 +293,17 @@ class Worker:
             args, kwargs = list(data["args"]), dict(data["kwargs"])
         except (SerializationError, KeyError, TypeError, ValueError) as e:
             return Settle(claim, Outcome.FAIL, error=f"cannot decode the job's payload: {e}")
-        if not await self._still_held(r):
+        fresh = time.monotonic() - r.claimed_mono < self.settings.heartbeat_interval
+        if r.stop_reason is not None or not (fresh or await self._still_held(r)):
             return self._after_cancel(r)
+        if t.takes_context:
+            args.insert(0, self._context(r))
         try:
-            if job.timeout is None:
-                value = await invoke(t, r.ctx, args, kwargs)
+            if job.timeout is None and t.is_async:
+                value = await t.fn(*args, **kwargs)  # the common case, without a wrapper
             else:
                 async with asyncio.timeout(job.timeout):
-                    value = await invoke(t, r.ctx, args, kwargs)
+                    value = await invoke(t, args, kwargs)
         except TimeoutError:
             return self._failure(r, t, f"TimeoutError: timed out after {job.timeout}s")
         except asyncio.CancelledError:
@@ -296,12 +317,8 @@ class Worker:
         return Settle(claim, Outcome.COMPLETE, result=result)
 
     async def _still_held(self, r: _Running) -> bool:
-        """The check immediately before the handler: local flags, and a fenced start when the
-        claim is old enough that it may have been recovered meanwhile (RELIABILITY F12)."""
-        if r.stop_reason is not None:
-            return False
-        if time.monotonic() - r.claimed_mono < self.settings.heartbeat_interval:
-            return True
+        """A fenced start for a claim old enough to have been recovered meanwhile (RELIABILITY
+        F12); younger claims are checked against what the last heartbeat said."""
         [beat] = await self.backend.heartbeat([Beat(r.claim)])
         if not beat.held:
             r.stop_reason = "cancelled" if beat.cancel_requested else "lost"
@@ -316,7 +333,8 @@ class Worker:
         return Settle(r.claim, Outcome.FAIL, error=error)
 
     def _after_cancel(self, r: _Running) -> Settle | None:
-        r.ctx._cancelled = True
+        if r.ctx is not None:
+            r.ctx._cancelled = True
         if r.stop_reason == "shutdown":
             return Settle(r.claim, Outcome.RELEASE)
         if r.stop_reason == "cancelled":
@@ -331,7 +349,7 @@ class Worker:
         r.progress = encoded
         event = self._event(events.JOB_PROGRESS, r.job.queue, r.job.id, {"progress": value})
         loop = r.task.get_loop() if r.task is not None else asyncio.get_running_loop()
-        loop.call_soon_threadsafe(self._events.append, event)
+        loop.call_soon_threadsafe(self._emit, event)
 
     # -- settling ---------------------------------------------------------------------------
 
@@ -346,19 +364,48 @@ class Worker:
                 log.warning("settle failed (%s); retrying", e)
                 await asyncio.sleep(0.5)
                 self._flush_wanted.set()
+            except Exception:  # a bug must not stop settling: log it and try again
+                log.exception("settle failed; retrying")
+                await asyncio.sleep(0.5)
+                self._flush_wanted.set()
 
     async def _flush(self) -> None:
-        """Settle every pending outcome in one call, then publish the batch's events."""
+        """Settle every pending outcome in one call."""
+        async with self._flush_lock:
+            await self._settle_outbox()
+
+    async def _settle_outbox(self) -> None:
         batch, self._outbox = self._outbox, []
         if batch:
             try:
-                applied = await self.backend.settle([s for _, s, _ in batch])
+                applied = await self.backend.settle([s for _, s in batch])
             except BaseException:
                 self._outbox[:0] = batch  # keep them for the next try
                 raise
-            for (r, s, data), ok in zip(batch, applied, strict=True):
+            for (r, s), ok in zip(batch, applied, strict=True):
                 self._held.pop((r.job.queue, r.job.id), None)
-                self._record(r, s, data, ok)
+                self._record(r, s, ok)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _emit(self, event: events.Event) -> None:
+        self._events.append(event)
+        self._events_pending.set()
+
+    async def _publish_loop(self) -> None:
+        """Publish events at once when idle, and under load at most once per ``EVENT_WINDOW``:
+        one backend call for many jobs' events rather than one per flush."""
+        last = 0.0
+        while True:
+            await self._events_pending.wait()
+            pause = last + EVENT_WINDOW - time.monotonic()
+            if pause > 0:  # published a moment ago: let more events join this batch
+                await asyncio.sleep(pause)
+            self._events_pending.clear()
+            last = time.monotonic()
+            await self._publish_events()
+
+    async def _publish_events(self) -> None:
         pending, self._events = self._events, []
         if pending:
             try:
@@ -366,13 +413,14 @@ class Worker:
             except BackendError as e:
                 log.warning("could not publish %d events: %s", len(pending), e)
 
-    def _record(self, r: _Running, s: Settle, data: dict[str, Any], applied: bool) -> None:
+    def _record(self, r: _Running, s: Settle, applied: bool) -> None:
         job = r.job
+        data: dict[str, Any] = {"attempt": job.attempts}
         if not applied:
             self.stats.lost += 1
             log.warning("claim on %s/%s (token %s) was lost; outcome %s dropped",
                         job.queue, job.id, r.claim.token, s.outcome.value)  # fmt: skip
-            self._events.append(self._event(events.JOB_CLAIM_LOST, job.queue, job.id, data))
+            self._emit(self._event(events.JOB_CLAIM_LOST, job.queue, job.id, data))
             return
         counter = {
             Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
@@ -383,7 +431,7 @@ class Worker:
             data = {**data, "error": s.error[:500]}
             if s.outcome is Outcome.RETRY:
                 data["delay"] = s.delay
-        self._events.append(self._event(_OUTCOME_EVENT[s.outcome], job.queue, job.id, data))
+        self._emit(self._event(_OUTCOME_EVENT[s.outcome], job.queue, job.id, data))
 
     # -- heartbeats -------------------------------------------------------------------------
 
@@ -396,9 +444,11 @@ class Worker:
                 await self.backend.register_worker(info, ttl=self._registry_ttl)
             except BackendError as e:
                 log.warning("heartbeat failed (%s)", e)
+            except Exception:  # a bug must not stop the heartbeats of every other job
+                log.exception("heartbeat failed")
 
     async def _beat(self) -> None:
-        held = list(self._held.values())
+        held = [r for r in self._held.values() if not r.settling]
         if not held:
             return
         beats = [Beat(r.claim, r.progress) for r in held]
@@ -406,10 +456,11 @@ class Worker:
             r.progress = None
         results = await self.backend.heartbeat(beats)
         for r, result in zip(held, results, strict=True):
-            if result.held:
+            if result.held or r.settling:  # settled meanwhile: its own write says how it went
                 continue
             r.stop_reason = "cancelled" if result.cancel_requested else "lost"
-            r.ctx._cancelled = True
+            if r.ctx is not None:
+                r.ctx._cancelled = True
             if r.stop_reason == "lost":
                 log.warning("lost the claim on %s/%s; stopping its handler", r.job.queue, r.job.id)
             if r.task is not None and not r.task.done():

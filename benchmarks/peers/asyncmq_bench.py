@@ -32,8 +32,9 @@ Choices:
   second: the cost per job grows with the number of jobs, so the run time
   is quadratic in N (measured here: 300 jobs ~18 s, 500 jobs ~71 s).  The
   default is therefore 200 jobs; 10,000 would take hours.
-* PostgreSQL: throughput also falls as N grows (every dequeue scans the
-  waiting rows), hence the default of 1,000 jobs.
+* PostgreSQL: end-to-end throughput also falls as N grows (measured here:
+  ~190 jobs/s at 200 jobs, ~150 at 300, ~60-80 at 1,000), hence the
+  default of 1,000 jobs.
 * State we own and reset before each run: the Redis db in --url/--redis-url
   (FLUSHDB; db 0 is refused), asyncmq's tables in the dedicated PostgreSQL
   database --database (dropped and recreated by asyncmq's own installer;

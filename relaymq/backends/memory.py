@@ -10,6 +10,7 @@ still has the state and sequence it was pushed with.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
@@ -289,10 +290,9 @@ class InMemoryBackend(Backend, DeliveryStore):
                 timeout = min(timeout, max(0.0, q.delayed[0][0] - now))
         if timeout <= 0:
             return
-        try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can eat a cancel
+                await self._wakeup.wait()
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -142,6 +142,21 @@ def stats(backend: str, as_json: bool) -> None:
     Console().print(table)
 
 
+@cli.command("migrate")
+@backend_option
+def migrate(backend: str) -> None:
+    """Apply pending schema migrations (PostgreSQL; other backends prepare storage on connect)."""
+    from urllib.parse import urlsplit
+
+    if urlsplit(backend).scheme not in ("postgresql", "postgres"):
+        click.echo(f"{backend}: nothing to migrate (this backend prepares its storage itself)")
+        return
+    from relaymq.backends.postgres import migrate as apply
+
+    applied = run(lambda: apply(backend))
+    click.echo("\n".join(f"applied {name}" for name in applied) or "schema is up to date")
+
+
 @cli.command("demo")
 @click.option("--jobs", default=2000, show_default=True, help="How many jobs to enqueue.")
 @click.option("--keep", is_flag=True, help="Keep the temporary folder (database, ledgers).")

@@ -79,3 +79,15 @@ def test_migrations_never_drop_or_rewrite_user_data() -> None:
         )  # code, not comments; trigger bodies only touch relaymq_counts
         hits = [m.group(0) for m in forbidden.finditer(body)]
         assert not hits, f"{name} must only add: found {hits}"
+
+
+async def test_relaymq_migrate_command(schema: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from relaymq.cli import main
+
+    # main() runs its own event loop, so run it in a thread beside this test's loop
+    assert await asyncio.to_thread(main, ["migrate", "--backend", url(schema)]) == 0
+    assert "applied 0001_initial" in capsys.readouterr().out
+    assert await asyncio.to_thread(main, ["migrate", "--backend", url(schema)]) == 0
+    assert "schema is up to date" in capsys.readouterr().out

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from relaymq.backends.base import Backend, Clock
 
-CASE_MODULES = ["memory", "sqlite", "postgres", "mongodb"]
+CASE_MODULES = [
+    "memory",
+    "sqlite",
+    "postgres",
+    "redis",
+    "redis_cluster",
+    "rabbitmq_sqlite",
+    "rabbitmq_redis",
+    "mongodb",
+]
 
 
 @dataclass(frozen=True)

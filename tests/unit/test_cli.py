@@ -29,3 +29,8 @@ def test_worker_with_unimportable_module(capsys: pytest.CaptureFixture[str]) -> 
 def test_stats_json_on_memory(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["stats", "--backend", "memory://", "--json"]) == 0
     assert capsys.readouterr().out.strip() == "{}"
+
+
+def test_migrate_on_a_backend_without_migrations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate", "--backend", "memory://"]) == 0
+    assert "nothing to migrate" in capsys.readouterr().out

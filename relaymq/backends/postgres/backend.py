@@ -261,7 +261,8 @@ class PostgresBackend(Backend):
             if timeout <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can eat a cancel
+                    await event.wait()
         finally:
             del self._waiters[key]
 

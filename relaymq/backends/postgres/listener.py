@@ -53,7 +53,8 @@ class Listener:
         """Wait up to ``within`` seconds for the connection to be listening; whether it is."""
         self.start()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.connected.wait(), within)
+            async with asyncio.timeout(within):  # not wait_for: on 3.11 it can eat a cancel
+                await self.connected.wait()
         return self.connected.is_set()
 
     async def came_up(self, times: int) -> None:
@@ -108,10 +109,11 @@ class Listener:
         self._on_connect()
         while not lost.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), PING_INTERVAL)
+                async with asyncio.timeout(PING_INTERVAL):
+                    await lost.wait()
                 break
-            async with self._lock:
-                await asyncio.wait_for(con.fetchval(q("ping")), PING_TIMEOUT)
+            async with self._lock, asyncio.timeout(PING_TIMEOUT):
+                await con.fetchval(q("ping"))
 
     def _wake(self, _con: object, _pid: int, _channel: str, payload: str) -> None:
         self._on_wake(payload)

@@ -1,0 +1,570 @@
+"""RabbitMQBackend: RabbitMQ delivers, a metadata store (another relaymq backend) decides.
+
+Job state, the DLQ, pause flags, cancellation, leases, the worker registry and events live in
+the store (``?store=<URL>``, Redis by default; SQLite, PostgreSQL or memory work too): every
+transition is the store's one atomic operation. The broker only carries deliveries: a
+persistent message ``(job id, token)`` in a durable priority queue per relaymq queue,
+published with confirms whenever a job becomes ``waiting`` with that token.
+
+- A delivery starts a job only through ``store.claim_delivered``, which claims it while the job
+  is still waiting with exactly the delivery's token. Any other delivery (a broker redelivery
+  after a reconnect, a duplicate from reconciliation, a job since finished, cancelled, removed or
+  recovered) is acknowledged and dropped; ``stale_deliveries`` counts them.
+- Metadata first, message second: a job is stored before its delivery is published. A
+  delivery that could not be published (broker down) is kept and published again after the
+  reconnect; a process that died in between is covered by reconciliation: the elected
+  maintenance pass (``recover_stalled``) republishes the deliveries of jobs that have waited at
+  the head of their queue for ``reconcile_after`` seconds while the broker had nothing ready.
+- Delayed jobs and retries with a delay stay in the store (state ``delayed``) and reach the
+  broker only when due: ``claim`` promotes due jobs through ``store.promote_due`` (at most every
+  ``promote_interval`` per queue, earlier when this process knows a due time) and publishes them;
+  ``wait`` returns when the earliest due time this process knows of arrives. They then queue
+  behind the deliveries already on the broker at their priority (broker FIFO).
+- Stalled recovery is the store's conditional pass; only the jobs it moved back to waiting get a
+  replacement delivery, with the token they have now.
+
+Ordering: the broker hands out higher broker priority first, FIFO within a priority (see
+``topology`` for the mapping); each claim batch is returned in the store's (priority, seq) order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+
+from relaymq.backends.base import (
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    DeliveryStore,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.rabbitmq import options as url_options
+from relaymq.backends.rabbitmq import topology
+from relaymq.backends.rabbitmq.consumer import Consumer, ack
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
+from relaymq.job import Job, JobState, NewJob
+
+T = TypeVar("T")
+
+Outgoing = tuple[str, str, int, int]
+"""A delivery to publish: (queue, job id, token, priority)."""
+
+PUBLISH_CHUNK = 2000
+PROMOTE_BATCH = 1000
+RECONCILE_PAGE = 100
+MAX_PENDING = 100_000
+"""Unpublished deliveries kept for the reconnect; beyond that, reconciliation republishes."""
+
+
+class RabbitMQBackend(Backend):
+    """Broker delivery over a metadata store (``amqp://...?store=<backend URL>``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        store: Backend | None = None,
+        **options: Any,
+    ) -> None:
+        from relaymq.backends import from_url  # the store is any backend: import lazily
+
+        self.url = url
+        self.options = url_options.parse(url)
+        self._now = clock or time.time
+        self._owns_store = store is None
+        self.store: Backend = (
+            store if store is not None else from_url(self.options.store, clock=clock, **options)
+        )
+        if not self.store.capabilities.delivery_store or not isinstance(self.store, DeliveryStore):
+            raise ConfigError(
+                f"{self.options.store!r} cannot hold a broker's job metadata "
+                "(its backend does not implement DeliveryStore)"
+            )
+        self._delivery: DeliveryStore = self.store
+        caps = self.store.capabilities
+        self.capabilities = Capabilities(
+            durable=caps.durable, cross_process=caps.cross_process,
+            server_clock=caps.server_clock, blocking_wait=True, cluster_safe=caps.cluster_safe,
+            transactions=caps.transactions,
+        )  # fmt: skip
+        self.stale_deliveries = 0
+        """Deliveries acknowledged and dropped because their token no longer matched."""
+        self._arguments = topology.queue_arguments(
+            self.options.max_priority, self.options.queue_expires
+        )
+        self._connection: AbstractRobustConnection | None = None
+        self._publisher: AbstractRobustChannel | None = None
+        self._declared: set[str] = set()
+        self._side: aiormq.abc.AbstractChannel | None = None
+        self._consumers: dict[str, Consumer] = {}
+        self._consumer_lock = asyncio.Lock()
+        self._wakeup = asyncio.Event()
+        self._pending: list[Outgoing] = []
+        self._priorities: dict[tuple[str, str], int] = {}
+        """Priority of the jobs this handle claimed, for their RETRY/RELEASE deliveries."""
+        self._next_due: dict[str, float] = {}
+        self._next_promote: dict[str, float] = {}
+        self._next_reconcile: dict[str, float] = {}
+        self._republished: dict[tuple[str, str, int], float] = {}
+        self._background: set[asyncio.Future[Any]] = set()
+
+    async def connect(self) -> None:
+        if self._connection is not None:
+            return
+        await self.store.connect()
+        try:
+            self._connection = await aio_pika.connect_robust(
+                self.options.broker_url, reconnect_interval=1.0
+            )
+            channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+        except (aiormq.exceptions.AMQPError, ConnectionError, OSError) as e:
+            raise BackendUnavailableError(f"cannot reach RabbitMQ: {e!r}") from e
+        assert isinstance(channel, aio_pika.RobustChannel)
+        self._publisher = channel
+        self._connection.reconnect_callbacks.add(self._on_reconnect)
+
+    async def close(self) -> None:
+        if self._background:  # transitions whose caller was cancelled: let them publish
+            await asyncio.wait(list(self._background), timeout=10)
+        for consumer in self._consumers.values():
+            await consumer.close()
+        self._consumers.clear()
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await self._connection.close()
+            self._connection = None
+        if self._owns_store:
+            await self.store.close()
+
+    # -- producer ---------------------------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await self._shielded(self._enqueue(jobs))
+
+    async def _enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        answers = await self.store.enqueue(jobs)
+        now = self._now()
+        out: list[Outgoing] = []
+        for new, answer in zip(jobs, answers, strict=True):
+            if answer.duplicate:
+                continue
+            if new.delay > 0:
+                self._note_due(new.queue, now + new.delay)
+            else:
+                out.append((new.queue, new.id, 0, new.priority))
+        await self._publish(out)
+        return answers
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        claimed: list[Job] = []
+        now = self._now()
+        for name in queues:
+            if len(claimed) >= limit:
+                break
+            consumer = await self._consumer(name, limit)
+            await self._shielded(self._promote(name, now))
+            if consumer.paused_hint:
+                if await self.store.is_paused(name):
+                    continue
+                consumer.paused_hint = False
+            jobs, now = await self._claim_from(consumer, name, worker_id, limit - len(claimed))
+            claimed += jobs
+        return ClaimBatch(claimed, now)
+
+    async def _claim_from(
+        self, consumer: Consumer, queue: str, worker_id: str, limit: int
+    ) -> tuple[list[Job], float]:
+        claimed: list[Job] = []
+        now = self._now()
+        while len(claimed) < limit:
+            want = limit - len(claimed)
+            await self._broker(consumer.fill(want))
+            taken = consumer.take(want)
+            if not taken:
+                break
+            try:
+                batch, stale = await self._delivery.claim_delivered(
+                    queue, [(d.job_id, d.token) for d in taken], worker_id
+                )
+            except BaseException:
+                consumer.give_back(taken)
+                raise
+            now = batch.now
+            won = {j.id for j in batch.jobs}
+            lost = set(stale) - won
+            kept = [d for d in taken if d.job_id not in won and d.job_id not in lost]
+            self.stale_deliveries += sum(1 for d in taken if d.job_id in lost)
+            await ack([d.message for d in taken if d.job_id in won or d.job_id in lost])
+            for job in batch.jobs:
+                self._priorities[(job.queue, job.id)] = job.priority
+            claimed += batch.jobs
+            if kept:  # the queue is paused: keep them unacknowledged for after the resume
+                consumer.give_back(kept)
+                consumer.paused_hint = True
+                break
+            if not lost and len(taken) < want:
+                break
+        claimed.sort(key=lambda j: (j.priority, j.seq))
+        return claimed, now
+
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        return await self.store.heartbeat(beats)
+
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        return await self._shielded(self._settle(settles))
+
+    async def _settle(self, settles: Sequence[Settle]) -> list[bool]:
+        applied = await self.store.settle(settles)
+        now = self._now()
+        again: list[Settle] = []
+        for s, ok in zip(settles, applied, strict=True):
+            if not ok:
+                continue
+            if s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0):
+                again.append(s)
+            elif s.outcome is Outcome.RETRY:
+                self._note_due(s.claim.queue, now + s.delay)
+        out: list[Outgoing] = []
+        for s in again:
+            c = s.claim
+            priority = self._priorities.get((c.queue, c.job_id))
+            if priority is None:
+                job = await self.store.get_job(c.queue, c.job_id)
+                if job is None:
+                    continue
+                priority = job.priority
+            out.append((c.queue, c.job_id, c.token, priority))
+        for s in settles:
+            self._priorities.pop((s.claim.queue, s.claim.job_id), None)
+        await self._publish(out)
+        return applied
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        consumers = [await self._consumer(name, 0) for name in queues]
+        self._wakeup.clear()
+        if any(c.has_work() for c in consumers):
+            return
+        now = self._now()
+        for name in queues:
+            due = self._next_due.get(name)
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - now))
+        if timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wakeup.wait()
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        return await self._shielded(self._recover_stalled(queue, threshold, max_stalled))
+
+    async def _recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        found = await self.store.recover_stalled(queue, threshold, max_stalled)
+        if found.requeued:
+            # The store moved them back to waiting in its conditional step; each gets one
+            # replacement delivery for the token it has now (an unreadable one is skipped).
+            read = await asyncio.gather(
+                *(self.store.get_job(queue, i) for i in found.requeued), return_exceptions=True
+            )
+            jobs = [j for j in read if isinstance(j, Job) and j.state is JobState.WAITING]
+            await self._publish([(queue, j.id, j.token, j.priority) for j in jobs])
+        await self._reconcile(queue)
+        return found
+
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        return await self.store.lock(name, owner, ttl)
+
+    async def unlock(self, name: str, owner: str) -> None:
+        await self.store.unlock(name, owner)
+
+    # -- admin and observation --------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        return await self.store.get_job(queue, job_id)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        return await self.store.list_jobs(queue, state, offset, limit)
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        return await self.store.counts(queue)
+
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        # A cancelled job's delivery, if any, is stale from now on and dropped when it arrives.
+        return await self.store.cancel(queue, job_id)
+
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        return await self._shielded(self._retry_job(queue, job_id))
+
+    async def _retry_job(self, queue: str, job_id: str) -> bool:
+        if not await self.store.retry_job(queue, job_id):
+            return False
+        job = await self.store.get_job(queue, job_id)
+        if _waiting(job):
+            assert job is not None
+            await self._publish([(queue, job.id, job.token, job.priority)])
+        return True
+
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        return await self.store.remove_job(queue, job_id)
+
+    async def pause(self, queue: str) -> None:
+        await self.store.pause(queue)
+
+    async def resume(self, queue: str) -> None:
+        await self.store.resume(queue)
+        consumer = self._consumers.get(queue)
+        if consumer is not None:
+            consumer.paused_hint = False
+        self._wakeup.set()
+
+    async def is_paused(self, queue: str) -> bool:
+        return await self.store.is_paused(queue)
+
+    async def drain(self, queue: str) -> int:
+        return await self.store.drain(queue)  # their deliveries are stale now
+
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        return await self.store.clean(queue, state, older_than)
+
+    async def obliterate(self, queue: str) -> None:
+        await self.store.obliterate(queue)
+        name = topology.broker_name(self.options.prefix, queue)
+        if name in self._declared:
+            await self._broker(self._on_side_channel(lambda ch: ch.queue_purge(name)))
+
+    async def list_queues(self) -> list[str]:
+        return await self.store.list_queues()
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        await self.store.register_worker(info, ttl)
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self.store.unregister_worker(worker_id)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self.store.list_workers()
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[bytes]) -> None:
+        await self.store.publish(events)
+
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        return await self.store.subscribe()
+
+    # -- the broker side --------------------------------------------------------------------
+
+    @property
+    def broker_queues(self) -> list[str]:
+        """The broker queues this handle has declared (tests delete them afterwards)."""
+        return sorted(self._declared)
+
+    @property
+    def unpublished(self) -> int:
+        """Deliveries waiting for the broker to come back."""
+        return len(self._pending)
+
+    async def delete_broker_queues(self) -> None:
+        """Delete every broker queue this handle declared (test clean-up)."""
+        for name in self.broker_queues:
+
+            async def delete(channel: aiormq.abc.AbstractChannel, name: str = name) -> None:
+                await channel.queue_delete(name)
+
+            await self._broker(self._on_side_channel(delete))
+        self._declared.clear()
+
+    async def _consumer(self, queue: str, limit: int) -> Consumer:
+        consumer = self._consumers.get(queue)
+        if consumer is None:
+            async with self._consumer_lock:
+                consumer = self._consumers.get(queue)
+                if consumer is None:
+                    consumer = await self._broker(self._start_consumer(queue, limit))
+        elif limit > consumer.prefetch:
+            await self._broker(consumer.grow(limit))
+        return consumer
+
+    async def _start_consumer(self, queue: str, limit: int) -> Consumer:
+        assert self._connection is not None, "connect() first"
+        name = await self._declare(queue)
+        consumer = Consumer(self._connection, name, self._arguments, self._wakeup.set)
+        await consumer.start(max(limit, self.options.prefetch))
+        self._consumers[queue] = consumer
+        return consumer
+
+    async def _declare(self, queue: str) -> str:
+        """The broker queue of ``queue``, declared once per handle (durable queues persist)."""
+        name = topology.broker_name(self.options.prefix, queue)
+        if name not in self._declared:
+            await self._on_side_channel(lambda ch: topology.declare(ch, name, self._arguments))
+            self._declared.add(name)
+        return name
+
+    async def _on_side_channel(
+        self, use: Callable[[aiormq.abc.AbstractChannel], Awaitable[T]]
+    ) -> T:
+        """Run ``use`` on the side channel, kept apart because a failed declare closes its
+        channel. Shielded: aiormq closes a channel whose RPC is cancelled midway."""
+        assert self._connection is not None, "connect() first"
+        if self._side is None or self._side.is_closed:
+            transport = self._connection.transport
+            if transport is None:
+                raise BackendUnavailableError("RabbitMQ connection is down; reconnecting")
+            self._side = await transport.connection.channel()
+        return await asyncio.shield(use(self._side))
+
+    async def _publish(self, out: Sequence[Outgoing]) -> None:
+        """Publish deliveries with confirms; the ones the broker cannot take now wait for the
+        reconnect (their jobs are stored: nothing is lost, at worst delivered later)."""
+        todo, self._pending = [*self._pending, *out], []
+        if not todo:
+            return
+        try:
+            await self._broker(self._publish_now(todo))
+        except BackendUnavailableError:
+            self._pending = todo[-MAX_PENDING:]
+
+    async def _publish_now(self, todo: list[Outgoing]) -> None:
+        assert self._publisher is not None, "connect() first"
+        for queue in {q for q, _, _, _ in todo}:
+            await self._declare(queue)
+        async with asyncio.timeout(10):  # (asyncio.wait_for may swallow a cancel on 3.11)
+            channel = await self._publisher.get_underlay_channel()
+        for chunk in _chunks(todo, PUBLISH_CHUNK):
+            await asyncio.gather(*(self._publish_one(channel, item) for item in chunk))
+
+    async def _publish_one(self, channel: aiormq.abc.AbstractChannel, item: Outgoing) -> None:
+        queue, job_id, token, priority = item
+        properties = aiormq.spec.Basic.Properties(
+            delivery_mode=2,
+            priority=topology.broker_priority(priority, self.options.max_priority),
+        )
+        name = topology.broker_name(self.options.prefix, queue)
+        body = topology.encode(job_id, token, priority)
+        try:
+            await channel.basic_publish(
+                body, routing_key=name, properties=properties, mandatory=True
+            )
+        except aiormq.exceptions.PublishError:  # the queue vanished: declare it and go again
+            self._declared.discard(name)
+            await self._declare(queue)
+            await channel.basic_publish(
+                body, routing_key=name, properties=properties, mandatory=True
+            )
+
+    def _on_reconnect(self, *_: Any) -> None:
+        if self._pending:
+            task = asyncio.ensure_future(self._publish([]))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _shielded(self, operation: Coroutine[Any, Any, T]) -> T:
+        """Run a store transition and the publish that follows it to the end, even when the
+        caller is cancelled midway: a job made waiting must get its delivery."""
+        task = asyncio.ensure_future(operation)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return await asyncio.shield(task)
+
+    async def _broker(self, operation: Awaitable[T]) -> T:
+        """Await a broker operation, translating driver errors at the boundary."""
+        try:
+            return await operation
+        except (ConfigError, BackendError):
+            raise
+        except (
+            aiormq.exceptions.AMQPConnectionError,
+            aiormq.exceptions.ChannelInvalidStateError,
+            ConnectionError,
+            OSError,
+            TimeoutError,
+        ) as e:
+            raise BackendUnavailableError(f"RabbitMQ unavailable: {e!r}") from e
+        except aiormq.exceptions.AMQPError as e:
+            raise BackendError(f"RabbitMQ error: {e!r}") from e
+
+    # -- delayed jobs and reconciliation ----------------------------------------------------
+
+    def _note_due(self, queue: str, at: float) -> None:
+        due = self._next_due.get(queue)
+        if due is None or at < due:
+            self._next_due[queue] = at
+
+    async def _promote(self, queue: str, now: float) -> None:
+        """Publish the deliveries of due delayed jobs; a store round trip at most every
+        ``promote_interval`` per queue, unless this process knows a job is due."""
+        due = self._next_due.get(queue)
+        if now < self._next_promote.get(queue, float("-inf")) and (due is None or now < due):
+            return
+        self._next_promote[queue] = now + self.options.promote_interval
+        if due is not None and due <= now:
+            del self._next_due[queue]
+        jobs = await self._delivery.promote_due(queue, PROMOTE_BATCH)
+        if len(jobs) == PROMOTE_BATCH:
+            self._next_promote[queue] = now  # more are due: go on next time
+        await self._publish([(queue, j.id, j.token, j.priority) for j in jobs])
+
+    async def _reconcile(self, queue: str) -> None:
+        """Republish the deliveries of jobs that have waited at the head of the queue for
+        ``reconcile_after`` seconds while the broker had nothing ready for it: a process died
+        between storing a job and publishing it. Duplicates are harmless (only one token
+        matches), so this errs on the side of republishing."""
+        now = self._now()
+        if now < self._next_reconcile.get(queue, float("-inf")):
+            return
+        self._next_reconcile[queue] = now + self.options.reconcile_after / 2
+        self._republished = {k: t for k, t in self._republished.items() if t > now}
+        if await self.store.is_paused(queue):
+            return
+        name = topology.broker_name(self.options.prefix, queue)
+        self._declared.discard(name)  # re-declare: its reply says how many are ready
+        ok = await self._broker(
+            self._on_side_channel(
+                lambda ch: ch.queue_declare(name, durable=True, arguments=self._arguments)
+            )
+        )
+        self._declared.add(name)
+        if ok.message_count:
+            return
+        cutoff = now - self.options.reconcile_after
+        out: list[Outgoing] = []
+        for job in await self.store.list_jobs(queue, JobState.WAITING, 0, RECONCILE_PAGE):
+            key = (queue, job.id, job.token)
+            touched = max(job.created_at, job.claimed_at or 0.0, job.heartbeat_at or 0.0)
+            if touched < cutoff and key not in self._republished:
+                out.append((queue, job.id, job.token, job.priority))
+                self._republished[key] = now + self.options.reconcile_after
+        await self._publish(out)
+
+
+def _waiting(job: Job | None) -> bool:
+    return job is not None and job.state is JobState.WAITING
+
+
+def _chunks(items: list[Outgoing], size: int) -> Iterator[list[Outgoing]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

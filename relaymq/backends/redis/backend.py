@@ -1,0 +1,609 @@
+"""RedisBackend: one Lua script per transition over the key layout of ``keys.py``.
+
+Every transition is one EVALSHA (``scripts/*.lua``, each with a header of its KEYS, ARGV and
+replies); a batch of one queue is one script call and batches of several queues go out in one
+pipeline. Times come from Redis ``TIME`` inside the scripts unless a test clock is given, whose
+reading is then passed as the first argument. Idle workers block in BLPOP on the queues' wake-up
+lists, which enqueue, retry, release, resume, promotion and recovery push to.
+
+The client is redis-py's asyncio ``Redis`` (``redis://``, ``rediss://``) or ``RedisCluster``
+(``redis+cluster://``). redis-py re-opens broken connections on the next command, so after a
+server restart the next call works; the script cache the restart emptied is refilled on the
+first NOSCRIPT reply; the event subscription re-subscribes by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import defaultdict
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any
+
+import orjson
+from redis import exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from relaymq.backends.base import (
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    DeliveryStore,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.redis import pubsub
+from relaymq.backends.redis.config import check_eviction_policy, parse_url
+from relaymq.backends.redis.errors import translated
+from relaymq.backends.redis.keys import JOB_FIELDS, PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
+from relaymq.backends.redis.records import num, opt, parse_job
+from relaymq.backends.redis.scripts import Scripts
+from relaymq.errors import (
+    BackendError,
+    ConfigError,
+    CorruptRecordError,
+)
+from relaymq.job import TERMINAL, Job, JobState, NewJob
+
+ENQUEUE_CHUNK = 1000
+"""Jobs per enqueue script call: bounds how long one call holds the server."""
+CLAIM_CHUNK = 1000
+"""Most jobs one claim script call takes (a larger limit takes several calls)."""
+SETTLE_CHUNK = 1000
+"""Most transitions or heartbeats in one script call."""
+PROMOTE_MAX = 1000
+"""Delayed jobs promoted per queue per claim; the rest are promoted by the next claims."""
+SCAN_CHUNK = 500
+"""Jobs examined per recovery or purge script call (the caller loops while chunks are full)."""
+MIN_BLOCK = 0.01
+"""BLPOP rounds timeouts to milliseconds and 0 blocks forever: shorter waits return at once."""
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class RedisBackend(Backend, DeliveryStore):
+    """Redis and Redis Cluster backend (``redis://``, ``rediss://``, ``redis+cluster://``).
+
+    Options: ``prefix`` (also ``?prefix=`` in the URL; default ``relaymq``) namespaces every
+    key; other keyword options go to the redis-py client. Durable when the server persists
+    (``appendonly yes``, ``appendfsync always`` for no loss on a crash); a server whose
+    ``maxmemory-policy`` is not ``noeviction`` gets an ``EvictionPolicyWarning`` at connect.
+    """
+
+    capabilities = Capabilities(
+        durable=True,
+        cross_process=True,
+        server_clock=True,
+        blocking_wait=True,
+        cluster_safe=True,
+        delivery_store=True,
+    )
+
+    def __init__(
+        self, url: str, *, clock: Clock | None = None, prefix: str | None = None, **options: Any
+    ) -> None:
+        self.url = url
+        self._options = parse_url(url, prefix)
+        self._keys = Keys(self._options.prefix)
+        self._clock = clock
+        self._client_options = options
+        self._scripts = Scripts()
+        self._r: Any = None
+
+    async def connect(self) -> None:
+        if self._r is not None:
+            return
+        o = self._options
+        kwargs: dict[str, Any] = {
+            # No socket timeout: BLPOP blocks for as long as asked, and redis-py implements a
+            # write timeout with asyncio.wait_for, which on Python 3.11 can swallow a task's
+            # cancellation (the worker's shutdown then hangs). Keepalive finds dead peers.
+            "socket_timeout": None,
+            "socket_keepalive": True,
+            "socket_connect_timeout": 5.0,
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
+            **self._client_options,
+        }
+        with translated("connect"):
+            if o.cluster:
+                if len(o.startup_nodes) > 1:
+                    kwargs["startup_nodes"] = [ClusterNode(h, p) for h, p in o.startup_nodes]
+                client: Any = RedisCluster.from_url(o.client_url, **kwargs)
+                await client.initialize()
+            else:
+                client = Redis.from_url(o.client_url, **kwargs)
+            try:
+                await client.ping()
+                policies = await self._eviction_policies(client)
+            except BaseException:
+                await client.aclose()
+                raise
+        self._r = client
+        check_eviction_policy(policies)
+
+    async def _eviction_policies(self, client: Any) -> dict[str, Any]:
+        """``maxmemory-policy`` per server; empty when CONFIG is not allowed (managed Redis)."""
+        try:
+            if self._options.cluster:
+                found: dict[str, Any] = {}
+                for node in client.get_primaries():
+                    reply = await client.config_get("maxmemory-policy", target_nodes=node)
+                    found[node.name] = _policy(reply)
+                return found
+            reply = await client.config_get("maxmemory-policy")
+            return {self._options.client_url.split("@")[-1]: _policy(reply)}
+        except rex.ResponseError:
+            return {}
+
+    async def close(self) -> None:
+        if self._r is not None:
+            client, self._r = self._r, None
+            with contextlib.suppress(rex.RedisError, OSError):
+                await client.aclose()
+
+    # -- internal ---------------------------------------------------------------------------
+
+    def _now(self) -> str:
+        """The ``now`` argument of every script: the test clock's reading, or '' for TIME."""
+        return num(self._clock()) if self._clock is not None else ""
+
+    def _evalsha(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        return ("EVALSHA", self._scripts.sha[name], len(keys), *keys, *args)
+
+    async def _load_scripts(self) -> None:
+        for text in self._scripts.text.values():
+            await self._r.script_load(text)
+
+    async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        [reply] = await self._run([self._evalsha(name, keys, args)], name)
+        return reply
+
+    async def _run(self, commands: Sequence[tuple[Any, ...]], what: str) -> list[Any]:
+        """Run ``commands`` in one pipeline (one round trip per server) and return the replies.
+
+        Commands that met an empty script cache (a restarted server) run again once the
+        scripts are loaded; they had not run, so running them again is safe.
+        """
+        if self._r is None:
+            raise BackendError("the Redis backend is not connected (call connect())")
+        replies: list[Any] = [None] * len(commands)
+        todo = list(range(len(commands)))
+        with translated(what):
+            for attempt in range(2):
+                if len(todo) == 1:
+                    try:
+                        got = [await self._r.execute_command(*commands[todo[0]])]
+                    except rex.NoScriptError as e:
+                        got = [e]
+                else:
+                    pipe = self._r.pipeline(transaction=False)
+                    for i in todo:
+                        pipe.execute_command(*commands[i])
+                    got = await pipe.execute(raise_on_error=False)
+                again: list[int] = []
+                for i, reply in zip(todo, got, strict=True):
+                    if isinstance(reply, rex.NoScriptError) and attempt == 0:
+                        again.append(i)
+                    elif isinstance(reply, Exception):
+                        raise reply
+                    else:
+                        replies[i] = reply
+                if not again:
+                    break
+                await self._load_scripts()
+                todo = again
+        return replies
+
+    def _slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
+        """Queues that one script may serve together: all of them, or per slot on a cluster."""
+        if not self._options.cluster:
+            return [list(queues)]
+        groups: dict[int, list[str]] = defaultdict(list)
+        for q in queues:
+            groups[self._keys.slot(q)].append(q)
+        return list(groups.values())
+
+    # -- producer ---------------------------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        by_queue: dict[str, list[int]] = defaultdict(list)
+        for i, new in enumerate(jobs):
+            if not -PRIORITY_LIMIT < new.priority < PRIORITY_LIMIT:
+                raise ConfigError(
+                    f"priority {new.priority} of job {new.id!r} is outside "
+                    f"({-PRIORITY_LIMIT}, {PRIORITY_LIMIT}) on the Redis backend"
+                )
+            self._keys.base(new.queue)  # validates the name before anything is written
+            by_queue[new.queue].append(i)
+        now = self._now()
+        commands: list[tuple[Any, ...]] = []
+        chunks: list[list[int]] = []
+        for queue, indexes in by_queue.items():
+            commands.append(("SADD", self._keys.queues, queue))
+            chunks.append([])
+            base = self._keys.base(queue)
+            for start in range(0, len(indexes), ENQUEUE_CHUNK):
+                chunk = indexes[start : start + ENQUEUE_CHUNK]
+                args: list[Any] = [now]
+                for i in chunk:
+                    j = jobs[i]
+                    ttl = "-" if j.ttl is None else repr(float(j.ttl))
+                    timeout = "-" if j.timeout is None else repr(float(j.timeout))
+                    head = (
+                        f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {j.id}"
+                    )
+                    args += (head, j.task, j.payload)
+                commands.append(self._evalsha("enqueue", [base], args))
+                chunks.append(chunk)
+        replies = await self._run(commands, "enqueue")
+        out: list[Enqueued | None] = [None] * len(jobs)
+        for chunk, reply in zip(chunks, replies, strict=True):
+            if not chunk:
+                continue  # the SADD to the queue list
+            for i, stored in zip(chunk, reply, strict=True):
+                out[i] = Enqueued(jobs[i].id, duplicate=not stored)
+        return [e for e in out if e is not None]
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        if not queues:
+            return ClaimBatch([], self._clock() if self._clock else time.time())
+        # A cluster claim visits queue by queue (each lives in its own slot); otherwise one
+        # script call takes the whole batch across every queue.
+        visits = [[q] for q in queues] if self._options.cluster else [list(queues)]
+        jobs: list[Job] = []
+        now = 0.0
+        for visit in visits:
+            keys = [self._keys.base(q) for q in visit]
+            while True:
+                want = min(limit - len(jobs), CLAIM_CHUNK)
+                reply = await self._script(
+                    "claim", keys, [self._now(), worker_id, max(want, 0), PROMOTE_MAX]
+                )
+                now = float(reply[0])
+                got = await self._parse_claimed(visit, reply)
+                jobs += got
+                if want < CLAIM_CHUNK or len(got) < want:
+                    break
+            if len(jobs) >= limit:
+                break
+        return ClaimBatch(jobs, now)
+
+    async def _parse_claimed(self, visit: Sequence[str], reply: list[Any]) -> list[Job]:
+        jobs: list[Job] = []
+        unreadable: list[Settle] = []
+        for at in range(1, len(reply), 3):
+            queue, job_id, values = visit[int(reply[at]) - 1], reply[at + 1].decode(), reply[at + 2]
+            try:
+                jobs.append(parse_job(queue, job_id, values))
+            except CorruptRecordError as e:
+                # Claimed (the script could read its state and token) but not readable here:
+                # fail it into the DLQ with the reason rather than hand it out or drop it.
+                claim = Job(queue, job_id, "", b"", JobState.ACTIVE, token=int(values[11])).claim
+                unreadable.append(Settle(claim, Outcome.FAIL, error=str(e)))
+        if unreadable:
+            await self.settle(unreadable)
+        return jobs
+
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, b in enumerate(beats):
+            groups[b.claim.queue].append(i)
+        now = self._now()
+        commands = []
+        order: list[list[int]] = []
+        for queue, all_indexes in groups.items():
+            for indexes in _chunks(all_indexes, SETTLE_CHUNK):
+                order.append(indexes)
+                args: list[Any] = [now]
+                for i in indexes:
+                    c = beats[i].claim
+                    args += (b"%d %s" % (c.token, c.job_id.encode()), opt(beats[i].progress))
+                commands.append(self._evalsha("heartbeat", [self._keys.base(queue)], args))
+        replies = await self._run(commands, "heartbeat") if commands else []
+        out = [BeatResult(held=False)] * len(beats)
+        for indexes, reply in zip(order, replies, strict=True):
+            for i, code in zip(indexes, reply, strict=True):
+                out[i] = BeatResult(held=code == 1, cancel_requested=code == 2)
+        return out
+
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(settles):
+            groups[s.claim.queue].append(i)
+        now = self._now()
+        commands = []
+        order: list[list[int]] = []
+        for queue, all_indexes in groups.items():
+            for indexes in _chunks(all_indexes, SETTLE_CHUNK):
+                order.append(indexes)
+                args: list[Any] = [now]
+                for i in indexes:
+                    s = settles[i]
+                    c = s.claim
+                    head = f"{c.token} {s.outcome.value} {s.delay!r} {c.job_id}"
+                    args += (head, opt(s.result if s.outcome is Outcome.COMPLETE else s.error))
+                commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
+        replies = await self._run(commands, "settle") if commands else []
+        out = [False] * len(settles)
+        for indexes, reply in zip(order, replies, strict=True):
+            for i, code in zip(indexes, reply, strict=True):
+                out[i] = code == 1
+        return out
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        if not queues or timeout <= 0:
+            return
+        groups = self._slot_groups(queues)
+        now = self._now()
+        checks = [
+            self._evalsha("wait_check", [self._keys.base(q) for q in g], [now]) for g in groups
+        ]
+        block = timeout
+        for answer in await self._run(checks, "wait"):
+            if answer == b"ready":
+                return
+            if answer != b"idle":
+                block = min(block, float(answer))
+        if block < MIN_BLOCK:
+            return
+        # Paused queues are watched too: resume pushes wake-up tokens.
+        lists = [[self._keys.wake(q) for q in g] for g in groups]
+        with translated("wait"):
+            if len(lists) == 1:
+                await self._r.blpop(lists[0], timeout=round(block, 3))
+                return
+            seconds = round(block, 3)
+            tasks = [asyncio.ensure_future(self._r.blpop(k, timeout=seconds)) for k in lists]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    t.result()
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        result = Recovered()
+        base = self._keys.base(queue)
+        while True:
+            requeued, failed, unreadable, examined = await self._script(
+                "recover", [base], [self._now(), num(threshold), max_stalled, SCAN_CHUNK]
+            )
+            result.requeued.extend(i.decode() for i in requeued)
+            result.failed.extend(i.decode() for i in failed)
+            result.errors.extend(i.decode() for i in unreadable)
+            if examined < SCAN_CHUNK:
+                return result
+
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        # The lease is decided by the stored `until`; the key's own expiry only cleans up.
+        expire_ms = math.ceil(max(ttl, 86_400.0 if self._clock else ttl) * 1000) + 1000
+        got = await self._script(
+            "lock", [self._keys.lock(name)], [self._now(), owner, num(ttl), expire_ms]
+        )
+        return bool(got)
+
+    async def unlock(self, name: str, owner: str) -> None:
+        await self._script("unlock", [self._keys.lock(name)], [owner])
+
+    # -- admin and observation --------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        try:
+            [values] = await self._run(
+                [("HMGET", self._keys.job(queue, job_id), *JOB_FIELDS)], "get_job"
+            )
+        except BackendError as e:
+            if isinstance(e.__cause__, rex.ResponseError) and "WRONGTYPE" in str(e.__cause__):
+                raise CorruptRecordError(f"job {job_id!r} of {queue!r} is not a hash") from e
+            raise
+        if all(v is None for v in values):
+            return None
+        return parse_job(queue, job_id, values)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        if limit <= 0:
+            return []
+        reply = await self._script(
+            "page", [self._keys.base(queue)], [state.value, max(offset, 0), limit]
+        )
+        jobs: list[Job] = []
+        for at in range(0, len(reply), 2):
+            if reply[at + 1] == 0:
+                continue  # unreadable: get_job reports it; a listing goes on without it
+            with contextlib.suppress(CorruptRecordError):
+                jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
+        return jobs
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        replies = await self._run(
+            [("ZCARD", self._keys.state(queue, s)) for s in STATE_SUFFIXES], "counts"
+        )
+        return {JobState(s): int(n) for s, n in zip(STATE_SUFFIXES, replies, strict=True)}
+
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        answer = await self._script("cancel", [self._keys.base(queue)], [self._now(), job_id])
+        if answer == b"unreadable":
+            raise CorruptRecordError(f"job {job_id!r} of {queue!r} is unreadable")
+        return CancelResult(answer.decode())
+
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        return bool(await self._script("retry_job", [self._keys.base(queue)], [job_id]))
+
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        return bool(await self._script("remove_job", [self._keys.base(queue)], [job_id]))
+
+    async def pause(self, queue: str) -> None:
+        await self._run(
+            [("SET", self._keys.paused(queue), "1"), ("SADD", self._keys.queues, queue)], "pause"
+        )
+
+    async def resume(self, queue: str) -> None:
+        wake = self._keys.wake(queue)
+        await self._run(
+            [
+                ("DEL", self._keys.paused(queue)),
+                ("LPUSH", wake, *["1"] * WAKE_MAX),
+                ("LTRIM", wake, 0, WAKE_MAX - 1),
+            ],
+            "resume",
+        )
+
+    async def is_paused(self, queue: str) -> bool:
+        [n] = await self._run([("EXISTS", self._keys.paused(queue))], "is_paused")
+        return bool(n)
+
+    async def _purge(self, queue: str, state: str, older_than: float | None = None) -> int:
+        base = self._keys.base(queue)
+        age = "" if older_than is None else num(older_than)
+        total = 0
+        while True:
+            n = int(await self._script("purge", [base], [state, age, self._now(), SCAN_CHUNK]))
+            total += n
+            if n < SCAN_CHUNK:
+                return total
+
+    async def drain(self, queue: str) -> int:
+        return await self._purge(queue, "waiting") + await self._purge(queue, "delayed")
+
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        if state not in TERMINAL:
+            return 0
+        return await self._purge(queue, state.value, older_than)
+
+    async def obliterate(self, queue: str) -> None:
+        for state in STATE_SUFFIXES:
+            await self._purge(queue, state)
+        k = self._keys
+        await self._run(
+            [
+                ("DEL", k.meta(queue), k.paused(queue), k.wake(queue)),
+                ("SREM", k.queues, queue),
+            ],
+            "obliterate",
+        )
+
+    async def list_queues(self) -> list[str]:
+        [members] = await self._run([("SMEMBERS", self._keys.queues)], "list_queues")
+        names = sorted(m.decode() for m in members)
+        if not names:
+            return []
+        k = self._keys
+        probes = [("EXISTS", *(k.state(q, s) for s in STATE_SUFFIXES), k.paused(q)) for q in names]
+        found = await self._run(probes, "list_queues")
+        return [q for q, n in zip(names, found, strict=True) if n]
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        doc = orjson.dumps(
+            {
+                "id": info.id,
+                "queues": list(info.queues),
+                "concurrency": info.concurrency,
+                "host": info.host,
+                "pid": info.pid,
+                "started_at": info.started_at,
+            }
+        )
+        expire_ms = math.ceil(max(ttl, 86_400.0 if self._clock else ttl) * 1000) + 1000
+        await self._script(
+            "register_worker",
+            [self._keys.workers, self._keys.worker(info.id)],
+            [self._now(), info.id, num(ttl), doc, expire_ms],
+        )
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self._run(
+            [("ZREM", self._keys.workers, worker_id), ("DEL", self._keys.worker(worker_id))],
+            "unregister_worker",
+        )
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        reply = await self._script(
+            "list_workers", [self._keys.workers], [self._now(), self._keys.worker_prefix]
+        )
+        workers: list[WorkerInfo] = []
+        for at in range(0, len(reply), 2):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                d = orjson.loads(reply[at])
+                workers.append(
+                    WorkerInfo(
+                        d["id"],
+                        tuple(d["queues"]),
+                        int(d["concurrency"]),
+                        d["host"],
+                        int(d["pid"]),
+                        float(d["started_at"]),
+                        float(reply[at + 1]),
+                    )
+                )
+        return workers
+
+    # -- delivery store ---------------------------------------------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        args = [self._now(), worker_id, *(f"{token} {job_id}" for job_id, token in deliveries)]
+        nows, paused, claimed, stale = await self._script(
+            "claim_delivered", [self._keys.base(queue)], args
+        )
+        if paused:
+            return ClaimBatch([], float(nows)), []
+        as_claim: list[Any] = [nows]
+        for at in range(0, len(claimed), 2):
+            as_claim += (1, claimed[at], claimed[at + 1])
+        jobs = await self._parse_claimed([queue], as_claim)
+        return ClaimBatch(jobs, float(nows)), [i.decode() for i in stale]
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        if limit <= 0:
+            return []
+        reply = await self._script("promote_due", [self._keys.base(queue)], [self._now(), limit])
+        return [
+            parse_job(queue, reply[at].decode(), reply[at + 1]) for at in range(0, len(reply), 2)
+        ]
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[bytes]) -> None:
+        if events:
+            await self._run([("PUBLISH", self._keys.events, pubsub.frame(events))], "publish")
+
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        return await pubsub.subscribe(self._r, self._keys.events)
+
+
+def _policy(reply: Any) -> str | None:
+    """The ``maxmemory-policy`` value out of a CONFIG GET reply (bytes or str keys)."""
+    if isinstance(reply, dict):
+        for key, value in reply.items():
+            k = key.decode() if isinstance(key, bytes) else str(key)
+            if k == "maxmemory-policy":
+                return value.decode() if isinstance(value, bytes) else str(value)
+            if isinstance(value, dict):
+                found = _policy(value)
+                if found:
+                    return found
+    return None

@@ -1,0 +1,78 @@
+"""URL options of ``RedisBackend``, and the server-configuration check it makes at connect."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from relaymq.errors import ConfigError
+
+DEFAULT_PREFIX = "relaymq"
+SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+
+
+class RelayWarning(UserWarning):
+    """Base category of relaymq's warnings (proposed to move to ``relaymq.errors``)."""
+
+
+class EvictionPolicyWarning(RelayWarning):
+    """The Redis server may evict keys under memory pressure, which would lose jobs."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    """What a ``redis://`` URL asks for, split into our options and redis-py's."""
+
+    client_url: str
+    """The URL handed to redis-py (our own query options removed, ``+cluster`` dropped)."""
+    cluster: bool
+    prefix: str
+    startup_nodes: tuple[tuple[str, int], ...] = ()
+    """For cluster URLs: every ``host:port`` listed (comma separated) in the URL."""
+
+
+def parse_url(url: str, prefix: str | None = None) -> RedisOptions:
+    """Read ``redis[s][+cluster]://[user:pass@]host:port[,host:port...][/db][?prefix=...]``."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigError(f"not a Redis URL: {url!r} (schemes: {', '.join(SCHEMES)})")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k == "prefix"}
+    rest = [(k, v) for k, v in query if k != "prefix"]
+    chosen = prefix if prefix is not None else ours.get("prefix", DEFAULT_PREFIX)
+    cluster = scheme.endswith("+cluster")
+    base_scheme = scheme.removesuffix("+cluster")
+    netloc = parts.netloc
+    nodes: list[tuple[str, int]] = []
+    if cluster:
+        auth, _, hosts = netloc.rpartition("@")
+        for item in hosts.split(","):
+            host, _, port = item.rpartition(":")
+            if not host:
+                host, port = item, "6379"
+            try:
+                nodes.append((host.strip("[]"), int(port)))
+            except ValueError as e:
+                raise ConfigError(f"bad host:port {item!r} in {url!r}") from e
+        first = hosts.split(",")[0]
+        netloc = f"{auth}@{first}" if auth else first
+        if parts.path.strip("/") not in ("", "0"):
+            raise ConfigError(f"Redis Cluster has only database 0: {url!r}")
+    client_url = urlunsplit((base_scheme, netloc, parts.path, urlencode(rest), ""))
+    return RedisOptions(client_url, cluster, chosen, tuple(nodes))
+
+
+def check_eviction_policy(policies: dict[str, Any]) -> None:
+    """Warn when a server's ``maxmemory-policy`` is not ``noeviction`` (``policies``: per node)."""
+    bad = {node: p for node, p in policies.items() if p and p != "noeviction"}
+    if bad:
+        listed = ", ".join(f"{node}: {p}" for node, p in sorted(bad.items()))
+        warnings.warn(
+            f"Redis maxmemory-policy is not noeviction ({listed}): under memory pressure the "
+            "server evicts keys and accepted jobs are lost; set maxmemory-policy noeviction",
+            EvictionPolicyWarning,
+            stacklevel=3,
+        )

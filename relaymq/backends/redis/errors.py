@@ -1,0 +1,31 @@
+"""Driver exceptions translated into ``relaymq.errors`` at the backend's boundary."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from redis import exceptions as rex
+
+from relaymq.errors import BackendError, BackendUnavailableError
+
+UNAVAILABLE = (
+    rex.ConnectionError,  # includes BusyLoadingError: a restarted server still reading its AOF
+    rex.TimeoutError,
+    rex.ClusterDownError,
+    rex.TryAgainError,
+    rex.MasterDownError,
+    rex.RedisClusterException,
+    OSError,
+)
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Driver exceptions become ``relaymq.errors`` (the driver's stays as ``__cause__``)."""
+    try:
+        yield
+    except UNAVAILABLE as e:
+        raise BackendUnavailableError(f"Redis unreachable ({what}): {e}") from e
+    except rex.RedisError as e:
+        raise BackendError(f"Redis failed ({what}): {e}") from e

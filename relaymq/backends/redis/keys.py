@@ -1,0 +1,104 @@
+"""The Redis key layout of ``RedisBackend``: every key the backend touches is named here.
+
+Per queue, all keys share the hash tag ``{<queue>}``, so a queue lives in one Redis Cluster
+slot and every per-queue script touches one slot only. ``base`` is ``<prefix>:{<queue>}``;
+scripts receive it as ``KEYS[i]`` and derive the other names by appending a suffix:
+
+=========================  ======  =========================================================
+key                        type    content
+=========================  ======  =========================================================
+``base:job:<id>``          hash    one job record (fields: ``JOB_FIELDS``); absent -> None
+``base:waiting``           zset    waiting ids, score ``priority * 2**40 + seq`` (claim order)
+``base:delayed``           zset    delayed ids, score ``run_at`` (promotion is a range query)
+``base:active``            zset    active ids, score = last heartbeat or claim time, so the
+                                   stall scan is ``ZRANGEBYSCORE -inf (now - threshold)``
+``base:completed``         zset    finished ids, score ``finished_at`` (clean is a range
+``base:failed``                    query); ``failed`` + ``expired`` are the DLQ
+``base:expired``
+``base:cancelled``
+``base:meta``              hash    per-queue counters: ``seq`` (the FIFO allocator),
+                                   ``stalled`` (recoveries so far)
+``base:paused``            string  exists while the queue is paused
+``base:wake``              list    wake-up tokens (at most ``WAKE_MAX``); idle workers BLPOP
+=========================  ======  =========================================================
+
+A state set's suffix is the state's name, so a job in state ``s`` is a member of ``base:s``
+and nowhere else: ``counts`` is seven ``ZCARD`` (O(1)) and can never drift from the records.
+
+Global keys (few, in their own slot ``{<prefix>:global}``; no per-queue script touches them):
+
+``<prefix>:{<prefix>:global}:queues``          set   names of queues ever enqueued or paused
+``<prefix>:{<prefix>:global}:workers``         zset  worker id, score = registration expiry
+``<prefix>:{<prefix>:global}:worker:<id>``     hash  ``info`` (JSON), ``seen_at``
+``<prefix>:lock:<name>``                       hash  ``owner``, ``until`` (a lease)
+``<prefix>:events``                            pub/sub channel of framed event batches
+
+No code path uses KEYS or SCAN: every read is a member of a set above or a range of one.
+
+Why the waiting score is exact: a double holds every integer below 2**53 exactly. ``seq`` is
+below 2**40 (a trillion jobs per queue) and ``|priority|`` is below 2**12 (checked at
+enqueue), so ``|priority * 2**40 + seq| < 2**53``: each score is exact and sorting by it is
+sorting by (priority, seq).
+"""
+
+from __future__ import annotations
+
+from redis.crc import key_slot
+
+from relaymq.errors import ConfigError
+
+PRIORITY_SHIFT = 2**40
+PRIORITY_LIMIT = 2**12
+"""Priorities must lie in ``(-PRIORITY_LIMIT, PRIORITY_LIMIT)`` to keep scores exact."""
+WAKE_MAX = 32
+STATE_SUFFIXES = ("waiting", "delayed", "active", "completed", "failed", "expired", "cancelled")
+
+JOB_FIELDS = (
+    "task payload state priority seq created_at run_at ttl max_attempts timeout attempts token "
+    "claimed_at heartbeat_at worker_id stalls cancel_requested progress result error finished_at"
+).split()
+"""Fields of a job hash. Absent fields mean None (or 0 for counters)."""
+
+
+class Keys:
+    """Key names for one prefix; see the module docstring for what each holds."""
+
+    def __init__(self, prefix: str) -> None:
+        if not prefix or "{" in prefix or "}" in prefix:
+            raise ConfigError(f"invalid Redis key prefix {prefix!r}: non-empty, no braces")
+        self.prefix = prefix
+        g = f"{prefix}:{{{prefix}:global}}"
+        self.queues = g + ":queues"
+        self.workers = g + ":workers"
+        self.worker_prefix = g + ":worker:"
+        self.events = f"{prefix}:events"
+
+    def base(self, queue: str) -> str:
+        if not queue:
+            raise ConfigError("queue names must not be empty")
+        return f"{self.prefix}:{{{queue}}}"
+
+    def job(self, queue: str, job_id: str) -> str:
+        return f"{self.base(queue)}:job:{job_id}"
+
+    def state(self, queue: str, state: str) -> str:
+        return f"{self.base(queue)}:{state}"
+
+    def meta(self, queue: str) -> str:
+        return self.base(queue) + ":meta"
+
+    def paused(self, queue: str) -> str:
+        return self.base(queue) + ":paused"
+
+    def wake(self, queue: str) -> str:
+        return self.base(queue) + ":wake"
+
+    def worker(self, worker_id: str) -> str:
+        return self.worker_prefix + worker_id
+
+    def lock(self, name: str) -> str:
+        return f"{self.prefix}:lock:{name}"
+
+    def slot(self, queue: str) -> int:
+        """The cluster slot every key of ``queue`` lives in."""
+        return int(key_slot(self.base(queue).encode()))

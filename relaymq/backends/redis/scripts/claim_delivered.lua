@@ -1,0 +1,42 @@
+-- claim_delivered.lua: claim the jobs a broker delivered, each only with its published token.
+-- KEYS[1]  base of the queue
+-- ARGV[1]  now ('' = server TIME)
+-- ARGV[2]  worker id
+-- ARGV[3..] one per delivery: "<token> <job id>"
+-- Returns  {now, paused, claimed, stale}: paused = 1 when the queue is paused (then nothing
+--          was looked at: the caller keeps the deliveries); claimed = {id1, job1, ...} with
+--          job = the values in FIELDS order (lib.lua); stale = ids whose job is gone, not
+--          waiting, unreadable or holds another token.
+-- A claim is the ordinary one: active, token + 1, attempts + 1, claimed_at = heartbeat_at =
+-- now, worker_id; the job leaves the waiting set.
+local base = KEYS[1]
+local now, nows = clock(ARGV[1])
+local worker = ARGV[2]
+if redis.call('EXISTS', base .. ':paused') == 1 then
+  return {nows, 1, {}, {}}
+end
+local claimed, stale, active = {}, {}, {}
+for i = 3, #ARGV do
+  local token, id = string.match(ARGV[i], '^(%d+) (.*)$')
+  local r = id and read(job_key(base, id), unpack(FIELDS))
+  local attempts = r and tonumber(r[11] or '0')
+  if r and r[3] == 'waiting' and (r[12] or '0') == token and attempts then
+    local jk = job_key(base, id)
+    local next_token = tonumber(token) + 1
+    redis.call('ZREM', base .. ':waiting', id)
+    redis.call('HSET', jk, 'state', 'active', 'token', next_token, 'attempts', attempts + 1,
+      'claimed_at', nows, 'heartbeat_at', nows, 'worker_id', worker)
+    r[3], r[11], r[12] = 'active', tostring(attempts + 1), tostring(next_token)
+    r[13], r[14], r[15] = nows, nows, worker
+    active[#active + 1] = nows
+    active[#active + 1] = id
+    claimed[#claimed + 1] = id
+    claimed[#claimed + 1] = r
+  else
+    stale[#stale + 1] = id or ARGV[i]
+  end
+end
+if #active > 0 then
+  redis.call('ZADD', base .. ':active', unpack(active))
+end
+return {nows, 0, claimed, stale}

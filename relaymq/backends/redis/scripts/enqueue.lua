@@ -1,0 +1,55 @@
+-- enqueue.lua: store new jobs of one queue as waiting (or delayed), in order.
+-- KEYS[1]  base of the queue ("<prefix>:{<queue>}")
+-- ARGV[1]  now ('' = server TIME)
+-- ARGV[2..] 3 per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|-> <id>"
+--           (- = none), task, payload
+-- Returns  one integer per job: 1 = stored, 0 = duplicate (the id exists in this queue).
+-- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
+local base = KEYS[1]
+local now, nows = clock(ARGV[1])
+local meta = base .. ':meta'
+local seq = tonumber(redis.call('HGET', meta, 'seq') or '0')
+local out = {}
+local waiting = {}
+local delayed = {}
+for i = 2, #ARGV, 3 do
+  local priority_s, delay_s, ttl, max_attempts, timeout, id =
+    string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
+  local jk = job_key(base, id)
+  if redis.call('EXISTS', jk) == 1 then
+    out[#out + 1] = 0
+  else
+    seq = seq + 1
+    local priority = tonumber(priority_s)
+    local delay = tonumber(delay_s)
+    local state = 'waiting'
+    if delay > 0 then
+      state = 'delayed'
+      local run_at = fmt(now + delay)
+      redis.call('HSET', jk, 'run_at', run_at)
+      delayed[#delayed + 1] = run_at
+      delayed[#delayed + 1] = id
+    else
+      waiting[#waiting + 1] = fmt(priority * PRIORITY_SHIFT + seq)
+      waiting[#waiting + 1] = id
+    end
+    redis.call('HSET', jk, 'task', ARGV[i + 1], 'payload', ARGV[i + 2], 'state', state,
+      'priority', priority_s, 'seq', seq, 'created_at', nows, 'max_attempts', max_attempts)
+    if ttl ~= '-' then
+      redis.call('HSET', jk, 'ttl', ttl)
+    end
+    if timeout ~= '-' then
+      redis.call('HSET', jk, 'timeout', timeout)
+    end
+    out[#out + 1] = 1
+  end
+end
+redis.call('HSET', meta, 'seq', seq)
+if #waiting > 0 then
+  redis.call('ZADD', base .. ':waiting', unpack(waiting))
+  wake(base, #waiting / 2)
+end
+if #delayed > 0 then
+  redis.call('ZADD', base .. ':delayed', unpack(delayed))
+end
+return out

@@ -1,0 +1,118 @@
+-- lib.lua: helpers shared by every script in this folder.
+-- RedisBackend prepends this file to each script before loading it, so each script is still
+-- one atomic EVALSHA. Nothing here runs on its own. A queue's keys are "<base>:<suffix>" with
+-- base = "<prefix>:{<queue>}" (see keys.py); a state's set is "<base>:<state name>".
+
+local PRIORITY_SHIFT = 1099511627776 -- 2^40: waiting score = priority * 2^40 + seq (exact)
+local WAKE_MAX = 32
+local TERMINAL = {completed = true, failed = true, expired = true, cancelled = true}
+-- The fields of a job hash in the order records travel to Python (keys.JOB_FIELDS; a test
+-- checks the two lists agree). Absent fields travel as nil.
+local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
+  'max_attempts', 'timeout', 'attempts', 'token', 'claimed_at', 'heartbeat_at', 'worker_id',
+  'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at'}
+
+-- Numbers go back to Redis with 17 significant digits: every double round-trips exactly.
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+-- The clock: a test clock passes its reading (a decimal string); otherwise the server's TIME.
+-- Returns the time as a number and as the exact string to store.
+local function clock(arg)
+  if arg ~= nil and arg ~= '' then
+    return tonumber(arg), arg
+  end
+  local t = redis.call('TIME')
+  local s = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+  return tonumber(s), s
+end
+
+local function job_key(base, id)
+  return base .. ':job:' .. id
+end
+
+-- An optional value travels as '' (absent) or '=' .. value.
+local function set_opt(jk, field, arg)
+  if arg == '' then
+    redis.call('HDEL', jk, field)
+  else
+    redis.call('HSET', jk, field, string.sub(arg, 2))
+  end
+end
+
+-- HMGET that never raises: nil when the key is missing-or-not-a-hash error.
+local function read(jk, ...)
+  local r = redis.pcall('HMGET', jk, ...)
+  if type(r) ~= 'table' or r.err then
+    return nil
+  end
+  return r
+end
+
+-- The FIFO allocator: every way into waiting passes here (enqueue, promotion, retry, recovery,
+-- manual retry). seq == nil allocates the next sequence; release passes the job's own back.
+local function make_waiting(base, jk, id, priority, seq)
+  if seq == nil then
+    seq = redis.call('HINCRBY', base .. ':meta', 'seq', 1)
+  end
+  redis.call('ZADD', base .. ':waiting', fmt(priority * PRIORITY_SHIFT + seq), id)
+  redis.call('HSET', jk, 'state', 'waiting', 'seq', seq)
+  redis.call('HDEL', jk, 'run_at')
+end
+
+-- Push up to WAKE_MAX wake-up tokens: each wakes one worker blocked in BLPOP on base:wake.
+local function wake(base, n)
+  if n <= 0 then
+    return
+  end
+  if n > WAKE_MAX then
+    n = WAKE_MAX
+  end
+  local tokens = {}
+  for i = 1, n do
+    tokens[i] = '1'
+  end
+  local key = base .. ':wake'
+  redis.call('LPUSH', key, unpack(tokens))
+  redis.call('LTRIM', key, 0, WAKE_MAX - 1)
+end
+
+-- Move a job from state set `from` into the terminal state `state`.
+local function finish(base, jk, id, from, state, nows)
+  redis.call('ZREM', base .. ':' .. from, id)
+  redis.call('ZADD', base .. ':' .. state, nows, id)
+  redis.call('HSET', jk, 'state', state, 'finished_at', nows)
+  redis.call('HDEL', jk, 'worker_id')
+end
+
+-- A record the scripts cannot read is taken out of line into the DLQ (failed), so it never
+-- blocks a claim or a recovery pass; get_job then reports it as corrupt.
+local function quarantine(base, jk, id, from, nows)
+  redis.call('ZREM', base .. ':' .. from, id)
+  redis.call('ZADD', base .. ':failed', nows, id)
+  redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error', 'corrupt record')
+end
+
+-- Promote up to `max` due delayed jobs of one queue into waiting, in run-time order.
+local function promote(base, now, max)
+  local dkey = base .. ':delayed'
+  local due = redis.call('ZRANGEBYSCORE', dkey, '-inf', fmt(now), 'LIMIT', 0, max)
+  if #due == 0 then
+    return 0
+  end
+  local moved = 0
+  for _, id in ipairs(due) do
+    local jk = job_key(base, id)
+    local r = read(jk, 'state', 'priority')
+    if r and r[1] == 'delayed' and tonumber(r[2]) then
+      make_waiting(base, jk, id, tonumber(r[2]), nil)
+      moved = moved + 1
+    elseif r == nil or r[1] == 'delayed' then
+      quarantine(base, jk, id, 'delayed', fmt(now))
+    end
+  end
+  redis.call('ZREM', dkey, unpack(due))
+  return moved
+end
+

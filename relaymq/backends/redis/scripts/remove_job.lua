@@ -1,0 +1,20 @@
+-- remove_job.lua: delete one job in any state (an active job's claim is lost).
+-- KEYS[1]  base of the queue
+-- ARGV[1]  job id
+-- Returns  1 when a record was deleted, 0 when there was none.
+local base = KEYS[1]
+local id = ARGV[1]
+local jk = job_key(base, id)
+local r = read(jk, 'state')
+if r and not r[1] then
+  return 0
+end
+if r then
+  redis.call('ZREM', base .. ':' .. r[1], id)
+else -- unreadable: it may sit in any set
+  for _, s in ipairs({'waiting', 'delayed', 'active', 'completed', 'failed', 'expired', 'cancelled'}) do
+    redis.call('ZREM', base .. ':' .. s, id)
+  end
+end
+redis.call('DEL', jk)
+return 1

@@ -1,0 +1,83 @@
+-- settle.lua: apply a batch of fenced transitions out of active, for one queue.
+-- KEYS[1]  base of the queue
+-- ARGV[1]  now ('' = server TIME)
+-- ARGV[2..] 2 per settle: "<token> <outcome> <delay> <id>" (outcome: complete|retry|fail|
+--           expire|cancel|release; delay in s), then the value: the result for complete, the
+--           error for the others ('' = none, '=' .. bytes)
+-- Returns  one integer per settle: 1 = applied, or a repeat of a terminal transition that
+--          already applied with this token (a lost reply); 0 = claim lost, nothing changed.
+-- Applies only while state == active and token matches. complete -> completed (result);
+-- fail/expire -> failed/expired (the DLQ, error); cancel -> cancelled; retry -> delayed at
+-- now + delay, or waiting through the allocator when delay == 0; release -> waiting with its
+-- own sequence (keeps its place) and the attempt given back.
+local base = KEYS[1]
+local now, nows = clock(ARGV[1])
+local TARGET = {complete = 'completed', fail = 'failed', expire = 'expired', cancel = 'cancelled'}
+local out = {}
+local woke = 0
+local left = {} -- ids that leave the active set
+local finished = {} -- target state -> {score, id, ...}
+for i = 2, #ARGV, 2 do
+  local token, outcome, delay, id = string.match(ARGV[i], '^(%d+) (%a+) (%S+) (.*)$')
+  local value = ARGV[i + 1]
+  local jk = job_key(base, id or '')
+  local r = id and read(jk, 'state', 'token', 'priority', 'seq', 'attempts')
+  local target = TARGET[outcome]
+  local answer = 0
+  if r and r[2] == token then
+    local priority, seq, attempts = tonumber(r[3]), tonumber(r[4]), tonumber(r[5] or '0')
+    if r[1] == 'active' and priority and seq and attempts then
+      answer = 1
+      left[#left + 1] = id
+      if target then
+        local field = 'error'
+        if outcome == 'complete' then
+          field = 'result'
+        end
+        if value == '' then
+          redis.call('HSET', jk, 'state', target, 'finished_at', nows)
+          redis.call('HDEL', jk, 'worker_id', field)
+        else
+          redis.call('HSET', jk, 'state', target, 'finished_at', nows, field, string.sub(value, 2))
+          redis.call('HDEL', jk, 'worker_id')
+        end
+        local set = finished[target]
+        if set == nil then
+          set = {}
+          finished[target] = set
+        end
+        set[#set + 1] = nows
+        set[#set + 1] = id
+      else
+        redis.call('HDEL', jk, 'worker_id')
+        if outcome == 'retry' then
+          set_opt(jk, 'error', value)
+          delay = tonumber(delay) or 0
+          if delay > 0 then
+            local run_at = fmt(now + delay)
+            redis.call('ZADD', base .. ':delayed', run_at, id)
+            redis.call('HSET', jk, 'state', 'delayed', 'run_at', run_at)
+          else
+            make_waiting(base, jk, id, priority, nil)
+            woke = woke + 1
+          end
+        else -- release
+          redis.call('HSET', jk, 'attempts', attempts - 1)
+          make_waiting(base, jk, id, priority, seq)
+          woke = woke + 1
+        end
+      end
+    elseif target and r[1] == target then
+      answer = 1
+    end
+  end
+  out[#out + 1] = answer
+end
+if #left > 0 then
+  redis.call('ZREM', base .. ':active', unpack(left))
+end
+for state, set in pairs(finished) do
+  redis.call('ZADD', base .. ':' .. state, unpack(set))
+end
+wake(base, #left > 0 and woke or 0)
+return out

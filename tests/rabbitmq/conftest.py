@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.support.jobs import queue_name
+
+
+@pytest.fixture
+def q() -> str:
+    return queue_name()

@@ -1,0 +1,103 @@
+"""Connect-time checks, URL options, and the cost of an idle worker, on a private server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from relaymq.backends import connect
+from relaymq.backends.redis import EvictionPolicyWarning, RedisBackend
+from relaymq.backends.redis.config import parse_url
+from relaymq.errors import ConfigError
+from tests.redis.server import PrivateRedis
+from tests.support.jobs import new_job, queue_name
+
+
+async def test_evicting_server_is_warned_about(tmp_path: Path) -> None:
+    server = PrivateRedis(
+        tmp_path / "r", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"
+    )
+    server.start()
+    try:
+        with pytest.warns(EvictionPolicyWarning, match="allkeys-lru"):
+            backend = await connect(server.url)
+        await backend.close()
+    finally:
+        server.kill()
+
+
+async def test_noeviction_server_connects_quietly(tmp_path: Path) -> None:
+    server = PrivateRedis(tmp_path / "r", "--maxmemory-policy", "noeviction")
+    server.start()
+    try:
+        backend = await connect(server.url)  # filterwarnings=error: a warning would fail this
+        await backend.close()
+    finally:
+        server.kill()
+
+
+async def test_idle_wait_makes_about_one_request_a_second(tmp_path: Path) -> None:
+    server = PrivateRedis(tmp_path / "r")
+    server.start()
+    backend = RedisBackend(server.url)
+    admin = Redis.from_url(server.url)
+    try:
+        await backend.connect()
+        q = queue_name("idle")
+        await backend.wait([q], 0.1)  # scripts loaded, connections open
+        await admin.config_resetstat()
+        for _ in range(2):
+            await backend.wait([q], 1.0)
+        stats = await admin.info("commandstats")
+        calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+        # Per wait: one check script and one BLPOP from the client; the rest ran inside the
+        # script (commandstats counts those too).
+        assert (calls.get("evalsha"), calls.get("blpop")) == (2, 2), calls
+        inside_the_script = {"time", "exists", "zcard", "zrange", "config|resetstat"}
+        assert set(calls) - {"evalsha", "blpop"} <= inside_the_script, calls
+        # and an enqueue wakes a blocked wait at once
+        waiter = asyncio.create_task(backend.wait([q], 30))
+        await asyncio.sleep(0.05)
+        await backend.enqueue([new_job(q)])
+        await asyncio.wait_for(waiter, 2)
+    finally:
+        await admin.aclose()
+        await backend.close()
+        server.kill()
+
+
+def test_url_options() -> None:
+    o = parse_url("redis://h:1/2?prefix=p1&health_check_interval=3")
+    assert (o.client_url, o.cluster, o.prefix) == (
+        "redis://h:1/2?health_check_interval=3",
+        False,
+        "p1",
+    )
+    c = parse_url("redis+cluster://u:pw@a:7101,b:7102")
+    assert c.cluster and c.client_url == "redis://u:pw@a:7101" and c.prefix == "relaymq"
+    assert c.startup_nodes == (("a", 7101), ("b", 7102))
+    assert parse_url("redis://h", prefix="kw").prefix == "kw"
+    with pytest.raises(ConfigError):
+        parse_url("redis+cluster://h:1/3")
+    with pytest.raises(ConfigError):
+        RedisBackend("redis://h", prefix="a{b}")
+
+
+async def test_priority_outside_the_exact_score_range_is_rejected(tmp_path: Path) -> None:
+    backend = RedisBackend("redis://127.0.0.1:1/0")  # never connected: validation comes first
+    with pytest.raises(ConfigError, match="priority"):
+        await backend.enqueue([new_job("q", priority=4096)])
+
+
+def test_lua_and_python_agree_on_the_job_fields() -> None:
+    import re
+    from importlib.resources import files
+
+    from relaymq.backends.redis.keys import JOB_FIELDS
+
+    lib = (files("relaymq.backends.redis") / "scripts" / "lib.lua").read_text()
+    block = lib[lib.index("local FIELDS = {") : lib.index("}", lib.index("local FIELDS = {"))]
+    assert re.findall(r"'(\w+)'", block) == JOB_FIELDS
