@@ -294,4 +294,8 @@ async def test_worker_events_reach_subscribers(queue: Queue, run_worker: RunWork
 
         await asyncio.wait_for(collect(), 10)
     names = [name for name, job_id in seen if job_id == handle.id]
-    assert names[:2] == ["job:waiting", "job:active"] and names[-1] == "job:completed"
+    # Order holds per publisher: the producer's job:waiting may arrive before or after the
+    # worker's events, but the worker's job:active comes before its job:completed.
+    assert "job:waiting" in names
+    worker_events = [n for n in names if n != "job:waiting"]
+    assert worker_events == ["job:active", "job:completed"]
