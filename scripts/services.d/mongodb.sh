@@ -3,7 +3,7 @@
 # The CI machine has no mongod, and no registry we may use ships one (see
 # /work/shared/services.md section 1). mongoeco needs Python >= 3.13, so it gets its own
 # virtualenv (.venv-mongo); the project itself stays on its own Python.
-# Idempotent: does nothing when something already answers on the port.
+# Idempotent: makes the virtualenv if missing; starts no server when one answers on the port.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -13,11 +13,6 @@ STATE=.venv-mongo/run            # data file and log live here (.venv-*/ is .git
 MONGOECO='mongoeco[wire]==4.11.0'
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-if port_open "$PORT"; then
-  echo "mongodb: something already listens on 127.0.0.1:$PORT; using it"
-  exit 0
-fi
 
 find_python313() {
   local candidates=()
@@ -42,6 +37,13 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import mongoeco.wire'
   rm -rf "$VENV"
   PYENV_VERSION=3.13.0 "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$MONGOECO"
+fi
+
+# The restart tests start private servers from this virtualenv, so it is made even when a
+# server already answers on the port.
+if port_open "$PORT"; then
+  echo "mongodb: something already listens on 127.0.0.1:$PORT; using it"
+  exit 0
 fi
 
 mkdir -p "$STATE"
