@@ -136,11 +136,13 @@ renewed AS (
     RETURNING j.queue, j.id
 )
 SELECT r.id IS NOT NULL AS held,
-       coalesce(r.id IS NULL AND cur.token = b.token AND cur.cancel_requested, false)
-           AS cancel_requested
+       CASE WHEN r.id IS NOT NULL THEN false  -- the job is read again only for a lost claim
+            ELSE coalesce((SELECT cur.token = b.token AND cur.cancel_requested
+                           FROM relaymq_jobs cur
+                           WHERE cur.queue = b.queue AND cur.id = b.id), false)
+       END AS cancel_requested
 FROM b
 LEFT JOIN renewed r ON r.queue = b.queue AND r.id = b.id
-LEFT JOIN relaymq_jobs cur ON cur.queue = b.queue AND cur.id = b.id
 ORDER BY b.ord;
 
 -- name: settle
@@ -185,11 +187,14 @@ done AS (
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
     RETURNING j.queue, j.id
 )
-SELECT d.id IS NOT NULL
-       OR coalesce(s.final AND cur.state = s.target AND cur.token = s.token, false) AS applied
+SELECT CASE WHEN d.id IS NOT NULL THEN true  -- the job is read again only when not applied
+            WHEN NOT s.final THEN false
+            ELSE coalesce((SELECT cur.state = s.target AND cur.token = s.token
+                           FROM relaymq_jobs cur
+                           WHERE cur.queue = s.queue AND cur.id = s.id), false)
+       END AS applied
 FROM s
 LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
-LEFT JOIN relaymq_jobs cur ON cur.queue = s.queue AND cur.id = s.id
 ORDER BY s.ord;
 
 -- name: wait_check
