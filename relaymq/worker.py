@@ -106,6 +106,7 @@ class Worker:
         self.started = asyncio.Event()
         """Set once the worker is registered and claiming."""
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._running: dict[tuple[str, str], _Running] = {}
         """Jobs whose handler has not finished; each takes a slot."""
         self._held: dict[tuple[str, str], _Running] = {}
@@ -123,10 +124,13 @@ class Worker:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Ask the worker to stop: no new claims; running jobs get ``shutdown_timeout``."""
+    def stop(self, *, now: bool = False) -> None:
+        """Ask the worker to stop: no new claims; running jobs get ``shutdown_timeout``
+        (``now=True``: none), then the unfinished ones are released to run again at once."""
         self._stopping.set()
         self._slot_free.set()
+        if now:
+            self._hurry.set()
 
     @property
     def stopping(self) -> bool:
@@ -162,7 +166,13 @@ class Worker:
     async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
         tasks = [r.task for r in self._running.values() if r.task is not None]
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_timeout)
+            finished = asyncio.ensure_future(asyncio.wait(tasks))
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait({finished, hurry}, timeout=self.settings.shutdown_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            finished.cancel()
+            hurry.cancel()
+            pending = {t for t in tasks if not t.done()}
             for r in list(self._running.values()):
                 if r.task in pending:
                     r.stop_reason = "shutdown"

@@ -110,7 +110,7 @@ async def _work(settings: Settings, queues: list[str], worker_id: str | None) ->
             logging.getLogger("relaymq").info("stopping: finishing running jobs (again: now)")
             w.stop()
         else:
-            w.settings = w.settings.replace(shutdown_timeout=0)
+            w.stop(now=True)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)

@@ -23,6 +23,8 @@ CASE_MODULES = [
     "redis_cluster",
     "rabbitmq_sqlite",
     "rabbitmq_redis",
+    "rabbitmq_postgres",
+    "mongodb",
 ]
 
 

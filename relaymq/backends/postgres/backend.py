@@ -30,6 +30,7 @@ from relaymq.backends.base import (
     Capabilities,
     ClaimBatch,
     Clock,
+    DeliveryStore,
     Enqueued,
     Recovered,
     Settle,
@@ -57,11 +58,15 @@ _READS = frozenset(
 """Statements that change nothing: retried once when a pooled connection turns out dead."""
 
 
-class PostgresBackend(Backend):
+class PostgresBackend(Backend, DeliveryStore):
     """PostgreSQL 13+ through asyncpg (``postgresql://`` and ``postgres://``)."""
 
     capabilities = Capabilities(
-        durable=True, cross_process=True, server_clock=True, blocking_wait=True
+        durable=True,
+        cross_process=True,
+        server_clock=True,
+        blocking_wait=True,
+        delivery_store=True,
     )
 
     def __init__(self, url: str, *, clock: Clock | None = None, **options: Any) -> None:
@@ -382,6 +387,29 @@ class PostgresBackend(Backend):
             )
             for r in await self._fetch("list_workers", self._now())
         ]
+
+    # -- delivery store (the metadata of a broker's deliveries) -------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        now = self._now()
+        rows = []
+        if deliveries:
+            rows = await self._fetch(
+                "claim_delivered", queue, [d[0] for d in deliveries],
+                [d[1] for d in deliveries], worker_id, now,
+            )  # fmt: skip
+        jobs = [_job(r) for r in rows if r["id"] is not None]
+        stale = [r["delivery_id"] for r in rows if r["id"] is None]
+        if now is None:
+            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
+        return ClaimBatch(jobs, now), stale
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        if limit <= 0:
+            return []
+        return [_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
 
     # -- events -----------------------------------------------------------------------------
 

@@ -136,11 +136,13 @@ renewed AS (
     RETURNING j.queue, j.id
 )
 SELECT r.id IS NOT NULL AS held,
-       coalesce(r.id IS NULL AND cur.token = b.token AND cur.cancel_requested, false)
-           AS cancel_requested
+       CASE WHEN r.id IS NOT NULL THEN false  -- the job is read again only for a lost claim
+            ELSE coalesce((SELECT cur.token = b.token AND cur.cancel_requested
+                           FROM relaymq_jobs cur
+                           WHERE cur.queue = b.queue AND cur.id = b.id), false)
+       END AS cancel_requested
 FROM b
 LEFT JOIN renewed r ON r.queue = b.queue AND r.id = b.id
-LEFT JOIN relaymq_jobs cur ON cur.queue = b.queue AND cur.id = b.id
 ORDER BY b.ord;
 
 -- name: settle
@@ -185,11 +187,14 @@ done AS (
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
     RETURNING j.queue, j.id
 )
-SELECT d.id IS NOT NULL
-       OR coalesce(s.final AND cur.state = s.target AND cur.token = s.token, false) AS applied
+SELECT CASE WHEN d.id IS NOT NULL THEN true  -- the job is read again only when not applied
+            WHEN NOT s.final THEN false
+            ELSE coalesce((SELECT cur.state = s.target AND cur.token = s.token
+                           FROM relaymq_jobs cur
+                           WHERE cur.queue = s.queue AND cur.id = s.id), false)
+       END AS applied
 FROM s
 LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
-LEFT JOIN relaymq_jobs cur ON cur.queue = s.queue AND cur.id = s.id
 ORDER BY s.ord;
 
 -- name: wait_check
@@ -405,6 +410,63 @@ DELETE FROM relaymq_workers WHERE id = $1;
 SELECT * FROM relaymq_workers
 WHERE expires_at > coalesce(to_timestamp($1::float8), now())
 ORDER BY id;
+
+-- name: claim_delivered
+-- DeliveryStore: claim each delivered (id, token) of queue $1 only while that job is waiting
+-- with exactly that token and the queue is not paused; the claim is the ordinary one. A
+-- delivery repeated in the batch is claimed once (the first); the repeats are stale.
+-- in:  $1 queue text, $2 id text[], $3 token int8[], $4 worker_id text, $5 now float8|NULL
+-- out: no row when the queue is paused (the caller keeps the deliveries); else one row per
+--      delivery in order: delivery_id, then every column of the claimed job (all NULL for a
+--      stale delivery: gone, not waiting, or another token).
+WITH t AS (SELECT coalesce(to_timestamp($5::float8), now()) AS now),
+open AS (SELECT NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = $1) AS ok),
+d AS (
+    SELECT u.id, u.token, u.ord,
+           u.ord = min(u.ord) OVER (PARTITION BY u.id, u.token) AS first,
+           'waiting'::text AS held  -- a column, not a literal: see "settle"
+    FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY AS u(id, token, ord)
+),
+claimed AS (
+    UPDATE relaymq_jobs j
+    SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
+        claimed_at = t.now, heartbeat_at = t.now, worker_id = $4, run_at = NULL
+    FROM d, t, open
+    WHERE open.ok AND d.first
+      AND j.queue = $1 AND j.id = d.id AND j.state = d.held AND j.token = d.token
+    RETURNING j.*
+)
+SELECT d.id AS delivery_id, c.*
+FROM d JOIN open ON open.ok
+LEFT JOIN claimed c ON d.first AND c.id = d.id AND c.token = d.token + 1
+ORDER BY d.ord;
+
+-- name: promote_due
+-- DeliveryStore: move up to $2 due delayed jobs of queue $1 to waiting, each with a new seq
+-- in promotion order (run time, then seq). Rows locked elsewhere are skipped.
+-- in:  $1 queue text, $2 limit int, $3 now float8|NULL
+-- out: every column of each promoted job, in promotion order.
+WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
+due AS (
+    SELECT x.queue, x.id, nextval('relaymq_job_seq') AS seq,
+           'delayed'::text AS held  -- a column, not a literal: see "settle"
+    FROM (
+        SELECT j.queue, j.id
+        FROM relaymq_jobs j, t
+        WHERE j.queue = $1 AND j.state = 'delayed' AND j.run_at <= t.now
+        ORDER BY j.run_at, j.seq
+        LIMIT $2
+        FOR UPDATE OF j SKIP LOCKED
+    ) x
+),
+promoted AS (
+    UPDATE relaymq_jobs j
+    SET state = 'waiting', run_at = NULL, seq = due.seq
+    FROM due
+    WHERE j.queue = due.queue AND j.id = due.id AND j.state = due.held
+    RETURNING j.*
+)
+SELECT * FROM promoted ORDER BY seq;
 
 -- name: publish
 -- Send notifications on channel $1, in the order given (one transaction keeps the order).

@@ -1,0 +1,5 @@
+"""MongoDB backend (``mongodb://host:port/database``); needs ``pip install 'relaymq[mongodb]'``."""
+
+from relaymq.backends.mongodb.backend import MongoDBBackend
+
+__all__ = ["MongoDBBackend"]

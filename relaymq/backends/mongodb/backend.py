@@ -1,0 +1,595 @@
+"""MongoDBBackend (``mongodb://host:port/database``): PyMongo's asyncio API.
+
+Every durable fact lives in the database named by the URL path (default ``relaymq``): job
+documents with their claim token, claim and heartbeat times, cancellation marker and stall
+count; the DLQ (failed and expired job documents); pause flags and FIFO counters; leases; the
+worker registry; the event log (collections and indexes: ``indexes.py``; fields:
+``documents.py``; every filter and pipeline: ``transitions.py``). No process keeps a copy of
+waiting jobs. Each transition is one conditional single-document update, fenced by state and
+token; times that decide stalls, due jobs, leases and registry expiry are ``$$NOW`` on the
+server unless a test clock is given. Writes use write concern ``majority`` with journal unless
+the URL or the options say otherwise.
+
+Round trips (each line one request; ``q`` = queues visited):
+
+- ``enqueue``: 1 per queue in the batch (reserve FIFO sequences, read the server clock) + 1
+  ``insert_many``. Duplicates are rejected by the unique ``(queue, id)`` index, across processes.
+- ``claim``: 1 (pause flags) + ``q`` (candidate ids, in claim order) + 1 ``update_many`` on
+  ``{_id in ids, still claimable}`` that stamps a fresh claim id + 1 ``find`` of that claim id.
+  The per-document re-check makes concurrent claimers safe: a document goes to the one claimer
+  whose update matched it; a claimer that lost races tries again (at most 3 rounds).
+- ``heartbeat`` and ``settle``: 1 ``bulk_write`` of fenced ``update_one``s; +1 read when some
+  did not match (to tell lost claims from idempotent repeats); ``settle`` +1 per queue when it
+  holds a RETRY without delay (a new FIFO sequence).
+- ``recover_stalled``: 1 scan + 1 sequence reservation + 1 ``bulk_write``, +1 read on races.
+
+So a job costs about 2/B (enqueue) + 4/B (claim) + 1/B (settle) round trips for batches of B,
+plus its share of heartbeats: 7 for a batch of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Final, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from bson.errors import BSONError
+from pymongo import AsyncMongoClient, ReturnDocument, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
+
+from relaymq.backends.base import (
+    OUTCOME_STATE,
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.mongodb import transitions as tx
+from relaymq.backends.mongodb.documents import (
+    Document,
+    describe,
+    new_document,
+    problems,
+    to_job,
+    to_job_lenient,
+    to_seconds,
+)
+from relaymq.backends.mongodb.eventlog import EventLog, Subscription
+from relaymq.backends.mongodb.indexes import JOBS, LOCKS, QUEUES, WORKERS, ensure_indexes
+from relaymq.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    CorruptRecordError,
+    RelayError,
+)
+from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_DATABASE: Final = "relaymq"
+DUPLICATE_KEY: Final = 11000
+CLAIM_ROUNDS: Final = 3
+RECOVER_BATCH: Final = 500
+
+
+def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Driver errors become ``relaymq.errors`` at the boundary (the cause is kept)."""
+
+    @functools.wraps(fn)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except RelayError:
+            raise
+        except ConnectionFailure as e:  # refused, reset, timed out, no server selected
+            raise BackendUnavailableError(f"MongoDB server unreachable: {e}") from e
+        except BSONError as e:
+            raise CorruptRecordError(f"MongoDB returned an unreadable document: {e}") from e
+        except PyMongoError as e:
+            raise BackendError(f"MongoDB error: {e}") from e
+
+    return call
+
+
+class MongoDBBackend(Backend):
+    """Jobs, DLQ, leases, registry and events in one MongoDB database (``mongodb://``)."""
+
+    capabilities = Capabilities(
+        durable=True,
+        cross_process=True,
+        server_clock=True,
+        blocking_wait=False,  # polled: the test server has no change streams
+        cluster_safe=False,
+        transactions=False,  # every transition is one document; no multi-document transactions
+    )
+
+    def __init__(
+        self,
+        url: str = "mongodb://127.0.0.1:27017/relaymq",
+        *,
+        clock: Clock | None = None,
+        database: str | None = None,
+        write_concern: str | int = "majority",
+        journal: bool = True,
+        server_selection_timeout: float = 5.0,
+        wait_poll_interval: float = 1.0,
+        events_poll_interval: float = 0.2,
+        events_keep: int = 1000,
+        events_gap_timeout: float = 2.0,
+        **client_options: Any,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "mongodb":
+            raise ConfigError(f"not a mongodb:// URL: {url!r}")
+        self.url = url
+        self.database_name = database or unquote(parts.path.lstrip("/")) or DEFAULT_DATABASE
+        given = {k.lower() for k, _ in parse_qsl(parts.query)}
+        options: dict[str, Any] = {"tz_aware": True, "appname": "relaymq"}
+        if "w" not in given:
+            options["w"] = write_concern
+        if "journal" not in given:
+            options["journal"] = journal
+        if "serverselectiontimeoutms" not in given:
+            options["serverSelectionTimeoutMS"] = round(server_selection_timeout * 1000)
+        self._client_options = options | client_options
+        self._now = tx.Now(clock)
+        self._wait_poll = wait_poll_interval
+        self._events_options = {
+            "keep": events_keep,
+            "poll_interval": events_poll_interval,
+            "gap_timeout": events_gap_timeout,
+        }
+        self._client: AsyncMongoClient[Document] | None = None
+        self._wakeup = asyncio.Event()
+
+    # -- connection -------------------------------------------------------------------------
+
+    @translated
+    async def connect(self) -> None:
+        if self._client is not None:
+            return
+        client: AsyncMongoClient[Document] = AsyncMongoClient(self.url, **self._client_options)
+        db = client[self.database_name]
+        try:
+            await ensure_indexes(db)
+        except BaseException:
+            await client.close()
+            raise
+        self._client = client
+        self._jobs: AsyncCollection[Document] = db[JOBS]
+        self._queues: AsyncCollection[Document] = db[QUEUES]
+        self._locks: AsyncCollection[Document] = db[LOCKS]
+        self._workers: AsyncCollection[Document] = db[WORKERS]
+        self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    # -- internal ---------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        """Wake this process's waiters at once (other processes notice within a poll)."""
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    async def _sequences(self, queue: str, count: int) -> tuple[int, Any]:
+        """Reserve ``count`` FIFO sequences of ``queue``: (first, backend now as a date)."""
+        doc = await self._queues.find_one_and_update(
+            {"_id": queue}, tx.next_sequence(count, self._now), upsert=True,
+            projection={"seq": 1, "now": 1}, return_document=ReturnDocument.AFTER,
+        )  # fmt: skip
+        if doc is None:
+            raise BackendError(f"could not reserve FIFO sequences for queue {queue!r}")
+        return int(doc["seq"]) - count + 1, tx.as_date(doc["now"])
+
+    async def _paused(self, queues: Sequence[str]) -> set[str]:
+        cursor = self._queues.find({"_id": {"$in": list(queues)}, "paused": True}, {"_id": 1})
+        return {doc["_id"] async for doc in cursor}
+
+    async def _current(self, claims: Sequence[Claim], fields: Sequence[str]) -> dict[Any, Document]:
+        """The current documents of ``claims``' jobs (one read), keyed by (queue, id)."""
+        by_queue: dict[str, list[str]] = {}
+        for c in claims:
+            by_queue.setdefault(c.queue, []).append(c.job_id)
+        query = {"$or": [{"queue": q, "id": {"$in": ids}} for q, ids in by_queue.items()]}
+        projection = dict.fromkeys(["queue", "id", "state", "token", *fields], 1)
+        return {(d["queue"], d["id"]): d async for d in self._jobs.find(query, projection)}
+
+    # -- producer ---------------------------------------------------------------------------
+
+    @translated
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        answers: list[Enqueued] = [Enqueued(j.id) for j in jobs]
+        fresh: dict[tuple[str, str], int] = {}  # (queue, id) -> index into jobs
+        for i, job in enumerate(jobs):
+            if (job.queue, job.id) in fresh:
+                answers[i] = Enqueued(job.id, duplicate=True)
+            else:
+                fresh[(job.queue, job.id)] = i
+        if not fresh:
+            return answers
+        per_queue: dict[str, list[int]] = {}
+        for (queue, _), i in fresh.items():
+            per_queue.setdefault(queue, []).append(i)
+        docs: list[Document] = []
+        order: list[int] = []
+        for queue, indexes in per_queue.items():
+            first, now = await self._sequences(queue, len(indexes))
+            for offset, i in enumerate(indexes):
+                docs.append(new_document(jobs[i], first + offset, now))
+                order.append(i)
+        try:
+            await self._jobs.insert_many(docs, ordered=False)
+        except BulkWriteError as e:
+            errors = e.details.get("writeErrors", [])
+            others = [err for err in errors if err.get("code") != DUPLICATE_KEY]
+            if others:
+                raise BackendError(f"MongoDB rejected jobs: {others[0].get('errmsg')}") from e
+            for err in errors:
+                i = order[err["index"]]
+                answers[i] = Enqueued(jobs[i].id, duplicate=True)
+        self._notify()
+        return answers
+
+    # -- worker -----------------------------------------------------------------------------
+
+    @translated
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        if limit <= 0 or not queues:
+            return ClaimBatch([], self._now.local())
+        paused = await self._paused(queues)
+        open_queues = [q for q in dict.fromkeys(queues) if q not in paused]
+        claimed: list[Job] = []
+        for _ in range(CLAIM_ROUNDS):
+            wanted = limit - len(claimed)
+            ids: list[Any] = []
+            for queue in open_queues:
+                if len(ids) >= wanted:
+                    break
+                cursor = self._jobs.find(tx.claimable(queue, self._now), {"_id": 1})
+                cursor = cursor.sort(tx.CLAIM_ORDER).limit(wanted - len(ids))
+                ids += [doc["_id"] async for doc in cursor]
+            if not ids:
+                break
+            claim_id = uuid.uuid4().hex
+            result = await self._jobs.update_many(
+                tx.claim_again(ids, self._now), tx.claim_update(worker_id, claim_id, self._now)
+            )
+            if result.modified_count:
+                claimed += await self._read_claimed(claim_id, ids)
+            if result.modified_count == len(ids):
+                break  # no lost races: either the limit is reached or the queues are empty
+        now = claimed[0].claimed_at if claimed and claimed[0].claimed_at else self._now.local()
+        return ClaimBatch(claimed, now)
+
+    async def _read_claimed(self, claim_id: str, order: list[Any]) -> list[Job]:
+        """The jobs one claim took, in candidate order; unreadable ones are failed, not lost."""
+        docs = {doc["_id"]: doc async for doc in self._jobs.find({"claim_id": claim_id})}
+        jobs: list[Job] = []
+        for doc_id in order:
+            doc = docs.get(doc_id)
+            if doc is None:
+                continue
+            try:
+                jobs.append(to_job(doc))
+            except CorruptRecordError as e:
+                await self._jobs.update_one(
+                    {"_id": doc_id, "claim_id": claim_id}, tx.fail_unreadable(str(e), self._now)
+                )
+        return jobs
+
+    @translated
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        if not beats:
+            return []
+        ops = [UpdateOne(tx.fenced(b.claim), tx.beat_update(b, self._now)) for b in beats]
+        result = await self._jobs.bulk_write(ops, ordered=False)
+        if result.matched_count == len(beats):
+            return [BeatResult(held=True) for _ in beats]
+        current = await self._current([b.claim for b in beats], ["cancel_requested"])
+        answers = []
+        for b in beats:
+            doc = current.get((b.claim.queue, b.claim.job_id))
+            same = doc is not None and doc.get("token") == b.claim.token
+            held = same and doc is not None and doc.get("state") == tx.ACTIVE
+            cancelled = same and doc is not None and bool(doc.get("cancel_requested"))
+            answers.append(BeatResult(held=held, cancel_requested=cancelled and not held))
+        return answers
+
+    @translated
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        if not settles:
+            return []
+        seqs = await self._retry_sequences(settles)
+        write_id = uuid.uuid4().hex
+        ops = [
+            UpdateOne(tx.fenced(s.claim), tx.settle_update(s, self._now, write_id, seqs.get(i)))
+            for i, s in enumerate(settles)
+        ]
+        result = await self._jobs.bulk_write(ops, ordered=False)
+        if any(s.outcome in (Outcome.RETRY, Outcome.RELEASE) for s in settles):
+            self._notify()
+        if result.matched_count == len(settles):
+            return [True] * len(settles)
+        current = await self._current([s.claim for s in settles], ["write_id"])
+        return [self._applied(s, current.get((s.claim.queue, s.claim.job_id)), write_id)
+                for s in settles]  # fmt: skip
+
+    async def _retry_sequences(self, settles: Sequence[Settle]) -> dict[int, int]:
+        """New FIFO sequences for the RETRYs without delay (they rejoin the back of the line)."""
+        wanted: dict[str, list[int]] = {}
+        for i, s in enumerate(settles):
+            if s.outcome is Outcome.RETRY and s.delay <= 0:
+                wanted.setdefault(s.claim.queue, []).append(i)
+        seqs: dict[int, int] = {}
+        for queue, indexes in wanted.items():
+            first, _ = await self._sequences(queue, len(indexes))
+            seqs |= {i: first + n for n, i in enumerate(indexes)}
+        return seqs
+
+    @staticmethod
+    def _applied(s: Settle, doc: Document | None, write_id: str) -> bool:
+        """Did this settle apply now, or is it a repeat of a terminal transition that did?"""
+        if doc is None or doc.get("token") != s.claim.token:
+            return False
+        if doc.get("write_id") == write_id:
+            return True
+        target = OUTCOME_STATE[s.outcome]
+        return target in TERMINAL and doc.get("state") == str(target)
+
+    @translated
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        paused: set[str] = set()
+        while True:
+            wakeup = self._wakeup  # taken before the check, so a notify in between is kept
+            if paused:
+                paused = await self._paused(queues)
+            if await self._work_in([q for q in queues if q not in paused], paused):
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(wakeup.wait(), min(self._wait_poll, remaining))
+                return
+            except TimeoutError:
+                pass
+
+    async def _work_in(self, queues: list[str], paused: set[str]) -> bool:
+        """Whether an unpaused queue of ``queues`` has a claimable job; learns paused ones."""
+        while queues:
+            query = tx.claimable("", self._now) | {"queue": {"$in": queues}}
+            doc = await self._jobs.find_one(query, {"queue": 1})
+            if doc is None:
+                return False
+            now_paused = await self._paused(queues)
+            if doc["queue"] not in now_paused:
+                return True
+            paused |= now_paused
+            queues = [q for q in queues if q not in now_paused]
+        return False
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    @translated
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        cursor = self._jobs.find(tx.stalled(queue, threshold, self._now))
+        found = await cursor.sort("heartbeat_at", 1).limit(RECOVER_BATCH).to_list()
+        result = Recovered()
+        requeue: list[tuple[Any, str, int, int]] = []
+        fail: list[tuple[Any, str, int, str]] = []
+        for doc in found:
+            job_id, token, stalls = doc.get("id"), doc.get("token"), doc.get("stalls")
+            if not (isinstance(job_id, str) and type(token) is int):
+                result.errors.append(str(job_id if isinstance(job_id, str) else doc["_id"]))
+            elif bad := problems(doc):  # fenced by its token, it can still be failed
+                fail.append((doc["_id"], job_id, token, describe(doc, bad)))
+            elif type(stalls) is int and stalls >= max_stalled:
+                reason = f"stalled {stalls + 1} times (max_stalled={max_stalled})"
+                fail.append((doc["_id"], job_id, token, reason))
+            else:
+                requeue.append((doc["_id"], job_id, token, stalls or 0))
+        if not requeue and not fail:
+            return result
+        first = (await self._sequences(queue, len(requeue)))[0] if requeue else 0
+        write_id = uuid.uuid4().hex
+        ops = [
+            UpdateOne(
+                tx.still_stalled(doc_id, token, threshold, self._now),
+                tx.requeue_stalled(stalls, first + n, self._now, write_id),
+            )
+            for n, (doc_id, _, token, stalls) in enumerate(requeue)
+        ] + [
+            UpdateOne(
+                tx.still_stalled(doc_id, token, threshold, self._now),
+                tx.fail_stalled(reason, self._now, write_id),
+            )
+            for doc_id, _, token, reason in fail
+        ]
+        outcome = await self._jobs.bulk_write(ops, ordered=False)
+        if outcome.matched_count == len(ops):
+            applied = None
+        else:  # another recovery or a worker got there first for some
+            cursor = self._jobs.find(
+                {"_id": {"$in": [r[0] for r in requeue + fail]}, "write_id": write_id}, {"_id": 1}
+            )
+            applied = {doc["_id"] async for doc in cursor}
+        result.requeued.extend(r[1] for r in requeue if applied is None or r[0] in applied)
+        result.failed.extend(r[1] for r in fail if applied is None or r[0] in applied)
+        if result.requeued:
+            self._notify()
+        return result
+
+    @translated
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        try:
+            await self._locks.update_one(
+                tx.lock_filter(name, owner, self._now),
+                tx.lock_update(owner, ttl, self._now),
+                upsert=True,
+            )
+        except DuplicateKeyError:  # held by another owner and not lapsed: the upsert collided
+            return False
+        return True
+
+    @translated
+    async def unlock(self, name: str, owner: str) -> None:
+        await self._locks.delete_one({"_id": name, "owner": owner})
+
+    # -- admin and observation --------------------------------------------------------------
+
+    @translated
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        doc = await self._jobs.find_one({"queue": queue, "id": job_id})
+        return None if doc is None else to_job(doc)
+
+    @translated
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        order = {
+            JobState.WAITING: tx.CLAIM_ORDER,
+            JobState.DELAYED: [("ready_at", 1), ("seq", 1)],
+            JobState.ACTIVE: [("claimed_at", 1), ("seq", 1)],
+        }.get(state, [("finished_at", 1), ("seq", 1)])
+        cursor = self._jobs.find({"queue": queue, "state": str(state)}).sort(order)
+        return [to_job_lenient(doc, state) async for doc in cursor.skip(offset).limit(limit)]
+
+    @translated
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        # One count per state on the (queue, state, ...) index: an index-only count of that
+        # state's keys, never a read of documents. Sent concurrently: one round trip of latency.
+        numbers = await asyncio.gather(
+            *(self._jobs.count_documents({"queue": queue, "state": str(s)}) for s in JobState)
+        )
+        return dict(zip(JobState, numbers, strict=True))
+
+    @translated
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        before = await self._jobs.find_one_and_update(
+            {"queue": queue, "id": job_id, "state": {"$in": tx.LIVE}},
+            tx.cancel_update(self._now),
+            projection={"_id": 1},
+        )
+        if before is not None:
+            return CancelResult.CANCELLED
+        exists = await self._jobs.find_one({"queue": queue, "id": job_id}, {"_id": 1})
+        return CancelResult.NOT_FOUND if exists is None else CancelResult.ALREADY_TERMINAL
+
+    @translated
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        seq, _ = await self._sequences(queue, 1)
+        result = await self._jobs.update_one(
+            {"queue": queue, "id": job_id, "state": {"$in": tx.RETRYABLE}},
+            tx.manual_retry_update(seq, self._now),
+        )
+        if result.modified_count:
+            self._notify()
+        return result.modified_count == 1
+
+    @translated
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        result = await self._jobs.delete_one({"queue": queue, "id": job_id})
+        return result.deleted_count == 1
+
+    @translated
+    async def pause(self, queue: str) -> None:
+        await self._queues.update_one({"_id": queue}, {"$set": {"paused": True}}, upsert=True)
+
+    @translated
+    async def resume(self, queue: str) -> None:
+        await self._queues.update_one({"_id": queue}, {"$set": {"paused": False}})
+        self._notify()
+
+    @translated
+    async def is_paused(self, queue: str) -> bool:
+        return await self._queues.find_one({"_id": queue, "paused": True}, {"_id": 1}) is not None
+
+    @translated
+    async def drain(self, queue: str) -> int:
+        result = await self._jobs.delete_many({"queue": queue, "state": {"$in": tx.CLAIMABLE}})
+        return result.deleted_count
+
+    @translated
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        if state not in TERMINAL:
+            return 0
+        query = {"queue": queue, "state": str(state)}
+        query |= self._now.compare("finished_at", "$lt", -older_than)
+        return (await self._jobs.delete_many(query)).deleted_count
+
+    @translated
+    async def obliterate(self, queue: str) -> None:
+        await self._jobs.delete_many({"queue": queue})
+        await self._queues.delete_one({"_id": queue})
+
+    @translated
+    async def list_queues(self) -> list[str]:
+        names = set(await self._jobs.distinct("queue"))
+        names |= {doc["_id"] async for doc in self._queues.find({"paused": True}, {"_id": 1})}
+        return sorted(n for n in names if isinstance(n, str))
+
+    @translated
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        fields = {
+            "queues": list(info.queues),
+            "concurrency": info.concurrency,
+            "host": info.host,
+            "pid": info.pid,
+            "started_at": info.started_at,
+        }
+        await self._workers.update_one(
+            {"_id": info.id}, tx.register_update(fields, ttl, self._now), upsert=True
+        )
+
+    @translated
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self._workers.delete_one({"_id": worker_id})
+
+    @translated
+    async def list_workers(self) -> list[WorkerInfo]:
+        workers = []
+        async for doc in self._workers.find(self._now.compare("expires_at", "$gt")):
+            try:
+                workers.append(
+                    WorkerInfo(
+                        id=str(doc["_id"]),
+                        queues=tuple(str(q) for q in doc["queues"]),
+                        concurrency=int(doc["concurrency"]),
+                        host=str(doc["host"]),
+                        pid=int(doc["pid"]),
+                        started_at=float(doc["started_at"]),
+                        seen_at=to_seconds(tx.as_date(doc["seen_at"])),
+                    )
+                )
+            except (KeyError, TypeError, ValueError):
+                continue  # an unreadable registration is not a live worker
+        return workers
+
+    # -- events -----------------------------------------------------------------------------
+
+    @translated
+    async def publish(self, events: Sequence[bytes]) -> None:
+        await self._events.publish(events)
+
+    @translated
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        return Subscription(self._events.tail(await self._events.position()))

@@ -1,0 +1,211 @@
+"""Job documents: their fields, how a ``NewJob`` becomes one and how one becomes a ``Job``.
+
+A job document (collection ``jobs``)::
+
+    _id            ObjectId          internal; (queue, id) is the unique key
+    queue, id      str
+    task           str
+    payload        binary            opaque bytes (the core serializes)
+    state          str               a JobState value
+    priority       int               lower runs first
+    ready_at       date              the job's place in line: when it entered ``waiting``, or
+                                     when a ``delayed`` job falls due (its run time)
+    seq            int               per-queue FIFO sequence (``queues.seq``), breaks ties
+    created_at     date
+    ttl, timeout   double | null     seconds
+    max_attempts, attempts, token, stalls   int
+    claimed_at, heartbeat_at, finished_at   date | null
+    worker_id      str | null
+    cancel_requested  bool           an operator cancelled the job while it was active
+    progress, result  binary | null
+    error          str | null
+    claim_id       str               the batch claim that last took the job (read-back key)
+    write_id       str               the batched write that last changed it (read-back key)
+
+Claims take jobs in ``(priority, ready_at, seq)`` order among ``waiting`` jobs and ``delayed``
+jobs whose ``ready_at`` has passed, so a delayed job that falls due enters the line at its run
+time, never ahead of jobs that were waiting before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from bson import Binary
+
+from relaymq.errors import CorruptRecordError
+from relaymq.job import Job, JobState, NewJob
+
+Document = dict[str, Any]
+
+UTC = dt.UTC
+
+
+def to_date(seconds: float) -> dt.datetime:
+    """Seconds since the epoch as a BSON date (millisecond precision on the server)."""
+    return dt.datetime.fromtimestamp(seconds, UTC)
+
+
+def to_seconds(value: dt.datetime) -> float:
+    if value.tzinfo is None:  # defensive: the client is tz-aware, but old data may not be
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
+    """The document ``enqueue`` inserts for ``job``, with its FIFO sequence and the time."""
+    delayed = job.delay > 0
+    return {
+        "queue": job.queue,
+        "id": job.id,
+        "task": job.task,
+        "payload": Binary(job.payload),
+        "state": str(JobState.DELAYED if delayed else JobState.WAITING),
+        "priority": job.priority,
+        "ready_at": now + dt.timedelta(seconds=job.delay) if delayed else now,
+        "seq": seq,
+        "created_at": now,
+        "ttl": job.ttl,
+        "max_attempts": job.max_attempts,
+        "timeout": job.timeout,
+        "attempts": 0,
+        "token": 0,
+        "claimed_at": None,
+        "heartbeat_at": None,
+        "worker_id": None,
+        "stalls": 0,
+        "cancel_requested": False,
+        "progress": None,
+        "result": None,
+        "error": None,
+        "finished_at": None,
+    }
+
+
+# Every field a Job is read from: (name, accepted types, may be null/absent, neutral value).
+_FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
+    ("queue", (str,), False, ""),
+    ("id", (str,), False, ""),
+    ("task", (str,), False, ""),
+    ("payload", (bytes,), False, b""),  # bson.Binary subclasses bytes
+    ("priority", (int,), False, 0),
+    ("seq", (int,), False, 0),
+    ("created_at", (dt.datetime,), False, None),
+    ("ready_at", (dt.datetime,), True, None),
+    ("ttl", (int, float), True, None),
+    ("max_attempts", (int,), False, 1),
+    ("timeout", (int, float), True, None),
+    ("attempts", (int,), False, 0),
+    ("token", (int,), False, 0),
+    ("claimed_at", (dt.datetime,), True, None),
+    ("heartbeat_at", (dt.datetime,), True, None),
+    ("worker_id", (str,), True, None),
+    ("stalls", (int,), False, 0),
+    ("cancel_requested", (bool,), True, False),
+    ("progress", (bytes,), True, None),
+    ("result", (bytes,), True, None),
+    ("error", (str,), True, None),
+    ("finished_at", (dt.datetime,), True, None),
+]
+_STATES = frozenset(str(s) for s in JobState)
+
+
+def problems(doc: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``doc``, one phrase per unreadable field; empty for a sound one."""
+    found: list[str] = []
+    if doc.get("state") not in _STATES:
+        found.append(f"state is {doc.get('state')!r}, not a job state")
+    for name, types, nullable, _ in _FIELDS:
+        value = doc.get(name)
+        if value is None:
+            if not nullable:
+                found.append(f"{name} is missing")
+        elif not _readable(value, types):
+            found.append(
+                f"{name} is {type(value).__name__} {_short(value)}, not {types[0].__name__}"
+            )
+    return found
+
+
+def _readable(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+
+
+def describe(doc: Mapping[str, Any], bad: list[str]) -> str:
+    """The reason raised for, and stored with, an unreadable job."""
+    return f"corrupt record for job {doc.get('id')!r} in queue {doc.get('queue')!r}: " + "; ".join(
+        bad
+    )
+
+
+def to_job(doc: Mapping[str, Any]) -> Job:
+    """The ``Job`` a document stores; ``CorruptRecordError`` when any field is unreadable."""
+    bad = problems(doc)
+    if bad:
+        raise CorruptRecordError(describe(doc, bad))
+    return _build(doc)
+
+
+def to_job_lenient(doc: Mapping[str, Any], state: JobState) -> Job:
+    """Like ``to_job``, but an unreadable field gets a neutral value and the damage is told in
+    ``extra["corrupt"]``. Only for listings shown to operators (selected by ``state``)."""
+    bad = problems(doc)
+    if not bad:
+        return _build(doc)
+    fixed = dict(doc, state=str(state))
+    for name, types, nullable, neutral in _FIELDS:
+        value = doc.get(name)
+        if (value is None and not nullable) or (value is not None and not _readable(value, types)):
+            fixed[name] = neutral
+    if fixed.get("created_at") is None:
+        fixed["created_at"] = to_date(0)
+    return dataclasses.replace(_build(fixed), extra={"corrupt": "; ".join(bad)})
+
+
+def _build(doc: Mapping[str, Any]) -> Job:
+    state = JobState(doc["state"])
+    return Job(
+        queue=doc["queue"],
+        id=doc["id"],
+        task=doc["task"],
+        payload=bytes(doc["payload"]),
+        state=state,
+        priority=doc["priority"],
+        seq=doc["seq"],
+        created_at=to_seconds(doc["created_at"]),
+        run_at=_seconds(doc.get("ready_at")) if state is JobState.DELAYED else None,
+        ttl=_float(doc.get("ttl")),
+        max_attempts=doc["max_attempts"],
+        timeout=_float(doc.get("timeout")),
+        attempts=doc["attempts"],
+        token=doc["token"],
+        claimed_at=_seconds(doc.get("claimed_at")),
+        heartbeat_at=_seconds(doc.get("heartbeat_at")),
+        worker_id=doc.get("worker_id"),
+        stalls=doc["stalls"],
+        cancel_requested=bool(doc.get("cancel_requested")),
+        progress=_bytes(doc.get("progress")),
+        result=_bytes(doc.get("result")),
+        error=doc.get("error"),
+        finished_at=_seconds(doc.get("finished_at")),
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else to_seconds(value)

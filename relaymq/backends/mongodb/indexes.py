@@ -1,0 +1,78 @@
+"""Every collection and index the MongoDB backend uses, declared in one place.
+
+``ensure_indexes`` creates them idempotently (``createIndexes`` with the same keys and options is
+a no-op on the server), so every ``connect`` may call it.
+
+Collections of one database (the URL path names it):
+
+``jobs``
+    One document per job (fields in ``documents.py``). Unique on ``(queue, id)``: that index is
+    the cross-process deduplication of job ids.
+``queues``
+    One document per queue: ``{_id: queue, seq: <last FIFO sequence>, paused: bool}``.
+``locks``
+    Leases: ``{_id: name, owner, expires_at}``; ``_id`` makes them unique.
+``workers``
+    The worker registry: ``{_id: worker id, ..., seen_at, expires_at}``.
+``events``
+    The event log tailed by subscribers: ``{_id: <dense increasing int>, body, at}``; trimmed
+    to the newest events on publish. ``counters`` holds its id allocator.
+``counters``
+    ``{_id: "events", n: <last event id>}``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pymongo import ASCENDING, IndexModel
+from pymongo.asynchronous.database import AsyncDatabase
+
+JOBS: Final = "jobs"
+QUEUES: Final = "queues"
+LOCKS: Final = "locks"
+WORKERS: Final = "workers"
+EVENTS: Final = "events"
+COUNTERS: Final = "counters"
+
+INDEXES: Final[dict[str, list[IndexModel]]] = {
+    JOBS: [
+        # Deduplication across processes; also get_job, settle and heartbeat filters.
+        IndexModel([("queue", ASCENDING), ("id", ASCENDING)], unique=True, name="queue_id"),
+        # Claims (state in waiting/delayed, ready_at <= now, sorted by priority then line
+        # position), the waiting page of list_jobs, counts per state.
+        IndexModel(
+            [
+                ("queue", ASCENDING),
+                ("state", ASCENDING),
+                ("priority", ASCENDING),
+                ("ready_at", ASCENDING),
+                ("seq", ASCENDING),
+            ],
+            name="claim_order",
+        ),
+        # Delayed page by run time, and the stall scan (active jobs by heartbeat).
+        IndexModel(
+            [("queue", ASCENDING), ("state", ASCENDING), ("ready_at", ASCENDING)],
+            name="state_ready_at",
+        ),
+        IndexModel(
+            [("queue", ASCENDING), ("state", ASCENDING), ("heartbeat_at", ASCENDING)],
+            name="state_heartbeat",
+        ),
+        # Pages of finished jobs and clean(older_than).
+        IndexModel(
+            [("queue", ASCENDING), ("state", ASCENDING), ("finished_at", ASCENDING)],
+            name="state_finished",
+        ),
+        # Reading back the documents of one batch claim or one batched write.
+        IndexModel([("claim_id", ASCENDING)], name="claim_id", sparse=True),
+    ],
+    WORKERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
+}
+
+
+async def ensure_indexes(db: AsyncDatabase[dict[str, object]]) -> None:
+    """Create every declared index that does not exist yet (idempotent)."""
+    for collection, models in INDEXES.items():
+        await db[collection].create_indexes(models)
