@@ -11,6 +11,7 @@ from relaymq.errors import (
     JobFailedError,
     JobNotFoundError,
     RelayError,
+    RelayWarning,
     SerializationError,
     TaskNotFoundError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "JobState",
     "Queue",
     "RelayError",
+    "RelayWarning",
     "SerializationError",
     "Settings",
     "Task",

@@ -17,6 +17,9 @@
         └── JobExpiredError
 
 ``asyncio.TimeoutError`` (``TimeoutError``) is raised unchanged where a caller's deadline passes.
+
+Warnings: ``RelayWarning`` (a ``UserWarning``), with ``EvictionPolicyWarning`` for a Redis
+server that may evict keys, which would lose jobs.
 """
 
 from __future__ import annotations
@@ -78,3 +81,11 @@ class JobCancelledError(JobFailedError):
 
 class JobExpiredError(JobFailedError):
     """The job's TTL passed before it could run."""
+
+
+class RelayWarning(UserWarning):
+    """Base category of relaymq's warnings."""
+
+
+class EvictionPolicyWarning(RelayWarning):
+    """The Redis server may evict keys under memory pressure, which would lose jobs."""

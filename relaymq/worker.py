@@ -54,6 +54,13 @@ _OUTCOME_EVENT = {
 }
 
 
+_OUTCOME_COUNTER = {
+    Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
+    Outcome.EXPIRE: "expired", Outcome.CANCEL: "cancelled", Outcome.RELEASE: "released",
+}  # fmt: skip
+"""The ``WorkerStats`` field each outcome counts in."""
+
+
 @dataclass(eq=False, slots=True)
 class _Running:
     job: Job
@@ -432,10 +439,7 @@ class Worker:
                         job.queue, job.id, r.claim.token, s.outcome.value)  # fmt: skip
             self._emit(self._event(events.JOB_CLAIM_LOST, job.queue, job.id, data))
             return
-        counter = {
-            Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
-            Outcome.EXPIRE: "expired", Outcome.CANCEL: "cancelled", Outcome.RELEASE: "released",
-        }[s.outcome]  # fmt: skip
+        counter = _OUTCOME_COUNTER[s.outcome]
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         if s.error:
             data = {**data, "error": s.error[:500]}

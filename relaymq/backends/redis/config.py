@@ -7,18 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from relaymq.errors import ConfigError
+from relaymq.errors import ConfigError, EvictionPolicyWarning
 
 DEFAULT_PREFIX = "relaymq"
 SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
-
-
-class RelayWarning(UserWarning):
-    """Base category of relaymq's warnings (proposed to move to ``relaymq.errors``)."""
-
-
-class EvictionPolicyWarning(RelayWarning):
-    """The Redis server may evict keys under memory pressure, which would lose jobs."""
 
 
 @dataclass(frozen=True, slots=True)
