@@ -33,6 +33,7 @@ from relaymq.backends.base import (
     Settle,
     WorkerInfo,
 )
+from relaymq.backends.fanout import Fanout
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 
 
@@ -100,7 +101,7 @@ class InMemoryBackend(Backend, DeliveryStore):
         self._queues: dict[str, _Queue] = {}
         self._locks: dict[str, tuple[str, float]] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
-        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._fanout = Fanout()
         self._wakeup = asyncio.Event()
 
     # -- internal ---------------------------------------------------------------------------
@@ -483,22 +484,10 @@ class InMemoryBackend(Backend, DeliveryStore):
     # -- events -----------------------------------------------------------------------------
 
     async def publish(self, events: Sequence[bytes]) -> None:
-        for sub in self._subscribers:
-            for event in events:
-                sub.put_nowait(event)
+        self._fanout.deliver(events)
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        inbox: asyncio.Queue[bytes] = asyncio.Queue()
-        self._subscribers.add(inbox)
-
-        async def events() -> AsyncGenerator[bytes, None]:
-            try:
-                while True:
-                    yield await inbox.get()
-            finally:
-                self._subscribers.discard(inbox)
-
-        return events()
+        return self._fanout.subscribe()
 
 
 def _with_seen(info: WorkerInfo, now: float) -> WorkerInfo:

@@ -36,6 +36,7 @@ from relaymq.backends.base import (
     Settle,
     WorkerInfo,
 )
+from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import DRIVER_ERRORS, Options, parse, translate
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, server_settings
@@ -78,7 +79,7 @@ class PostgresBackend(Backend, DeliveryStore):
         self._listener = Listener(self.options, self._wake, self._event, self._reconnected)
         self._waiters: dict[int, tuple[frozenset[str], asyncio.Event]] = {}
         self._waiter_ids = itertools.count()
-        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._fanout = Fanout()
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._dispatcher: asyncio.Task[None] | None = None
         self._retention: asyncio.Task[None] | None = None
@@ -465,17 +466,7 @@ class PostgresBackend(Backend, DeliveryStore):
             raise BackendUnavailableError(f"PostgreSQL LISTEN failed: {e}") from e
         if self._dispatcher is None:
             self._dispatcher = asyncio.create_task(self._dispatch(), name="relaymq-events")
-        inbox: asyncio.Queue[bytes] = asyncio.Queue()
-        self._subscribers.add(inbox)
-
-        async def events() -> AsyncGenerator[bytes, None]:
-            try:
-                while True:
-                    yield await inbox.get()
-            finally:
-                self._subscribers.discard(inbox)
-
-        return events()
+        return self._fanout.subscribe()
 
     def _event(self, payload: str) -> None:
         self._inbox.put_nowait(payload)
@@ -498,8 +489,7 @@ class PostgresBackend(Backend, DeliveryStore):
                 body = bytes(row["body"]) if row is not None else None
             if body is None:
                 continue
-            for sub in self._subscribers:
-                sub.put_nowait(body)
+            self._fanout.deliver([body])
 
     # -- retention --------------------------------------------------------------------------
 

@@ -77,6 +77,17 @@ def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
         yield items[start : start + size]
 
 
+def _per_queue(claims: Sequence[Claim]) -> Iterator[tuple[str, list[int]]]:
+    """The positions of ``claims`` grouped by queue, in chunks of at most ``SETTLE_CHUNK``:
+    one script call per chunk, so a queue's keys stay in one call (one cluster slot)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, c in enumerate(claims):
+        groups[c.queue].append(i)
+    for queue, indexes in groups.items():
+        for chunk in _chunks(indexes, SETTLE_CHUNK):
+            yield queue, chunk
+
+
 class RedisBackend(Backend, DeliveryStore):
     """Redis and Redis Cluster backend (``redis://``, ``rediss://``, ``redis+cluster://``).
 
@@ -339,20 +350,16 @@ class RedisBackend(Backend, DeliveryStore):
         return jobs
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, b in enumerate(beats):
-            groups[b.claim.queue].append(i)
         now = self._now()
         commands = []
         order: list[list[int]] = []
-        for queue, all_indexes in groups.items():
-            for indexes in _chunks(all_indexes, SETTLE_CHUNK):
-                order.append(indexes)
-                args: list[Any] = [now]
-                for i in indexes:
-                    c = beats[i].claim
-                    args += (b"%d %s" % (c.token, c.job_id.encode()), opt(beats[i].progress))
-                commands.append(self._evalsha("heartbeat", [self._keys.base(queue)], args))
+        for queue, indexes in _per_queue([b.claim for b in beats]):
+            order.append(indexes)
+            args: list[Any] = [now]
+            for i in indexes:
+                c = beats[i].claim
+                args += (b"%d %s" % (c.token, c.job_id.encode()), opt(beats[i].progress))
+            commands.append(self._evalsha("heartbeat", [self._keys.base(queue)], args))
         replies = await self._run(commands, "heartbeat") if commands else []
         out = [BeatResult(held=False)] * len(beats)
         for indexes, reply in zip(order, replies, strict=True):
@@ -361,22 +368,18 @@ class RedisBackend(Backend, DeliveryStore):
         return out
 
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, s in enumerate(settles):
-            groups[s.claim.queue].append(i)
         now = self._now()
         commands = []
         order: list[list[int]] = []
-        for queue, all_indexes in groups.items():
-            for indexes in _chunks(all_indexes, SETTLE_CHUNK):
-                order.append(indexes)
-                args: list[Any] = [now]
-                for i in indexes:
-                    s = settles[i]
-                    c = s.claim
-                    head = f"{c.token} {s.outcome.value} {s.delay!r} {c.job_id}"
-                    args += (head, opt(s.result if s.outcome is Outcome.COMPLETE else s.error))
-                commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
+        for queue, indexes in _per_queue([s.claim for s in settles]):
+            order.append(indexes)
+            args: list[Any] = [now]
+            for i in indexes:
+                s = settles[i]
+                c = s.claim
+                head = f"{c.token} {s.outcome.value} {s.delay!r} {c.job_id}"
+                args += (head, opt(s.result if s.outcome is Outcome.COMPLETE else s.error))
+            commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
         replies = await self._run(commands, "settle") if commands else []
         out = [False] * len(settles)
         for indexes, reply in zip(order, replies, strict=True):
