@@ -19,9 +19,14 @@ per batch. Methods are listed in the order every backend module keeps them.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
-from collections.abc import AsyncGenerator, Callable, Sequence
+import os
+import socket
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from relaymq.job import Claim, Job, JobState, NewJob
 
@@ -145,12 +150,44 @@ class WorkerInfo:
     seen_at: float = 0.0
     """Backend clock at the last ``register_worker``."""
 
+    @classmethod
+    def for_this_process(
+        cls, worker_id: str, queues: Sequence[str], concurrency: int
+    ) -> WorkerInfo:
+        """The record a worker registers for itself: this host, this pid, started now."""
+        return cls(worker_id, tuple(queues), concurrency, socket.gethostname(), os.getpid(),
+                   time.time())  # fmt: skip
+
+    def to_record(self) -> dict[str, Any]:
+        """The stored form (every backend keeps these fields; ``seen_at`` is the backend's)."""
+        return {
+            "id": self.id, "queues": list(self.queues), "concurrency": self.concurrency,
+            "host": self.host, "pid": self.pid, "started_at": self.started_at,
+        }  # fmt: skip
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], seen_at: float) -> WorkerInfo:
+        """The one place a stored worker becomes a ``WorkerInfo``; raises ``KeyError``,
+        ``TypeError`` or ``ValueError`` for a damaged record (callers skip it)."""
+        return cls(
+            str(record["id"]), tuple(str(q) for q in record["queues"]),
+            int(record["concurrency"]), str(record["host"]), int(record["pid"]),
+            float(record["started_at"]), float(seen_at),
+        )  # fmt: skip
+
+    def seen(self, at: float) -> WorkerInfo:
+        """This record as seen by the backend at ``at``."""
+        return dataclasses.replace(self, seen_at=at)
+
 
 class Backend(abc.ABC):
     """Base class of every backend. Subclasses implement every abstract method, in this order."""
 
     capabilities: Capabilities
     url: str = ""
+    retention: float | None = None
+    """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
+    maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""
 
     async def connect(self) -> None:
         """Open connections and prepare storage. Idempotent."""
