@@ -1,5 +1,9 @@
-"""Maintenance: stalled recovery, run in every worker but elected per queue through the
-backend's lease, so N workers make one scan per queue per interval rather than N."""
+"""Maintenance: stalled recovery and retention, run in every worker but elected per queue
+through the backend's lease, so N workers make one scan per queue per interval rather than N.
+
+Every pass survives any error: it is logged (with its traceback when unexpected) and the next
+pass tries again, so one bad moment never ends recovery for good.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,16 @@ import logging
 import time
 from collections.abc import Sequence
 
-from relaymq import events
-from relaymq.backends.base import Backend, Recovered
+from relaymq.backends.base import Recovered
 from relaymq.errors import BackendError
+from relaymq.instrumented import Instrumented
+from relaymq.job import TERMINAL
 from relaymq.settings import Settings
 
 log = logging.getLogger("relaymq.recovery")
+
+RETENTION_INTERVAL = 60.0
+"""Seconds between two retention passes over one queue."""
 
 
 def lock_name(queue: str) -> str:
@@ -22,13 +30,18 @@ def lock_name(queue: str) -> str:
 
 class Maintenance:
     def __init__(
-        self, backend: Backend, queues: Sequence[str], settings: Settings, owner: str
+        self,
+        ops: Instrumented,
+        queues: Sequence[str],
+        settings: Settings,
+        owner: str,
     ) -> None:
-        self.backend = backend
+        self.ops = ops
         self.queues = list(queues)
         self.settings = settings
         self.owner = owner
         self._held: set[str] = set()
+        self._cleaned_at: dict[str, float] = {}
 
     async def run(self) -> None:
         """Every ``stalled_check_interval``: one pass over the queues this worker leads."""
@@ -37,47 +50,46 @@ class Maintenance:
             await asyncio.sleep(self.settings.stalled_check_interval)
 
     async def run_once(self) -> dict[str, Recovered]:
-        """Recover the stalled jobs of every queue whose lease this worker holds or takes."""
+        """Recover the stalled jobs of every queue whose lease this worker holds or takes, and
+        apply the backend's retention to it when due."""
         done: dict[str, Recovered] = {}
-        ttl = self.settings.stalled_check_interval * 3
         for queue in self.queues:
             try:
-                if not await self.backend.lock(lock_name(queue), self.owner, ttl):
-                    self._held.discard(queue)
+                if not await self._lead(queue):
                     continue
-                self._held.add(queue)
-                found = await self.backend.recover_stalled(
+                done[queue] = await self.ops.recover_stalled(
                     queue, self.settings.stalled_threshold, self.settings.max_stalled
                 )
+                await self._retain(queue)
             except BackendError as e:  # logged; the next pass tries again
-                log.warning("stalled recovery of %s failed: %s", queue, e)
-                continue
-            except Exception:  # a bug in one pass must not end recovery for good
-                log.exception("stalled recovery of %s failed", queue)
-                continue
-            done[queue] = found
-            await self._report(queue, found)
+                log.warning("maintenance of %s failed: %s", queue, e)
+            except Exception:  # a bug in one pass must not end maintenance for good
+                log.exception("maintenance of %s failed", queue)
         return done
 
-    async def _report(self, queue: str, found: Recovered) -> None:
-        now = time.time()
-        published = [events.Event(events.JOB_STALLED, queue, now, i) for i in found.requeued]
-        published += [
-            events.Event(events.JOB_FAILED, queue, now, i, {"error": "stalled too often"})
-            for i in found.failed
-        ]
-        for job_id in found.requeued:
-            log.warning("job %s/%s stalled; back to waiting", queue, job_id)
-        for job_id in found.failed:
-            log.error("job %s/%s stalled more than max_stalled times; failed", queue, job_id)
-        for problem in found.errors:
-            log.error("stalled recovery of %s skipped a job: %s", queue, problem)
-        try:
-            await events.publish(self.backend, published)
-        except BackendError as e:
-            log.warning("could not publish recovery events: %s", e)
+    async def _lead(self, queue: str) -> bool:
+        ttl = self.settings.stalled_check_interval * 3
+        if await self.ops.lock(lock_name(queue), self.owner, ttl):
+            self._held.add(queue)
+            return True
+        self._held.discard(queue)
+        return False
+
+    async def _retain(self, queue: str) -> None:
+        """Delete finished jobs older than ``backend.retention``, at most once a minute."""
+        retention = self.ops.backend.retention
+        now = time.monotonic()
+        if retention is None or now - self._cleaned_at.get(queue, -RETENTION_INTERVAL) < (
+            RETENTION_INTERVAL
+        ):
+            return
+        self._cleaned_at[queue] = now
+        for state in sorted(TERMINAL):
+            removed = await self.ops.clean(queue, state, retention)
+            if removed:
+                log.info("retention removed %d %s jobs of %s", removed, state.value, queue)
 
     async def release_locks(self) -> None:
         for queue in self._held:
-            await self.backend.unlock(lock_name(queue), self.owner)
+            await self.ops.unlock(lock_name(queue), self.owner)
         self._held.clear()

@@ -13,13 +13,20 @@ from relaymq import JobContext, task
 LEDGER: Counter[str] = Counter()
 RUNNING: Counter[str] = Counter()
 PEAK: Counter[str] = Counter()
+ORDER: dict[str, list[str]] = {}
 GATES: dict[str, asyncio.Event] = {}
+STARTED: dict[str, asyncio.Event] = {}
 _lock = threading.Lock()
 
 
 def gate(key: str) -> asyncio.Event:
     """An event a test sets to let ``wait_for_gate`` jobs finish."""
     return GATES.setdefault(key, asyncio.Event())
+
+
+def started(key: str) -> asyncio.Event:
+    """Set once a ``wait_for_gate`` job with ``key`` has started (in this process)."""
+    return STARTED.setdefault(key, asyncio.Event())
 
 
 @task(queue="tests")
@@ -56,12 +63,19 @@ async def always_fail(key: str) -> None:
 
 
 @task(queue="tests")
+async def record_order(key: str, label: str) -> None:
+    """Appends ``label`` to ``ORDER[key]``: the order in which jobs started."""
+    ORDER.setdefault(key, []).append(label)
+
+
+@task(queue="tests")
 async def wait_for_gate(key: str) -> str:
     """Counts how many run at once, then blocks until the test opens the gate."""
     LEDGER[key] += 1
     with _lock:
         RUNNING[key] += 1
         PEAK[key] = max(PEAK[key], RUNNING[key])
+    started(key).set()
     try:
         await gate(key).wait()
     finally:

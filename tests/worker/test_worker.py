@@ -17,6 +17,7 @@ from relaymq import (
 )
 from relaymq.backends.base import Backend
 from relaymq.errors import PayloadTooLargeError
+from relaymq.testing import FakeClock
 from tests import tasks
 from tests.support.jobs import new_job
 from tests.support.waiting import watch
@@ -97,13 +98,16 @@ async def test_undecodable_payload_fails_and_others_go_on(
 
 
 async def test_expired_job_goes_to_the_dlq_without_running(
-    live: Backend, q: str, queue: Queue, run_worker: RunWorker
+    backend: Backend, clock: FakeClock, q: str, run_worker: RunWorker
 ) -> None:
+    # ``backend`` (on the test clock) is made before ``run_worker``'s own handle: the case's
+    # handles share one state, and the backend's clock is what decides expiry
+    queue = Queue(q, backend)
     k = key()
     tasks.gate(k).set()
-    handle = await queue.add(tasks.wait_for_gate.with_options(ttl=0.05).call(k))
-    await asyncio.sleep(0.1)  # a short real TTL is what this test is about: let it pass
-    async with run_worker():
+    handle = await queue.add(tasks.wait_for_gate.with_options(ttl=5).call(k))
+    clock.advance(6)  # the TTL passes before any worker claims the job
+    async with run_worker(backend=backend):
         with pytest.raises(JobExpiredError):
             await handle.result(timeout=10)
     assert tasks.LEDGER[k] == 0  # the handler never ran
@@ -253,16 +257,26 @@ async def test_priority_and_duplicate_job_id(queue: Queue, run_worker: RunWorker
     again = await queue.add(tasks.add.with_options(job_id="once").call(2, 2))
     assert (first.duplicate, again.duplicate) == (False, True)
     assert sum((await queue.counts()).values()) == 1
-    async with run_worker():
+    k = key()
+    ordered = [  # enqueued out of order; a one-slot worker must run them by priority, then FIFO
+        await queue.add(tasks.record_order.with_options(priority=p).call(k, label))
+        for p, label in [(5, "p5-a"), (0, "p0-a"), (200, "p200"), (5, "p5-b"), (0, "p0-b")]
+    ]
+    async with run_worker(concurrency=1):
         assert await again.result(timeout=10) == 2  # the handle of the job that exists
+        for handle in ordered:
+            await handle.result(timeout=10)
+    assert tasks.ORDER[k] == ["p0-a", "p0-b", "p5-a", "p5-b", "p200"]
 
 
 async def test_paused_queue_is_not_worked(queue: Queue, run_worker: RunWorker) -> None:
     await queue.pause()
-    async with run_worker():
+    async with run_worker() as worker:
         handle = await queue.add(tasks.add.call(9, 9))
-        with pytest.raises(TimeoutError):
-            await handle.result(timeout=0.5)
+        seen = worker.stats.empty_claims
+        # two claims made after the job was stored both found nothing: the pause held
+        await worker.until(lambda s: s.empty_claims >= seen + 2, "empty claims while paused")
+        assert (await handle.job()).state is JobState.WAITING and worker.stats.claimed == 0
         await queue.resume()
         assert await handle.result(timeout=10) == 18
 

@@ -1,0 +1,250 @@
+"""The instrumented facade: every call the core makes on a backend that changes or reports jobs.
+
+``Queue``, ``Worker`` and ``Maintenance`` call the backend only through ``Instrumented``, so
+what happened is reported from ONE place: events today (metrics and trace spans hook in at the
+same points: ``_report`` for batched worker outcomes, ``_announce`` for producer and admin
+actions). Backends never publish events themselves.
+
+Events from a worker's hot path are batched: they wait at most ``window`` seconds to be
+published together, one backend call for many jobs. Producer and admin events are published
+before the call returns. A failed publish is logged and never raised into a worker's loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from relaymq import events
+from relaymq.backends.base import (
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    ClaimBatch,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.errors import BackendError
+from relaymq.job import Job, JobState, NewJob
+
+log = logging.getLogger("relaymq.events")
+recovery_log = logging.getLogger("relaymq.recovery")
+
+EVENT_WINDOW = 0.05
+"""Seconds worker events wait to be published together."""
+
+OUTCOME_EVENT = {
+    Outcome.COMPLETE: events.JOB_COMPLETED,
+    Outcome.RETRY: events.JOB_RETRYING,
+    Outcome.FAIL: events.JOB_FAILED,
+    Outcome.EXPIRE: events.JOB_EXPIRED,
+    Outcome.CANCEL: events.JOB_CANCELLED,
+    Outcome.RELEASE: events.JOB_WAITING,
+}
+
+
+class Instrumented:
+    """A backend, instrumented. Methods keep the backend's names and return its answers."""
+
+    def __init__(self, backend: Backend, *, window: float = EVENT_WINDOW) -> None:
+        self.backend = backend
+        self.window = window
+        self._pending: list[events.Event] = []
+        self._wanted = asyncio.Event()
+        self._publisher: asyncio.Task[None] | None = None
+
+    # -- producer ---------------------------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
+        answers = await self.backend.enqueue(jobs)
+        now = time.time()
+        announced = [
+            events.Event(
+                events.JOB_DEDUPLICATED if answer.duplicate
+                else events.JOB_DELAYED if new.delay > 0 else events.JOB_WAITING,
+                new.queue, now, answer.id,
+            )
+            for new, answer in zip(jobs, answers, strict=True)
+        ]  # fmt: skip
+        await self._announce(announced)
+        return answers
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        batch = await self.backend.claim(queues, worker_id, limit)
+        if batch.jobs:
+            now = time.time()
+            self._report(
+                events.Event(events.JOB_ACTIVE, j.queue, now, j.id,
+                             {"attempt": j.attempts, "worker": worker_id})
+                for j in batch.jobs
+            )  # fmt: skip
+        return batch
+
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        return await self.backend.heartbeat(beats)
+
+    async def settle(self, outcomes: Sequence[tuple[Job, Settle]]) -> list[bool]:
+        """Apply each job's fenced transition; report it, or the lost claim when refused."""
+        applied = await self.backend.settle([s for _, s in outcomes])
+        now = time.time()
+        reported = []
+        for (job, s), ok in zip(outcomes, applied, strict=True):
+            data: dict[str, Any] = {"attempt": job.attempts}
+            if not ok:
+                reported.append(events.Event(events.JOB_CLAIM_LOST, job.queue, now, job.id, data))
+                continue
+            if s.error:
+                data["error"] = s.error[:500]
+                if s.outcome is Outcome.RETRY:
+                    data["delay"] = s.delay
+            reported.append(events.Event(OUTCOME_EVENT[s.outcome], job.queue, now, job.id, data))
+        self._report(reported)
+        return applied
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        await self.backend.wait(queues, timeout)
+
+    def progress(self, queue: str, job_id: str, value: Any) -> None:
+        """Report a handler's progress (stored by the next heartbeat)."""
+        self._report([events.Event(events.JOB_PROGRESS, queue, time.time(), job_id,
+                                   {"progress": value})])  # fmt: skip
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        """One recovery pass over ``queue``; every job it moved is logged and announced."""
+        found = await self.backend.recover_stalled(queue, threshold, max_stalled)
+        for job_id in found.requeued:
+            recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
+        for job_id in found.failed:
+            recovery_log.error("job %s/%s stalled more than max_stalled times; failed",
+                               queue, job_id)  # fmt: skip
+        for problem in found.errors:
+            recovery_log.error("stalled recovery of %s skipped a job: %s", queue, problem)
+        now = time.time()
+        announced = [events.Event(events.JOB_STALLED, queue, now, i) for i in found.requeued]
+        announced += [
+            events.Event(events.JOB_FAILED, queue, now, i, {"error": "stalled too often"})
+            for i in found.failed
+        ]
+        self._report(announced)
+        await (
+            self.flush()
+        )  # at once, and a failed publish is logged, never raised: recovery goes on
+        return found
+
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        return await self.backend.lock(name, owner, ttl)
+
+    async def unlock(self, name: str, owner: str) -> None:
+        await self.backend.unlock(name, owner)
+
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        return await self.backend.clean(queue, state, older_than)
+
+    # -- admin ------------------------------------------------------------------------------
+
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        result = await self.backend.cancel(queue, job_id)
+        if result is CancelResult.CANCELLED:
+            await self._announce_one(events.JOB_CANCELLED, queue, job_id)
+        return result
+
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        done = await self.backend.retry_job(queue, job_id)
+        if done:
+            await self._announce_one(events.JOB_WAITING, queue, job_id, {"replay": True})
+        return done
+
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        done = await self.backend.remove_job(queue, job_id)
+        if done:
+            await self._announce_one(events.JOB_REMOVED, queue, job_id)
+        return done
+
+    async def pause(self, queue: str) -> None:
+        await self.backend.pause(queue)
+        await self._announce_one(events.QUEUE_PAUSED, queue)
+
+    async def resume(self, queue: str) -> None:
+        await self.backend.resume(queue)
+        await self._announce_one(events.QUEUE_RESUMED, queue)
+
+    async def register_worker(self, info: WorkerInfo, ttl: float, *, online: bool = False) -> None:
+        """Register or renew ``info``; ``online=True`` the first time announces the worker."""
+        await self.backend.register_worker(info, ttl)
+        if online:
+            await self._announce([self._worker_event(events.WORKER_ONLINE, info)])
+
+    async def unregister_worker(self, info: WorkerInfo) -> None:
+        await self.backend.unregister_worker(info.id)
+        await self._announce([self._worker_event(events.WORKER_OFFLINE, info)])
+
+    @staticmethod
+    def _worker_event(name: str, info: WorkerInfo) -> events.Event:
+        data = {"worker": info.id, "queues": list(info.queues)}
+        return events.Event(name, info.queues[0], time.time(), None, data)
+
+    # -- reporting --------------------------------------------------------------------------
+
+    async def _announce_one(
+        self, name: str, queue: str, job_id: str | None = None, data: dict[str, Any] | None = None
+    ) -> None:
+        await self._announce([events.Event(name, queue, time.time(), job_id, data or {})])
+
+    async def _announce(self, announced: Sequence[events.Event]) -> None:
+        """Producer and admin actions: published before the call returns."""
+        await events.publish(self.backend, announced)
+
+    def _report(self, reported: Any) -> None:
+        """Worker outcomes: batched, published within ``window`` by ``batching``."""
+        self._pending.extend(reported)
+        if self._pending:
+            self._wanted.set()
+
+    @contextlib.asynccontextmanager
+    async def batching(self) -> AsyncIterator[None]:
+        """Publish reported events in batches while inside; the rest on the way out."""
+        self._publisher = asyncio.create_task(self._publish_loop(), name="relaymq-events")
+        try:
+            yield
+        finally:
+            self._publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._publisher
+            self._publisher = None
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Publish every reported event now; a failure is logged and the events dropped."""
+        pending, self._pending = self._pending, []
+        if pending:
+            try:
+                await events.publish(self.backend, pending)
+            except BackendError as e:
+                log.warning("could not publish %d events: %s", len(pending), e)
+            except Exception:  # an event must never take a worker down
+                log.exception("could not publish %d events", len(pending))
+
+    async def _publish_loop(self) -> None:
+        """At once when idle; under load at most once per ``window``."""
+        last = 0.0
+        while True:
+            await self._wanted.wait()
+            pause = last + self.window - time.monotonic()
+            if pause > 0:  # published a moment ago: let more events join this batch
+                await asyncio.sleep(pause)
+            self._wanted.clear()
+            last = time.monotonic()
+            await self.flush()

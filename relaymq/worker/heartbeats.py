@@ -1,0 +1,66 @@
+"""Heartbeats: one batched renewal of every held claim, on the worker's own timer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from relaymq.backends.base import Beat
+from relaymq.errors import BackendError
+from relaymq.instrumented import Instrumented
+from relaymq.worker.running import Claims, RunningJob, StopReason
+
+log = logging.getLogger("relaymq.worker")
+
+
+class Heartbeats:
+    """Renews claims every ``interval`` and stops handlers whose claim was lost or whose job
+    was cancelled. ``also`` runs after each round (the worker renews its registration)."""
+
+    def __init__(
+        self,
+        ops: Instrumented,
+        claims: Claims,
+        interval: float,
+        also: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.ops = ops
+        self.claims = claims
+        self.interval = interval
+        self.also = also
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.beat()
+                await self.also()
+            except BackendError as e:
+                log.warning("heartbeat failed (%s)", e)
+            except Exception:  # a bug must not stop the heartbeats of every other job
+                log.exception("heartbeat failed")
+
+    async def beat(self) -> None:
+        held = self.claims.to_renew()
+        if not held:
+            return
+        beats = [Beat(r.claim, r.progress) for r in held]
+        for r in held:
+            r.progress = None
+        results = await self.ops.heartbeat(beats)
+        for r, result in zip(held, results, strict=True):
+            if result.held or r.settling:  # settled meanwhile: its own write says how it went
+                continue
+            reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
+            if reason is StopReason.LOST:
+                log.warning("lost the claim on %s/%s; stopping its handler", *r.key)
+            r.stop(reason)
+
+    async def check(self, r: RunningJob) -> bool:
+        """A fenced start: is ``r``'s claim still held right now? (RELIABILITY F12)"""
+        [result] = await self.ops.heartbeat([Beat(r.claim)])
+        if not result.held:
+            reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
+            r.stop(reason, interrupt=False)  # called from the job's own task
+        return result.held

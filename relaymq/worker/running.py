@@ -1,0 +1,102 @@
+"""The jobs a worker holds: one ``RunningJob`` per claim, and the rule linking slots and claims."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from relaymq.job import Claim, Job
+from relaymq.task import JobContext
+
+
+class StopReason(enum.Enum):
+    """Why a handler was stopped before it returned."""
+
+    LOST = "lost"  # another worker owns the job now: write nothing
+    CANCELLED = "cancelled"  # an operator cancelled it: acknowledge the cancellation
+    SHUTDOWN = "shutdown"  # this worker is stopping: release the job to run again at once
+
+
+@dataclass(eq=False, slots=True)
+class RunningJob:
+    """One claimed job, from its claim until its outcome is settled."""
+
+    job: Job
+    claim: Claim
+    claimed_mono: float = field(default_factory=time.monotonic)
+    ctx: JobContext | None = None
+    """Made only for handlers that take one."""
+    task: asyncio.Task[Any] | None = None
+    stop_reason: StopReason | None = None
+    progress: bytes | None = None
+    """Progress reported since the last heartbeat, stored by the next one."""
+    running: bool = True
+    """The handler (or the checks before it) has not ended: the job takes a slot."""
+    settling: bool = False
+    """The outcome is written or being written: heartbeats leave the claim alone."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.job.queue, self.job.id
+
+    def stop(self, reason: StopReason, *, interrupt: bool = True) -> None:
+        """Stop the job: the first reason given is the one its outcome follows. ``interrupt``
+        cancels its asyncio task (not wanted from inside that task, which returns by itself)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.ctx is not None:
+            self.ctx._cancelled = True
+        if interrupt and self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class Claims:
+    """Every claim a worker holds.
+
+    The rule, in one place: a claim is HELD from the claim until the backend answered its
+    settle (or the claim was found lost); a job is RUNNING, and takes one of the worker's
+    slots, from the claim until its handler ended. Running jobs are a subset of held claims,
+    and only the three methods below move a job between these sets.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], RunningJob] = {}
+        self.running = 0
+        self.slot_free = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def add(self, job: Job) -> RunningJob:
+        """A new claim: held and running."""
+        r = RunningJob(job, job.claim)
+        self._held[r.key] = r
+        self.running += 1
+        self.idle.clear()
+        return r
+
+    def handler_ended(self, r: RunningJob) -> None:
+        """The job gives back its slot; its claim stays held until it is settled."""
+        if r.running:
+            r.running = False
+            self.running -= 1
+            self.slot_free.set()
+            if self.running == 0:
+                self.idle.set()
+
+    def drop(self, r: RunningJob) -> None:
+        """The claim is no longer held: settled, or lost with nothing to write."""
+        self.handler_ended(r)
+        self._held.pop(r.key, None)
+
+    def get(self, key: tuple[str, str]) -> RunningJob | None:
+        return self._held.get(key)
+
+    def to_renew(self) -> list[RunningJob]:
+        """Held claims whose outcome is not being written (the heartbeat renews these)."""
+        return [r for r in self._held.values() if not r.settling]
+
+    def running_jobs(self) -> list[RunningJob]:
+        return [r for r in self._held.values() if r.running]

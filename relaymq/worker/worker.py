@@ -1,0 +1,282 @@
+"""Worker: claims jobs, runs their handlers and settles their outcomes, in batches.
+
+The pieces, each in its own module:
+
+- this one: the lifecycle (start, stop, shutdown) and the claim loop, which takes as many jobs
+  as there are free slots in one call, or waits;
+- ``running``: one ``RunningJob`` per claim, and ``Claims``, the rule linking slots and claims;
+- ``execution``: one attempt of one job, ending in the ``Settle`` to write (or nothing);
+- ``settling``: every finished job's outcome in one batched, fenced call;
+- ``heartbeats``: one batched renewal of every held claim on its own timer, stopping handlers
+  whose claim was lost or whose job was cancelled.
+
+Events go out through ``Instrumented`` (batched); stalled recovery runs beside the loops
+(``recovery.Maintenance``), elected per queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
+from relaymq.errors import BackendError
+from relaymq.instrumented import Instrumented
+from relaymq.job import Job
+from relaymq.recovery import Maintenance
+from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
+from relaymq.settings import Settings
+from relaymq.worker.execution import Execution
+from relaymq.worker.heartbeats import Heartbeats
+from relaymq.worker.running import Claims, RunningJob, StopReason
+from relaymq.worker.settling import Settler
+
+log = logging.getLogger("relaymq.worker")
+
+IDLE_WAIT = 1.0
+"""Longest single ``backend.wait``; blocking backends are woken earlier by new work."""
+
+_OUTCOME_COUNTER = {
+    Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
+    Outcome.EXPIRE: "expired", Outcome.CANCEL: "cancelled", Outcome.RELEASE: "released",
+}  # fmt: skip
+"""The ``WorkerStats`` field each outcome counts in."""
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    expired: int = 0
+    cancelled: int = 0
+    released: int = 0
+    lost: int = 0
+    empty_claims: int = 0
+    """Claims that found nothing to do (the worker then waits)."""
+
+
+class Worker:
+    """Runs jobs from ``queues`` with up to ``settings.concurrency`` at once."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        queues: Sequence[str],
+        *,
+        settings: Settings | None = None,
+        concurrency: int | None = None,
+        serializer: Serializer = DEFAULT_SERIALIZER,
+        worker_id: str | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        base = settings or Settings.from_env()
+        self.settings = base.replace(concurrency=concurrency) if concurrency else base
+        self.backend = backend
+        self.queues = list(dict.fromkeys(queues))
+        self.serializer = serializer
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stats = WorkerStats()
+        self.started = asyncio.Event()
+        """Set once the worker is registered and claiming."""
+        self.ops = Instrumented(backend)
+        self.info = WorkerInfo.for_this_process(self.id, self.queues, self.settings.concurrency)
+        self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._claims = Claims()
+        self._settler = Settler(self.ops, self._claims, self._record)
+        self._heartbeats = Heartbeats(
+            self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
+        )
+        self._execution = Execution(
+            serializer, self._heartbeats.check, self._report_progress,
+            fresh_for=self.settings.heartbeat_interval,
+        )  # fmt: skip
+        self._rotation = 0
+        self._maintenance = Maintenance(self.ops, self.queues, self.settings, self.id)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self, *, now: bool = False) -> None:
+        """Ask the worker to stop: no new claims; running jobs get ``shutdown_timeout``
+        (``now=True``: none), then the unfinished ones are released to run again at once."""
+        self._stopping.set()
+        self._claims.slot_free.set()
+        if now:
+            self._hurry.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def wait_idle(self) -> None:
+        """Return once no handler is running (claims may still be settling)."""
+        await self._claims.idle.wait()
+
+    async def until(
+        self, condition: Callable[[WorkerStats], bool], what: str, within: float = 10.0
+    ) -> None:
+        """Return once ``condition(self.stats)`` holds: a signal for tests and tools, which
+        await what the worker did (claimed, settled, found nothing) instead of sleeping."""
+        try:
+            async with asyncio.timeout(within):
+                while not condition(self.stats):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise TimeoutError(f"worker {self.id}: no {what} within {within}s") from None
+
+    async def run(self) -> None:
+        """Work until ``stop()``; then finish or release running jobs and settle everything."""
+        await self.ops.register_worker(self.info, self._registry_ttl, online=True)
+        async with self.ops.batching():
+            helpers = [
+                asyncio.create_task(self._settler.run(), name="relaymq-settle"),
+                asyncio.create_task(self._heartbeats.run(), name="relaymq-heartbeat"),
+            ]
+            if self.settings.enable_stalled_check:
+                helpers.append(
+                    asyncio.create_task(self._maintenance.run(), name="relaymq-recovery")
+                )
+            self.started.set()
+            log.info("worker %s started on %s", self.id, ", ".join(self.queues))
+            try:
+                await self._claim_loop()
+            finally:
+                self._stopping.set()
+                await self._shutdown(helpers)
+        with contextlib.suppress(BackendError):
+            await self._maintenance.release_locks()
+            await self.ops.unregister_worker(self.info)
+        log.info("worker %s stopped", self.id)
+
+    async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
+        """Give running jobs ``shutdown_timeout`` (less when hurried), stop the rest, then
+        settle every outcome, the releases included."""
+        tasks = [r.task for r in self._claims.running_jobs() if r.task is not None]
+        if tasks:
+            await self._until(asyncio.wait(tasks), also=self._hurry,
+                              timeout=self.settings.shutdown_timeout)  # fmt: skip
+            for r in self._claims.running_jobs():
+                r.stop(StopReason.SHUTDOWN)
+            pending = [t for t in tasks if not t.done()]
+            if pending:
+                await asyncio.wait(pending)
+        async with self._settler.lock:  # never cancel the settle loop in the middle of a settle
+            for helper in helpers:
+                helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        try:
+            await self._settler.flush()
+        except BackendError as e:
+            log.error("could not settle %d outcomes at shutdown (%s): they will be recovered "
+                      "as stalled jobs", len(self._settler), e)  # fmt: skip
+
+    @property
+    def _registry_ttl(self) -> float:
+        return self.settings.heartbeat_interval * 3
+
+    async def _renew_registration(self) -> None:
+        await self.ops.register_worker(self.info, self._registry_ttl)
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        failures = 0
+        slot_free = self._claims.slot_free
+        while not self._stopping.is_set():
+            free = self.settings.concurrency - self._claims.running
+            if free <= 0:
+                slot_free.clear()
+                await slot_free.wait()
+                await asyncio.sleep(0)  # let jobs finishing in the same tick free their slots
+                continue
+            try:
+                batch = await self.ops.claim(self._queue_order(), self.id, free)
+            except BackendError as e:
+                failures += 1
+                log.warning("claim failed (%s); retrying", e)
+                await self._until(asyncio.sleep(min(5.0, 0.1 * 2**failures)))
+                continue
+            failures = 0
+            if not batch.jobs:
+                self._count("empty_claims", 1)
+                try:
+                    await self._until(self.ops.wait(self.queues, IDLE_WAIT))
+                except BackendError as e:
+                    log.warning("wait failed (%s)", e)
+                    await self._until(asyncio.sleep(1.0))
+                continue
+            self._count("claimed", len(batch.jobs))
+            for job in batch.jobs:
+                self._start(job, batch.now)
+
+    def _queue_order(self) -> list[str]:
+        """Rotate the queue order on every claim so no queue starves the others."""
+        if len(self.queues) == 1:
+            return self.queues
+        self._rotation = (self._rotation + 1) % len(self.queues)
+        return self.queues[self._rotation :] + self.queues[: self._rotation]
+
+    async def _until(
+        self, awaitable: Awaitable[Any], *, also: asyncio.Event | None = None,
+        timeout: float | None = None,
+    ) -> None:  # fmt: skip
+        """Await ``awaitable`` unless the worker is asked to stop first (or ``also`` is set,
+        or ``timeout`` passes); re-raise what the awaitable raised."""
+        inner = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future((also or self._stopping).wait())
+        try:
+            await asyncio.wait({inner, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not inner.done():
+                inner.cancel()
+        if inner.done() and not inner.cancelled():
+            inner.result()
+
+    def _start(self, job: Job, now: float) -> None:
+        r = self._claims.add(job)
+        r.task = asyncio.create_task(self._execute(r, now))
+
+    async def _execute(self, r: RunningJob, now: float) -> None:
+        try:
+            settle = await self._execution.run(r, now)
+        finally:
+            self._claims.handler_ended(r)
+        if settle is None:
+            self._claims.drop(r)  # the claim is lost: another worker owns the job; write nothing
+        else:
+            self._settler.add(r, settle)
+
+    def _report_progress(self, r: RunningJob, value: Any) -> None:
+        """A handler's progress (maybe from a plain function's thread)."""
+        if self._claims.get(r.key) is not r:
+            return
+        r.progress = self.serializer.dumps(value)
+        loop = r.task.get_loop() if r.task is not None else asyncio.get_running_loop()
+        loop.call_soon_threadsafe(self.ops.progress, r.job.queue, r.job.id, value)
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def _record(self, r: RunningJob, s: Settle, applied: bool) -> None:
+        if applied:
+            self._count(_OUTCOME_COUNTER[s.outcome], 1)
+            return
+        self._count("lost", 1)
+        log.warning("claim on %s/%s (token %s) was lost; outcome %s dropped",
+                    r.job.queue, r.job.id, r.claim.token, s.outcome.value)  # fmt: skip
+
+    def _count(self, field: str, n: int) -> None:
+        setattr(self.stats, field, getattr(self.stats, field) + n)
+        self._changed.set()

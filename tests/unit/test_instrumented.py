@@ -1,0 +1,178 @@
+"""The instrumented facade is the one place events come from; maintenance survives anything and
+applies retention, elected per queue."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from relaymq import events
+from relaymq.backends.base import Outcome, Settle
+from relaymq.backends.memory import InMemoryBackend
+from relaymq.instrumented import Instrumented
+from relaymq.job import JobState
+from relaymq.recovery import Maintenance
+from relaymq.settings import Settings
+from relaymq.testing import FakeClock
+from tests.support.jobs import new_job
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def backend(clock: FakeClock) -> InMemoryBackend:
+    return InMemoryBackend(clock=clock)
+
+
+@pytest_asyncio.fixture
+async def seen(backend: InMemoryBackend) -> AsyncIterator[list[events.Event]]:
+    """Every event published, decoded, in order."""
+    published: list[events.Event] = []
+    original = backend.publish
+
+    async def publish(messages: Any) -> None:
+        for m in messages:
+            published.extend(events.decode(m))
+        await original(messages)
+
+    backend.publish = publish  # type: ignore[method-assign]
+    yield published
+
+
+async def test_enqueue_announces_each_job_before_returning(
+    backend: InMemoryBackend, seen: list[events.Event]
+) -> None:
+    ops = Instrumented(backend)
+    await ops.enqueue([new_job("q", "a"), new_job("q", "b", delay=5), new_job("q", "a")])
+    assert [(e.name, e.job_id) for e in seen] == [
+        ("job:waiting", "a"), ("job:delayed", "b"), ("job:deduplicated", "a"),
+    ]  # fmt: skip
+
+
+async def test_worker_events_are_batched_and_a_stale_settle_reports_the_lost_claim(
+    backend: InMemoryBackend, clock: FakeClock, seen: list[events.Event]
+) -> None:
+    ops = Instrumented(backend)
+    await backend.enqueue([new_job("q", "a")])
+    async with ops.batching():
+        [job] = (await ops.claim(["q"], "w1", 1)).jobs
+        clock.advance(100)
+        await backend.recover_stalled("q", threshold=10, max_stalled=5)  # the claim goes stale
+        [applied] = await ops.settle([(job, Settle(job.claim, Outcome.COMPLETE, b"1"))])
+    assert applied is False
+    names = [(e.name, e.job_id, e.data.get("attempt")) for e in seen]
+    assert names == [("job:active", "a", 1), ("job:claim_lost", "a", 1)]
+    assert (await backend.get_job("q", "a")).state is JobState.WAITING  # type: ignore[union-attr]
+
+
+async def test_a_retry_reports_its_error_and_delay(
+    backend: InMemoryBackend, seen: list[events.Event]
+) -> None:
+    ops = Instrumented(backend)
+    await backend.enqueue([new_job("q", "a", max_attempts=3)])
+    async with ops.batching():
+        [job] = (await ops.claim(["q"], "w1", 1)).jobs
+        await ops.settle([(job, Settle(job.claim, Outcome.RETRY, error="E" * 900, delay=2.5))])
+    [retrying] = [e for e in seen if e.name == "job:retrying"]
+    assert retrying.data == {"attempt": 1, "error": "E" * 500, "delay": 2.5}
+
+
+async def test_recovery_announces_stalled_jobs(
+    backend: InMemoryBackend, clock: FakeClock, seen: list[events.Event]
+) -> None:
+    ops = Instrumented(backend)
+    await backend.enqueue([new_job("q", "a")])
+    await backend.claim(["q"], "w1", 1)
+    clock.advance(100)
+    found = await ops.recover_stalled("q", threshold=10, max_stalled=5)
+    assert found.requeued == ["a"]
+    assert [(e.name, e.job_id) for e in seen] == [("job:stalled", "a")]
+
+
+async def test_a_failing_publish_never_stops_recovery(
+    backend: InMemoryBackend, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(messages: Any) -> None:
+        raise ConnectionResetError("the event channel went away")
+
+    backend.publish = broken  # type: ignore[method-assign]
+    m = Maintenance(Instrumented(backend), ["q"], Settings(stalled_threshold=10), "w1")
+    await backend.enqueue([new_job("q", "a"), new_job("q", "b")])
+    await backend.claim(["q"], "w1", 1)
+    clock.advance(100)
+    with caplog.at_level(logging.ERROR):
+        first = await m.run_once()
+    assert first["q"].requeued == ["a"] and "ConnectionResetError" in caplog.text
+    await backend.claim(["q"], "w1", 2)
+    clock.advance(100)
+    second = await m.run_once()  # the next pass works as if nothing happened
+    assert sorted(second["q"].requeued) == ["a", "b"]
+
+
+async def test_an_unexpected_error_in_one_pass_is_logged_and_the_next_pass_runs(
+    backend: InMemoryBackend, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    original = backend.recover_stalled
+    calls = 0
+
+    async def flaky(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyError("a bug")
+        return await original(*args)
+
+    backend.recover_stalled = flaky  # type: ignore[method-assign]
+    m = Maintenance(Instrumented(backend), ["q"], Settings(stalled_threshold=10), "w1")
+    await backend.enqueue([new_job("q", "a")])
+    await backend.claim(["q"], "w1", 1)
+    clock.advance(100)
+    with caplog.at_level(logging.ERROR):
+        assert await m.run_once() == {}
+    assert "KeyError" in caplog.text
+    assert (await m.run_once())["q"].requeued == ["a"]
+
+
+async def test_only_the_lease_holder_runs_maintenance(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    ops = Instrumented(backend)
+    a = Maintenance(ops, ["q"], Settings(), "a")
+    b = Maintenance(ops, ["q"], Settings(), "b")
+    assert "q" in await a.run_once()
+    assert await b.run_once() == {}
+    await a.release_locks()
+    assert "q" in await b.run_once()
+
+
+async def test_retention_cleans_old_finished_jobs_of_led_queues(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    backend.retention = 3600.0
+    ops = Instrumented(backend)
+    await backend.enqueue([new_job("q", "old"), new_job("q", "new")])
+    [old] = (await backend.claim(["q"], "w", 1)).jobs
+    await backend.settle([Settle(old.claim, Outcome.COMPLETE, b"1")])
+    clock.advance(7200)
+    [new] = (await backend.claim(["q"], "w", 1)).jobs
+    await backend.settle([Settle(new.claim, Outcome.FAIL, error="x")])
+    m = Maintenance(ops, ["q"], Settings(), "w")
+    await m.run_once()
+    assert await backend.get_job("q", "old") is None
+    assert await backend.get_job("q", "new") is not None
+
+
+async def test_no_retention_keeps_everything(backend: InMemoryBackend, clock: FakeClock) -> None:
+    await backend.enqueue([new_job("q", "a")])
+    [job] = (await backend.claim(["q"], "w", 1)).jobs
+    await backend.settle([Settle(job.claim, Outcome.COMPLETE, b"1")])
+    clock.advance(10**8)
+    await Maintenance(Instrumented(backend), ["q"], Settings(), "w").run_once()
+    assert await backend.get_job("q", "a") is not None
