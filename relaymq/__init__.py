@@ -1,6 +1,6 @@
 """relaymq: an at-least-once job queue for asyncio Python."""
 
-from relaymq.backends import connect
+from relaymq.backends import connect, set_default_backend
 from relaymq.backends.base import Backend, Capabilities
 from relaymq.errors import (
     BackendError,
@@ -17,10 +17,11 @@ from relaymq.errors import (
 )
 from relaymq.events import Event
 from relaymq.job import TERMINAL, Claim, Job, JobState
-from relaymq.queue import JobHandle, Queue, set_default_backend
+from relaymq.options import Call
+from relaymq.queue import JobHandle, Queue
 from relaymq.retry import exponential, fixed
 from relaymq.settings import Settings
-from relaymq.task import Call, JobContext, Task, task
+from relaymq.task import JobContext, Task, task
 from relaymq.worker import Worker
 
 __all__ = [

@@ -1,20 +1,17 @@
-"""Queue: the producer and admin facade over a backend, and the job handle it returns.
+"""Queue: the producer and admin handle of one named queue, and the job handle it returns.
 
-This is the one place above the seam that validates, serializes and publishes the producer's
-events, so no backend does any of that.
+It validates and serializes what producers enqueue (no backend does either) and reaches the
+backend through ``Instrumented``, which reports what happened.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
-import time
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from relaymq import events
-from relaymq.backends import connect
 from relaymq.backends.base import Backend, CancelResult
 from relaymq.errors import (
     ConfigError,
@@ -24,39 +21,13 @@ from relaymq.errors import (
     JobNotFoundError,
     PayloadTooLargeError,
 )
+from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.options import Call, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
-from relaymq.task import Call, Options
 
 R = TypeVar("R")
-
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
-MAX_PRIORITY = 255
-
-_default: Backend | None = None
-_default_lock = asyncio.Lock()
-
-
-def set_default_backend(backend: Backend | None) -> None:
-    """The backend ``Task.enqueue`` uses when the task names none."""
-    global _default
-    _default = backend
-
-
-async def default_backend() -> Backend:
-    """The default backend, connected on first use from ``RELAYMQ_BACKEND``."""
-    global _default
-    async with _default_lock:
-        if _default is None:
-            _default = await connect(Settings.from_env().backend)
-        return _default
-
-
-def validate_queue_name(name: str) -> str:
-    if not QUEUE_NAME.match(name):
-        raise ConfigError(f"invalid queue name {name!r}: use 1-128 letters, digits and _ . : @ -")
-    return name
 
 
 class JobHandle(Generic[R]):
@@ -119,19 +90,6 @@ async def _next_event_for(subscription: Any, queue: str, job_id: str, within: fl
         return
 
 
-def _validate(o: Options) -> None:
-    if o.delay < 0:
-        raise ConfigError(f"delay must be >= 0, got {o.delay}")
-    if o.ttl is not None and o.ttl <= 0:
-        raise ConfigError(f"ttl must be > 0, got {o.ttl}")
-    if o.timeout is not None and o.timeout <= 0:
-        raise ConfigError(f"timeout must be > 0, got {o.timeout}")
-    if not 0 <= o.priority <= MAX_PRIORITY:
-        raise ConfigError(f"priority must be between 0 and {MAX_PRIORITY}, got {o.priority}")
-    if o.job_id is not None and not 0 < len(o.job_id) <= 255:
-        raise ConfigError("job_id must be 1 to 255 characters")
-
-
 class Queue:
     """A named lane of jobs on a backend: enqueue, inspect and administer it."""
 
@@ -145,6 +103,7 @@ class Queue:
     ) -> None:
         self.name = validate_queue_name(name)
         self.backend = backend
+        self._ops = Instrumented(backend)
         self.serializer = serializer
         self.settings = settings or Settings.from_env()
 
@@ -163,16 +122,7 @@ class Queue:
         new_jobs = self._new_jobs(list(calls))
         if not new_jobs:
             return []
-        answers = await self.backend.enqueue(new_jobs)
-        now = time.time()
-        published = []
-        for new, answer in zip(new_jobs, answers, strict=True):
-            name = (
-                events.JOB_DEDUPLICATED if answer.duplicate
-                else events.JOB_DELAYED if new.delay > 0 else events.JOB_WAITING
-            )  # fmt: skip
-            published.append(events.Event(name, self.name, now, answer.id))
-        await events.publish(self.backend, published)
+        answers = await self._ops.enqueue(new_jobs)
         return [
             JobHandle(self.backend, self.name, a.id, duplicate=a.duplicate,
                       serializer=self.serializer)
@@ -187,7 +137,7 @@ class Queue:
         for k, call in enumerate(calls):
             o = call.options
             if id(o) not in checked:  # calls made from one task share their Options
-                _validate(o)
+                o.validate()
                 checked.add(id(o))
             payload = self.serializer.dumps({"args": list(call.args), "kwargs": call.kwargs})
             if len(payload) > limit:
@@ -214,31 +164,20 @@ class Queue:
         return await self.backend.counts(self.name)
 
     async def cancel(self, job_id: str) -> CancelResult:
-        result = await self.backend.cancel(self.name, job_id)
-        if result is CancelResult.CANCELLED:
-            await self._publish(events.JOB_CANCELLED, job_id)
-        return result
+        return await self._ops.cancel(self.name, job_id)
 
     async def retry_job(self, job_id: str) -> bool:
         """Manual retry / DLQ replay: run a failed, expired or cancelled job again."""
-        done = await self.backend.retry_job(self.name, job_id)
-        if done:
-            await self._publish(events.JOB_WAITING, job_id, {"replay": True})
-        return done
+        return await self._ops.retry_job(self.name, job_id)
 
     async def remove_job(self, job_id: str) -> bool:
-        done = await self.backend.remove_job(self.name, job_id)
-        if done:
-            await self._publish(events.JOB_REMOVED, job_id)
-        return done
+        return await self._ops.remove_job(self.name, job_id)
 
     async def pause(self) -> None:
-        await self.backend.pause(self.name)
-        await self._publish(events.QUEUE_PAUSED)
+        await self._ops.pause(self.name)
 
     async def resume(self) -> None:
-        await self.backend.resume(self.name)
-        await self._publish(events.QUEUE_RESUMED)
+        await self._ops.resume(self.name)
 
     async def is_paused(self) -> bool:
         return await self.backend.is_paused(self.name)
@@ -256,10 +195,3 @@ class Queue:
     async def obliterate(self) -> None:
         """Delete the queue and everything in it."""
         await self.backend.obliterate(self.name)
-
-    async def _publish(
-        self, name: str, job_id: str | None = None, data: dict[str, Any] | None = None
-    ) -> None:
-        await events.publish(
-            self.backend, [events.Event(name, self.name, time.time(), job_id, data or {})]
-        )

@@ -17,35 +17,19 @@ import dataclasses
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from relaymq.backends import default_backend
 from relaymq.errors import ConfigError, TaskNotFoundError
+from relaymq.options import DEFAULT_QUEUE, Call, Options
+from relaymq.queue import JobHandle, Queue
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
     from relaymq.backends.base import Backend
-    from relaymq.queue import JobHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-DEFAULT_QUEUE = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """Per-job options; a task holds the defaults, ``with_options`` overrides them."""
-
-    queue: str = DEFAULT_QUEUE
-    retries: int = 0
-    backoff: Backoff | float = DEFAULT_BACKOFF
-    ttl: float | None = None
-    timeout: float | None = None
-    priority: int = 0
-    delay: float = 0.0
-    job_id: str | None = None
-    backend: Backend | None = None
 
 
 class JobContext:
@@ -77,16 +61,6 @@ class JobContext:
         return self._cancelled
 
 
-@dataclass(frozen=True, slots=True)
-class Call(Generic[R]):
-    """One invocation of a task, ready to enqueue (``Queue.add`` / ``Queue.add_bulk``)."""
-
-    task: Task[Any, R]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    options: Options
-
-
 class Task(Generic[P, R]):
     """A registered function plus default options."""
 
@@ -108,8 +82,6 @@ class Task(Generic[P, R]):
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue one job on the task's backend (or the default one); returns its handle."""
-        from relaymq.queue import Queue, default_backend
-
         backend = self.options.backend or await default_backend()
         return await Queue(self.options.queue, backend).add(self.call(*args, **kwargs))
 

@@ -1,13 +1,16 @@
-"""``connect(url)``: pick a backend by URL scheme, importing its driver only when asked for."""
+"""``connect(url)``: pick a backend by URL scheme, importing its driver only when asked for;
+and the default backend that tasks enqueue on when they name none."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from typing import Any
 from urllib.parse import urlsplit
 
 from relaymq.backends.base import Backend, Clock
 from relaymq.errors import ConfigError, UnknownBackendError
+from relaymq.settings import Settings
 
 # scheme -> (module, class, extra that installs its driver)
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
@@ -57,3 +60,22 @@ async def connect(url: str, *, clock: Clock | None = None, **options: Any) -> Ba
     backend = from_url(url, clock=clock, **options)
     await backend.connect()
     return backend
+
+
+_default: Backend | None = None
+_default_lock = asyncio.Lock()
+
+
+def set_default_backend(backend: Backend | None) -> None:
+    """The backend ``Task.enqueue`` uses when the task names none."""
+    global _default
+    _default = backend
+
+
+async def default_backend() -> Backend:
+    """The default backend, connected on first use from ``RELAYMQ_BACKEND``."""
+    global _default
+    async with _default_lock:
+        if _default is None:
+            _default = await connect(Settings.from_env().backend)
+        return _default

@@ -52,6 +52,8 @@ class Capabilities:
     """Multi-record transitions are atomic on the server (false: documented weaker guarantee)."""
     delivery_store: bool = False
     """The backend also implements ``DeliveryStore`` (it can hold a broker's job metadata)."""
+    migrations: bool = False
+    """The backend's storage has versioned migrations that ``migrate`` applies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,14 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:
         """Release connections. The backend may not be used afterwards."""
+
+    async def migrate(self) -> list[str]:
+        """Apply pending storage migrations (without ``connect``); the names applied now.
+
+        Backends without versioned migrations (``capabilities.migrations`` false) prepare
+        their storage on ``connect`` and apply nothing here.
+        """
+        return []
 
     async def __aenter__(self) -> Backend:
         await self.connect()

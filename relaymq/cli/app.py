@@ -17,10 +17,11 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from relaymq.backends import connect
+from relaymq.backends import connect, from_url
 from relaymq.backends.base import Backend
 from relaymq.errors import RelayError
 from relaymq.job import JobState
+from relaymq.queue import Queue
 from relaymq.settings import DEFAULT_BACKEND_URL, Settings
 from relaymq.task import REGISTRY
 from relaymq.worker import Worker
@@ -130,7 +131,7 @@ def stats(backend: str, as_json: bool) -> None:
     """Jobs per state in every queue."""
 
     async def collect(b: Backend) -> dict[str, dict[JobState, int]]:
-        return {name: await b.counts(name) for name in await b.list_queues()}
+        return {name: await Queue(name, b).counts() for name in await b.list_queues()}
 
     counts = run(lambda: with_backend(backend, collect))
     if as_json:
@@ -145,16 +146,18 @@ def stats(backend: str, as_json: bool) -> None:
 @cli.command("migrate")
 @backend_option
 def migrate(backend: str) -> None:
-    """Apply pending schema migrations (PostgreSQL; other backends prepare storage on connect)."""
-    from urllib.parse import urlsplit
-
-    if urlsplit(backend).scheme not in ("postgresql", "postgres"):
+    """Apply pending schema migrations (backends without versioned migrations, such as
+    SQLite, prepare their storage on connect)."""
+    b = run(lambda: _build(backend))
+    if not b.capabilities.migrations:
         click.echo(f"{backend}: nothing to migrate (this backend prepares its storage itself)")
         return
-    from relaymq.backends.postgres import migrate as apply
-
-    applied = run(lambda: apply(backend))
+    applied = run(b.migrate)
     click.echo("\n".join(f"applied {name}" for name in applied) or "schema is up to date")
+
+
+async def _build(url: str) -> Backend:
+    return from_url(url)
 
 
 @cli.command("demo")

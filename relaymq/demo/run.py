@@ -22,7 +22,7 @@ from rich.table import Table
 from relaymq import Queue, connect, events
 from relaymq.demo import tasks
 from relaymq.job import TERMINAL, Job, JobState
-from relaymq.task import Call
+from relaymq.options import Call
 
 console = Console()
 DEADLINE = 50.0

@@ -128,3 +128,10 @@ async def test_events_reach_every_subscriber(make_backend: MakeBackend) -> None:
         assert got == [b'{"n":1}', b'{"n":2}']
     finally:
         await sub.aclose()
+
+
+async def test_migrate_is_idempotent_and_matches_the_capability(backend: Backend) -> None:
+    applied = await backend.migrate()  # the case's backend is connected: storage is ready
+    assert applied == [] and await backend.migrate() == []
+    if not backend.capabilities.migrations:
+        assert type(backend).migrate is Backend.migrate

@@ -39,7 +39,7 @@ from relaymq.backends.base import (
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import DRIVER_ERRORS, Options, parse, translate
 from relaymq.backends.postgres.listener import Listener
-from relaymq.backends.postgres.migrations import apply, server_settings
+from relaymq.backends.postgres.migrations import apply, migrate, server_settings
 from relaymq.backends.postgres.queries import migrations, q
 from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
@@ -68,6 +68,7 @@ class PostgresBackend(Backend, DeliveryStore):
         server_clock=True,
         blocking_wait=True,
         delivery_store=True,
+        migrations=True,
     )
 
     def __init__(self, url: str, *, clock: Clock | None = None, **options: Any) -> None:
@@ -135,6 +136,9 @@ class PostgresBackend(Backend, DeliveryStore):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+    async def migrate(self) -> list[str]:
+        return await migrate(self.url)
 
     # -- internal ---------------------------------------------------------------------------
 

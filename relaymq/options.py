@@ -1,0 +1,68 @@
+"""Per-job options and one ready-to-enqueue invocation: the leaf of the producer layer.
+
+``task`` holds the defaults and builds ``Call`` values; ``queue`` validates and stores them.
+Nothing here imports either, so the two never import each other in a circle.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from relaymq.errors import ConfigError
+from relaymq.retry import DEFAULT_BACKOFF, Backoff
+
+if TYPE_CHECKING:
+    from relaymq.backends.base import Backend
+    from relaymq.task import Task
+
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+MAX_PRIORITY = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Per-job options; a task holds the defaults, ``with_options`` overrides them."""
+
+    queue: str = DEFAULT_QUEUE
+    retries: int = 0
+    backoff: Backoff | float = DEFAULT_BACKOFF
+    ttl: float | None = None
+    timeout: float | None = None
+    priority: int = 0
+    delay: float = 0.0
+    job_id: str | None = None
+    backend: Backend | None = None
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the first invalid option."""
+        if self.delay < 0:
+            raise ConfigError(f"delay must be >= 0, got {self.delay}")
+        if self.ttl is not None and self.ttl <= 0:
+            raise ConfigError(f"ttl must be > 0, got {self.ttl}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"timeout must be > 0, got {self.timeout}")
+        if not 0 <= self.priority <= MAX_PRIORITY:
+            raise ConfigError(f"priority must be between 0 and {MAX_PRIORITY}, got {self.priority}")
+        if self.job_id is not None and not 0 < len(self.job_id) <= 255:
+            raise ConfigError("job_id must be 1 to 255 characters")
+
+
+def validate_queue_name(name: str) -> str:
+    if not QUEUE_NAME.match(name):
+        raise ConfigError(f"invalid queue name {name!r}: use 1-128 letters, digits and _ . : @ -")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[R]):
+    """One invocation of a task, ready to enqueue (``Queue.add`` / ``Queue.add_bulk``)."""
+
+    task: Task[Any, R]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: Options
