@@ -1,0 +1,348 @@
+"""InMemoryBackend: the reference implementation of the contract, process-local, not durable.
+
+Every other backend must behave like this one; when the contract suite and this file disagree
+with another backend, the other backend is wrong. Each queue is a ``QueueState`` (state.py):
+its jobs, an index per state, the waiting heap (priority, sequence) and the delayed heap (run
+time), with the FIFO allocator through which every job enters ``waiting``. Methods follow
+base.py's order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Sequence
+
+from relaymq.backends.base import (
+    OUTCOME_STATE,
+    Backend,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    DeliveryStore,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    WorkerInfo,
+)
+from relaymq.backends.fanout import Fanout
+from relaymq.backends.memory.state import QueueState, Row
+from relaymq.backends.wakeup import Wakeup
+from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
+
+_DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
+
+
+class InMemoryBackend(Backend, DeliveryStore):
+    """Process-local reference backend (``memory://``)."""
+
+    capabilities = Capabilities(
+        durable=False, cross_process=False, server_clock=True, blocking_wait=True,
+        delivery_store=True,
+    )  # fmt: skip
+
+    def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
+        self.url = url
+        self._now = clock or time.time
+        self._queues: dict[str, QueueState] = {}
+        self._locks: dict[str, tuple[str, float]] = {}
+        self._workers: dict[str, tuple[WorkerInfo, float]] = {}
+        self._fanout = Fanout()
+        self._wakeup = Wakeup()
+
+    def _queue(self, name: str) -> QueueState:
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = QueueState()
+        return q
+
+    def _find(self, queue: str, job_id: str) -> tuple[QueueState | None, Row | None]:
+        q = self._queues.get(queue)
+        return q, (q.jobs.get(job_id) if q is not None else None)
+
+    def _held(self, claim: Claim) -> tuple[QueueState, Row] | None:
+        """The queue and job when ``claim`` still holds the job (active, same token)."""
+        q, job = self._find(claim.queue, claim.job_id)
+        if q is None or job is None or job.state is not JobState.ACTIVE or job.token != claim.token:
+            return None
+        return q, job
+
+    # -- producer ---------------------------------------------------------------------------
+
+    async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        now = self._now()
+        out: list[Enqueued] = []
+        for new in jobs:
+            q = self._queue(new.queue)
+            if new.id in q.jobs:
+                out.append(Enqueued(new.id, duplicate=True))
+                continue
+            job = Job(
+                new.queue, new.id, new.task, new.payload, JobState.WAITING,
+                priority=new.priority, created_at=now, ttl=new.ttl,
+                max_attempts=new.max_attempts, timeout=new.timeout,
+            )  # fmt: skip
+            q.add(job, now + new.delay if new.delay > 0 else None)
+            out.append(Enqueued(new.id))
+        self._wakeup.notify()
+        return out
+
+    # -- worker -----------------------------------------------------------------------------
+
+    async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
+        now = self._now()
+        claimed: list[Job] = []
+        for name in queues:
+            q = self._queues.get(name)
+            if q is None or q.paused:
+                continue
+            q.promote_due(now)
+            while len(claimed) < limit and (job := q.pop_waiting()) is not None:
+                claimed.append(self._activate(q, job, worker_id, now))
+        return ClaimBatch(claimed, now)
+
+    @staticmethod
+    def _activate(q: QueueState, row: Row, worker_id: str, now: float) -> Job:
+        """The one way into ``active``: a new token, a counted attempt."""
+        row.token += 1
+        row.attempts += 1
+        row.claimed_at = row.heartbeat_at = now
+        row.worker_id = worker_id
+        return q.move(row, JobState.ACTIVE).freeze()
+
+    async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
+        now = self._now()
+        out: list[BeatResult] = []
+        for beat in beats:
+            held = self._held(beat.claim)
+            if held is None:
+                _, job = self._find(beat.claim.queue, beat.claim.job_id)
+                cancelled = (job is not None and job.token == beat.claim.token
+                             and job.cancel_requested)  # fmt: skip
+                out.append(BeatResult(held=False, cancel_requested=cancelled))
+                continue
+            row = held[1]
+            row.heartbeat_at = now
+            if beat.progress is not None:
+                row.progress = beat.progress
+            out.append(BeatResult(held=True))
+        return out
+
+    async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        now = self._now()
+        out: list[bool] = []
+        wake = False
+        for s in settles:
+            held = self._held(s.claim)
+            if held is None:
+                out.append(self._is_repeat(s))
+                continue
+            q, row = held
+            if s.outcome is Outcome.COMPLETE:
+                row.result = s.result
+                q.finish(row, JobState.COMPLETED, now)
+            elif s.outcome in _DLQ_OR_CANCEL:
+                row.error = s.error
+                q.finish(row, OUTCOME_STATE[s.outcome], now)
+            elif s.outcome is Outcome.RETRY:
+                row.error = s.error
+                if s.delay > 0:
+                    q.make_delayed(row, now + s.delay)
+                else:
+                    q.make_waiting(row)
+                wake = True
+            else:  # RELEASE: back to the front of its priority, the attempt given back
+                row.attempts -= 1
+                q.make_waiting(row, keep_seq=True)
+                wake = True
+            out.append(True)
+        if wake:
+            self._wakeup.notify()
+        return out
+
+    def _is_repeat(self, s: Settle) -> bool:
+        """A terminal transition already applied with this token (its reply was lost)."""
+        target = OUTCOME_STATE[s.outcome]
+        _, job = self._find(s.claim.queue, s.claim.job_id)
+        return (job is not None and target in TERMINAL and job.state is target
+                and job.token == s.claim.token)  # fmt: skip
+
+    async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        ticket = self._wakeup.ticket()
+        now = self._now()
+        for name in queues:
+            q = self._queues.get(name)
+            if q is None or q.paused:
+                continue
+            if q.by_state[JobState.WAITING]:
+                return
+            due = q.next_due()
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - now))
+        await self._wakeup.wait(timeout, ticket)
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        q = self._queues.get(queue)
+        result = Recovered()
+        if q is None:
+            return result
+        now = self._now()
+        for job_id in list(q.by_state[JobState.ACTIVE]):
+            row = q.jobs[job_id]
+            if max(row.heartbeat_at or 0.0, row.claimed_at or 0.0) >= now - threshold:
+                continue
+            if row.stalls >= max_stalled:
+                row.error = f"stalled {row.stalls + 1} times (max_stalled={max_stalled})"
+                q.finish(row, JobState.FAILED, now)
+                result.failed.append(job_id)
+            else:
+                row.stalls += 1
+                q.make_waiting(row)
+                result.requeued.append(job_id)
+        if result.requeued:
+            self._wakeup.notify()
+        return result
+
+    async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        now = self._now()
+        held = self._locks.get(name)
+        if held is not None and held[0] != owner and held[1] > now:
+            return False
+        self._locks[name] = (owner, now + ttl)
+        return True
+
+    async def unlock(self, name: str, owner: str) -> None:
+        held = self._locks.get(name)
+        if held is not None and held[0] == owner:
+            del self._locks[name]
+
+    # -- admin and observation --------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        row = self._find(queue, job_id)[1]
+        return row.freeze() if row is not None else None
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        q = self._queues.get(queue)
+        if q is None:
+            return []
+        if state is JobState.WAITING:
+            return q.waiting_page(offset, limit)
+        if state is JobState.DELAYED:
+            return q.delayed_page(offset, limit)
+        return q.page(state, offset, limit)
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        q = self._queues.get(queue)
+        return {s: len(q.by_state[s]) if q else 0 for s in JobState}
+
+    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        q, row = self._find(queue, job_id)
+        if q is None or row is None:
+            return CancelResult.NOT_FOUND
+        if row.state in TERMINAL:
+            return CancelResult.ALREADY_TERMINAL
+        row.cancel_requested = row.state is JobState.ACTIVE
+        row.error = "cancelled by request"
+        q.finish(row, JobState.CANCELLED, self._now())
+        return CancelResult.CANCELLED
+
+    async def retry_job(self, queue: str, job_id: str) -> bool:
+        q, row = self._find(queue, job_id)
+        if q is None or row is None or row.state not in TERMINAL - {JobState.COMPLETED}:
+            return False
+        row.attempts = row.stalls = 0
+        row.cancel_requested = False
+        row.finished_at = None
+        q.make_waiting(row)
+        self._wakeup.notify()
+        return True
+
+    async def remove_job(self, queue: str, job_id: str) -> bool:
+        q = self._queues.get(queue)
+        return q is not None and q.remove(job_id) is not None
+
+    async def pause(self, queue: str) -> None:
+        self._queue(queue).paused = True
+
+    async def resume(self, queue: str) -> None:
+        self._queue(queue).paused = False
+        self._wakeup.notify()
+
+    async def is_paused(self, queue: str) -> bool:
+        q = self._queues.get(queue)
+        return q is not None and q.paused
+
+    async def drain(self, queue: str) -> int:
+        q = self._queues.get(queue)
+        if q is None:
+            return 0
+        ids = [*q.by_state[JobState.WAITING], *q.by_state[JobState.DELAYED]]
+        for job_id in ids:
+            q.remove(job_id)
+        return len(ids)
+
+    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        q = self._queues.get(queue)
+        if q is None or state not in TERMINAL:
+            return 0
+        cutoff = self._now() - older_than
+        ids = [i for i in q.by_state[state] if (q.jobs[i].finished_at or 0.0) < cutoff]
+        for job_id in ids:
+            q.remove(job_id)
+        return len(ids)
+
+    async def obliterate(self, queue: str) -> None:
+        self._queues.pop(queue, None)
+
+    async def list_queues(self) -> list[str]:
+        return sorted(n for n, q in self._queues.items() if q.jobs or q.paused)
+
+    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        now = self._now()
+        self._workers[info.id] = (info.seen(now), now + ttl)
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        self._workers.pop(worker_id, None)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        now = self._now()
+        return [info for info, until in self._workers.values() if until > now]
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[bytes]) -> None:
+        self._fanout.deliver(events)
+
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        return self._fanout.subscribe()
+
+    # -- delivery store ---------------------------------------------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        now = self._now()
+        q = self._queues.get(queue)
+        if q is not None and q.paused:
+            return ClaimBatch([], now), []
+        claimed: list[Job] = []
+        stale: list[str] = []
+        for job_id, token in deliveries:
+            job = q.jobs.get(job_id) if q else None
+            if q is None or job is None or job.state is not JobState.WAITING or job.token != token:
+                stale.append(job_id)
+            else:
+                claimed.append(self._activate(q, job, worker_id, now))
+        return ClaimBatch(claimed, now), stale
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        q = self._queues.get(queue)
+        return q.promote_due(self._now(), limit) if q is not None else []

@@ -1,0 +1,161 @@
+"""One queue of the reference backend: its jobs, an index per state, and two heaps.
+
+A stored job is a ``Row``: Job's own fields (so none can be forgotten) in a record that
+transitions change in place (a new frozen record per transition would cost more than the rest
+of a claim); it leaves the backend only as a frozen ``Job`` (``freeze``). The type checker sees
+a Row as a Job whose fields may be assigned: this package is exempt from mypy's read-only check
+(pyproject.toml).
+Heaps are cleaned lazily: an entry counts only while its job still has the state and the mark
+(sequence or run time) it was pushed with, a check written once, in ``_entry``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import operator
+from typing import TYPE_CHECKING
+
+from relaymq.job import Job, JobState
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+_values = operator.attrgetter(*_FIELDS)
+
+
+class _Row:
+    """A stored job: Job's fields, taken from Job itself, in a plain mutable record (assigning
+    to a Job subclass's fields would go through the frozen class's slower ``__setattr__``)."""
+
+    __slots__ = _FIELDS
+
+    @classmethod
+    def of(cls, job: Job) -> _Row:
+        row = cls()
+        for name, value in zip(_FIELDS, _values(job), strict=True):
+            setattr(row, name, value)
+        return row
+
+    def freeze(self) -> Job:
+        """The immutable record handed out (a later change never shows through it)."""
+        return Job(*_values(self))
+
+
+if TYPE_CHECKING:
+
+    class Row(Job):  # what the type checker sees: a Job with the two methods above
+        @classmethod
+        def of(cls, job: Job) -> Row: ...
+        def freeze(self) -> Job: ...
+
+else:
+    Row = _Row
+
+
+class QueueState:
+    def __init__(self) -> None:
+        self.jobs: dict[str, Row] = {}
+        self.by_state: dict[JobState, dict[str, None]] = {s: {} for s in JobState}
+        """Job ids per state, in the order they entered it (O(1) counts)."""
+        self.paused = False
+        self._waiting: list[tuple[int, int, str]] = []  # (priority, seq, id)
+        self._delayed: list[tuple[float, int, str]] = []  # (run_at, seq, id)
+        self._seq = itertools.count(1)
+
+    # -- moving between states -------------------------------------------------------------
+
+    def move(self, row: Row, state: JobState) -> Row:
+        """Put ``row`` in ``state``, keeping the state index right."""
+        del self.by_state[row.state][row.id]
+        row.state = state
+        self.by_state[state][row.id] = None
+        return row
+
+    def finish(self, row: Row, state: JobState, now: float) -> Row:
+        """A terminal transition: the job leaves its worker."""
+        row.finished_at = now
+        row.worker_id = None
+        return self.move(row, state)
+
+    def remove(self, job_id: str) -> Row | None:
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            del self.by_state[job.state][job_id]
+        return job
+
+    # -- ways into waiting and delayed ------------------------------------------------------
+
+    def make_waiting(self, row: Row, *, keep_seq: bool = False) -> Row:
+        """The FIFO allocator: EVERY way into ``waiting`` passes here. A job gets the next
+        sequence number (the back of its priority), unless ``keep_seq`` keeps its place (a
+        released job goes back to the front of its priority)."""
+        if not keep_seq:
+            row.seq = next(self._seq)
+        row.run_at = None
+        row.worker_id = None
+        heapq.heappush(self._waiting, (row.priority, row.seq, row.id))
+        return self.move(row, JobState.WAITING)
+
+    def make_delayed(self, row: Row, run_at: float) -> Row:
+        row.run_at = run_at
+        row.worker_id = None
+        heapq.heappush(self._delayed, (run_at, row.seq, row.id))
+        return self.move(row, JobState.DELAYED)
+
+    def add(self, job: Job, run_at: float | None) -> Row:
+        """Store a new job: waiting, or delayed until ``run_at``."""
+        row = Row.of(job)
+        self.jobs[row.id] = row
+        self.by_state[row.state][row.id] = None
+        if run_at is None:
+            return self.make_waiting(row)
+        row.seq = next(self._seq)  # FIFO among delayed jobs due at the same moment
+        return self.make_delayed(row, run_at)
+
+    # -- reading the heaps ------------------------------------------------------------------
+
+    def _entry(self, state: JobState, mark: float, job_id: str) -> Row | None:
+        """The job a heap entry points at, or None when the entry is stale (the job moved)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not state:
+            return None
+        return job if (job.seq if state is JobState.WAITING else job.run_at) == mark else None
+
+    def pop_waiting(self) -> Row | None:
+        """The next job to claim: lowest priority number, then lowest sequence."""
+        while self._waiting:
+            _, seq, job_id = heapq.heappop(self._waiting)
+            job = self._entry(JobState.WAITING, seq, job_id)
+            if job is not None:
+                return job
+        return None
+
+    def promote_due(self, now: float, limit: int | None = None) -> list[Job]:
+        """Move delayed jobs due at ``now`` to waiting, earliest first; the promoted jobs."""
+        promoted: list[Job] = []  # frozen: handed to the caller
+        while self._delayed and self._delayed[0][0] <= now:
+            if limit is not None and len(promoted) >= limit:
+                break
+            run_at, _, job_id = heapq.heappop(self._delayed)
+            job = self._entry(JobState.DELAYED, run_at, job_id)
+            if job is not None:
+                promoted.append(self.make_waiting(job).freeze())
+        return promoted
+
+    def next_due(self) -> float | None:
+        """The earliest run time among delayed jobs (maybe of a stale entry: an early wake)."""
+        return self._delayed[0][0] if self._delayed else None
+
+    def waiting_page(self, offset: int, limit: int) -> list[Job]:
+        """Waiting jobs in claim order."""
+        live = [e for e in self._waiting if self._entry(JobState.WAITING, e[1], e[2])]
+        return [self.jobs[i].freeze() for _, _, i in heapq.nsmallest(offset + limit, live)[offset:]]
+
+    def delayed_page(self, offset: int, limit: int) -> list[Job]:
+        rows = sorted((self.jobs[i] for i in self.by_state[JobState.DELAYED]),
+                      key=lambda j: (j.run_at or 0.0, j.seq))  # fmt: skip
+        return [r.freeze() for r in rows[offset : offset + limit]]
+
+    def page(self, state: JobState, offset: int, limit: int) -> list[Job]:
+        ids = itertools.islice(self.by_state[state], offset, offset + limit)
+        return [self.jobs[i].freeze() for i in ids]
