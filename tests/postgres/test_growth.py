@@ -11,7 +11,10 @@ import pytest_asyncio
 
 from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.postgres import PostgresBackend
+from relaymq.instrumented import Instrumented
 from relaymq.job import JobState
+from relaymq.recovery import Maintenance
+from relaymq.settings import Settings
 from relaymq.testing import FakeClock
 from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
 from tests.support.jobs import new_job
@@ -39,15 +42,18 @@ async def make(postgres_case: None) -> AsyncIterator[Callable[..., object]]:
 
 async def test_finished_jobs_are_pruned_after_retention(make: Make, clock: FakeClock) -> None:
     backend = await make(clock=clock, retention=10)
+    assert backend.retention == 10  # applied by the workers' elected maintenance
     q = "retained"
     await backend.enqueue([new_job(q, f"j{i}") for i in range(7)])
     jobs = (await backend.claim([q], "w", 5)).jobs
     await backend.settle([Settle(j.claim, Outcome.COMPLETE) for j in jobs[:3]])
     await backend.settle([Settle(j.claim, Outcome.FAIL, error="x") for j in jobs[3:4]])
+    settings = Settings(stalled_threshold=3600)  # nothing here is stalled: only retention acts
     clock.advance(5)
-    assert await backend.prune() == 0  # not old enough yet
+    await Maintenance(Instrumented(backend), [q], settings, "early").run_once()
+    assert await backend.get_job(q, jobs[0].id) is not None  # not old enough yet
     clock.advance(6)
-    assert await backend.prune() == 4
+    await Maintenance(Instrumented(backend), [q], settings, "early").run_once()
     counts = await backend.counts(q)
     assert counts == {**{s: 0 for s in JobState}, JobState.WAITING: 2, JobState.ACTIVE: 1}
     assert await backend.get_job(q, jobs[0].id) is None
@@ -104,3 +110,7 @@ async def test_wait_wakes_when_a_delayed_job_falls_due(make: Make) -> None:
     await asyncio.wait_for(backend.wait([q], 30), 5)
     assert 0.2 <= loop.time() - started < 3
     assert len((await backend.claim([q], "w", 5)).jobs) == 1
+
+
+async def test_retention_zero_keeps_finished_jobs(make: Make) -> None:
+    assert (await make(retention=0)).retention is None

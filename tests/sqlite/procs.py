@@ -19,7 +19,7 @@ import sys
 
 from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.sqlite import SQLiteBackend
-from relaymq.backends.sqlite.sql import QUERIES
+from relaymq.backends.sqlite.ops import Q as QUERIES
 from relaymq.job import JobState
 from tests.support.jobs import new_job
 

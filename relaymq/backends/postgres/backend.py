@@ -4,20 +4,17 @@ Every transition is one SQL statement from ``queries.sql`` (a batch of transitio
 statement too), fenced on (queue, id, state, token). Times come from the server's ``now()``
 unless a test clock is given; it is passed to every statement as a nullable epoch parameter.
 Counters live in ``relaymq_counts`` (kept by statement triggers, see the first migration), so
-``counts`` reads a handful of rows whatever the size of the queue. Finished jobs are removed
-after ``retention`` by the process that holds the retention lease.
+``counts`` reads a handful of rows whatever the size of the queue. Finished jobs older than
+``retention`` are removed by the workers' elected maintenance (through ``clean``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import itertools
 import time
-import uuid
 from collections.abc import AsyncGenerator, Sequence
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -37,21 +34,22 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.fanout import Fanout
-from relaymq.backends.postgres.config import DRIVER_ERRORS, Options, parse, translate
+from relaymq.backends.postgres.config import Options, parse
+from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, migrate, server_settings
+from relaymq.backends.postgres.notify import Notes, decode
 from relaymq.backends.postgres.queries import migrations, q
-from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError
+from relaymq.backends.postgres.records import to_job
+from relaymq.errors import BackendError, BackendUnavailableError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 
 PROMOTE_PER_CLAIM = 1000
 """Due delayed jobs a claim promotes to waiting per queue, beyond the ones it takes."""
 RECOVER_BATCH = 1000
 CLEAN_BATCH = 5000
-RETENTION_INTERVAL = 60.0
-RETENTION_LOCK = "relaymq:retention"
-NOTIFY_LIMIT = 7900
-"""NOTIFY payloads must stay under 8000 bytes; larger events travel through a table."""
+STORED_EVENTS_KEEP = 3600.0
+"""Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
 _READS = frozenset(
     {"get_job", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
      "is_paused", "list_queues", "list_workers", "wait_check", "fetch_event"}
@@ -74,6 +72,7 @@ class PostgresBackend(Backend, DeliveryStore):
     def __init__(self, url: str, *, clock: Clock | None = None, **options: Any) -> None:
         self.url = url
         self.options: Options = parse(url, options)
+        self.retention = self.options.retention or None
         self._clock = clock
         self._pool: asyncpg.Pool | None = None
         self._connecting = asyncio.Lock()
@@ -83,9 +82,7 @@ class PostgresBackend(Backend, DeliveryStore):
         self._fanout = Fanout()
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._dispatcher: asyncio.Task[None] | None = None
-        self._retention: asyncio.Task[None] | None = None
-        self._notes = itertools.count()
-        self._owner = f"relaymq-{uuid.uuid4().hex}"
+        self._notes = Notes()
 
     async def connect(self) -> None:
         async with self._connecting:
@@ -126,12 +123,11 @@ class PostgresBackend(Backend, DeliveryStore):
             )
 
     async def close(self) -> None:
-        for task in (self._dispatcher, self._retention):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._dispatcher = self._retention = None
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dispatcher
+            self._dispatcher = None
         await self._listener.close()
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -174,8 +170,6 @@ class PostgresBackend(Backend, DeliveryStore):
 
     def _start_listener(self) -> None:
         self._listener.start()
-        if self._retention is None and self.options.retention > 0:
-            self._retention = asyncio.create_task(self._retention_loop(), name="relaymq-prune")
 
     def _wake(self, queue: str) -> None:
         for queues, event in self._waiters.values():
@@ -220,7 +214,7 @@ class PostgresBackend(Backend, DeliveryStore):
         if not queues or limit <= 0:
             return ClaimBatch([], now if now is not None else time.time())
         rows = await self._fetch("claim", list(queues), worker_id, limit, now, PROMOTE_PER_CLAIM)
-        jobs = [_job(r) for r in rows]
+        jobs = [to_job(r) for r in rows]
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
         return ClaimBatch(jobs, now)
@@ -303,7 +297,7 @@ class PostgresBackend(Backend, DeliveryStore):
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
         row = await self._fetchrow("get_job", queue, job_id)
-        return _job(row) if row is not None else None
+        return to_job(row) if row is not None else None
 
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
@@ -312,7 +306,7 @@ class PostgresBackend(Backend, DeliveryStore):
             rows = await self._fetch("list_finished", queue, state.value, offset, limit)
         else:
             rows = await self._fetch(f"list_{state.value}", queue, offset, limit)
-        return [_job(r) for r in rows]
+        return [to_job(r) for r in rows]
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         out = {s: 0 for s in JobState}
@@ -405,7 +399,7 @@ class PostgresBackend(Backend, DeliveryStore):
                 "claim_delivered", queue, [d[0] for d in deliveries],
                 [d[1] for d in deliveries], worker_id, now,
             )  # fmt: skip
-        jobs = [_job(r) for r in rows if r["id"] is not None]
+        jobs = [to_job(r) for r in rows if r["id"] is not None]
         stale = [r["delivery_id"] for r in rows if r["id"] is None]
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
@@ -414,7 +408,7 @@ class PostgresBackend(Backend, DeliveryStore):
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         if limit <= 0:
             return []
-        return [_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
+        return [to_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -426,39 +420,24 @@ class PostgresBackend(Backend, DeliveryStore):
             raise BackendError("PostgresBackend is not connected (await connect() first)")
         try:
             async with pool.acquire() as con:
-                if all(len(e) < NOTIFY_LIMIT for e in events):
-                    await con.execute(q("publish"), self.options.event_channel, self._wire(events))
+                if not any(self._notes.too_large(e) for e in events):
+                    await con.execute(q("publish"), self.options.event_channel,
+                                      self._notes.inline(events))  # fmt: skip
                     return
                 async with con.transaction():  # one transaction: the order is kept
                     notes: list[str] = []
                     for e in events:
-                        if len(e) < NOTIFY_LIMIT:
-                            notes += self._wire([e])
+                        if self._notes.too_large(e):
+                            notes.append(
+                                self._notes.stored(await con.fetchval(q("store_event"), e))
+                            )
                         else:
-                            event_id = await con.fetchval(q("store_event"), e)
-                            notes.append(f"r{next(self._notes)}:{event_id}")
+                            notes += self._notes.inline([e])
+                    # stored events are rare: trim the old ones while here, not in a background task
+                    await con.execute(q("prune_events"), STORED_EVENTS_KEEP)
                     await con.execute(q("publish"), self.options.event_channel, notes)
         except DRIVER_ERRORS as e:
             raise translate(e) from e
-
-    def _wire(self, events: Sequence[bytes]) -> list[str]:
-        """Notification payloads: ``t<n>:<text>`` or ``b<n>:<base64>``.
-
-        ``n`` numbers this process's notifications, so equal events published in one
-        transaction are not folded into one by the server.
-        """
-        out: list[str] = []
-        for e in events:
-            n = next(self._notes)
-            try:
-                text = e.decode("utf-8")
-            except UnicodeDecodeError:
-                text = "\x00"
-            if "\x00" in text:
-                out.append(f"b{n}:{base64.b64encode(e).decode('ascii')}")
-            else:
-                out.append(f"t{n}:{text}")
-        return out
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
         self._start_listener()
@@ -478,77 +457,13 @@ class PostgresBackend(Backend, DeliveryStore):
     async def _dispatch(self) -> None:
         """Decode notifications in arrival order (fetching stored ones) and fan them out."""
         while True:
-            payload = await self._inbox.get()
-            kind, _, data = payload.partition(":")
-            body: bytes | None
-            if kind.startswith("t"):
-                body = data.encode("utf-8")
-            elif kind.startswith("b"):
-                body = base64.b64decode(data)
-            else:
+            body, stored_id = decode(await self._inbox.get())
+            if stored_id is not None:
                 try:
-                    row = await self._fetchrow("fetch_event", int(data))
-                except (BackendError, ValueError):
+                    row = await self._fetchrow("fetch_event", stored_id)
+                except BackendError:
                     row = None
                 body = bytes(row["body"]) if row is not None else None
             if body is None:
                 continue
             self._fanout.deliver([body])
-
-    # -- retention --------------------------------------------------------------------------
-
-    async def prune(self) -> int:
-        """Delete finished jobs older than ``retention`` (in batches) and stale stored events.
-
-        The backend runs this about once a minute in the process that holds the retention
-        lease; it is public so tests and operators can run it at once. Returns jobs deleted.
-        """
-        total = 0
-        if self.options.retention > 0:
-            for queue in await self.list_queues():
-                for state in sorted(TERMINAL):
-                    total += await self.clean(queue, state, self.options.retention)
-        await self._execute("prune_events", 3600.0)
-        return total
-
-    async def _retention_loop(self) -> None:
-        while True:
-            await asyncio.sleep(RETENTION_INTERVAL)
-            with contextlib.suppress(BackendError):
-                if await self.lock(RETENTION_LOCK, self._owner, 2 * RETENTION_INTERVAL):
-                    await self.prune()
-
-
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
-def _job(r: asyncpg.Record) -> Job:
-    try:
-        return Job(
-            queue=r["queue"],
-            id=r["id"],
-            task=r["task"],
-            payload=r["payload"],
-            state=JobState(r["state"]),
-            priority=r["priority"],
-            seq=r["seq"],
-            created_at=r["created_at"].timestamp(),
-            run_at=_ts(r["run_at"]),
-            ttl=r["ttl"],
-            max_attempts=r["max_attempts"],
-            timeout=r["timeout"],
-            attempts=r["attempts"],
-            token=r["token"],
-            claimed_at=_ts(r["claimed_at"]),
-            heartbeat_at=_ts(r["heartbeat_at"]),
-            worker_id=r["worker_id"],
-            stalls=r["stalls"],
-            cancel_requested=r["cancel_requested"],
-            progress=r["progress"],
-            result=r["result"],
-            error=r["error"],
-            finished_at=_ts(r["finished_at"]),
-        )
-    except (KeyError, ValueError, TypeError, AttributeError) as e:
-        raise CorruptRecordError(f"unreadable job row {dict(r)!r}: {e}") from e

@@ -1,4 +1,4 @@
-"""The backend's URL options and the translation of driver errors into ``relaymq.errors``.
+"""The backend's URL options.
 
 URL: ``postgresql://user@host:port/db?schema=NAME&migrate=true&retention=SECONDS&pool_size=N``
 (``postgres://`` works too). ``schema`` (default ``public``) is where the tables live: every
@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import asyncpg
-
-from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
+from relaymq.errors import ConfigError
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -87,30 +85,3 @@ def _flag(value: object) -> bool:
     if text in _FALSE:
         return False
     raise ConfigError(f"migrate must be true or false, not {value!r}")
-
-
-# SQLSTATE classes and codes that mean "the server is not there right now".
-_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
-
-
-def translate(e: BaseException) -> BackendError:
-    """The ``relaymq.errors`` exception for a driver or socket error (raise it ``from e``)."""
-    if isinstance(e, OSError | TimeoutError | asyncpg.exceptions.InterfaceError):
-        return BackendUnavailableError(f"PostgreSQL unreachable: {e}")
-    if isinstance(e, asyncpg.exceptions.PostgresConnectionError):
-        return BackendUnavailableError(f"PostgreSQL connection lost: {e}")
-    if isinstance(e, asyncpg.PostgresError):
-        state = getattr(e, "sqlstate", "") or ""
-        if state.startswith(_UNAVAILABLE_STATES):
-            return BackendUnavailableError(f"PostgreSQL unavailable: {e}")
-        return BackendError(f"PostgreSQL error {state}: {e}")
-    return BackendError(f"PostgreSQL driver error: {e!r}")
-
-
-DRIVER_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresError,
-    asyncpg.exceptions.InterfaceError,
-)
-"""What ``translate`` handles; catch these at the backend's boundary."""

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import asyncpg
 
-from relaymq.backends.postgres.config import DRIVER_ERRORS, Options
+from relaymq.backends.postgres.config import Options
+from relaymq.backends.postgres.errors import DRIVER_ERRORS
 from relaymq.backends.postgres.migrations import connect_one
 from relaymq.backends.postgres.queries import q
 

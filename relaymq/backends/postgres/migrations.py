@@ -11,7 +11,8 @@ from typing import Any
 
 import asyncpg
 
-from relaymq.backends.postgres.config import DRIVER_ERRORS, Options, parse, translate
+from relaymq.backends.postgres.config import Options, parse
+from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
 from relaymq.backends.postgres.queries import migrations, q
 
 

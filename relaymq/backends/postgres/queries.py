@@ -10,23 +10,15 @@ import re
 from functools import cache
 from importlib import resources
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+from relaymq.backends.sqlfile import named_queries
+
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 
 
 @cache
 def queries() -> dict[str, str]:
     """Every named query, by name, without its trailing semicolon."""
-    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
-    found: dict[str, str] = {}
-    marks = list(_NAME.finditer(text))
-    for mark, following in zip(marks, [*marks[1:], None], strict=True):
-        end = following.start() if following else len(text)
-        body = text[mark.end() : end].strip().rstrip(";").strip()
-        if mark.group(1) in found:
-            raise ValueError(f"queries.sql names {mark.group(1)!r} twice")
-        found[mark.group(1)] = body
-    return found
+    return named_queries(__package__, "queries.sql")
 
 
 def q(name: str) -> str:

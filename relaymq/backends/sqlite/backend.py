@@ -17,10 +17,7 @@ One file on one machine, shared by any number of processes:
   short adaptive interval (a few ms after activity, backing off when idle). Writes made by this
   backend instance wake its own waiters at once.
 
-URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (the SQLAlchemy
-convention: what follows ``sqlite:///`` is the path), with options as a query string:
-``synchronous=normal|full``, ``busy_timeout`` (seconds), ``poll_max`` (seconds),
-``events_keep`` (how many recent events the table keeps).
+URL and options: see config.py.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Concatenate, ParamSpec, TypeVar
-from urllib.parse import parse_qsl
 
 from relaymq.backends.base import (
     Backend,
@@ -48,40 +44,23 @@ from relaymq.backends.base import (
     Settle,
     WorkerInfo,
 )
+from relaymq.backends.sqlfile import read
 from relaymq.backends.sqlite import ops
-from relaymq.backends.sqlite.sql import QUERIES as Q
-from relaymq.backends.sqlite.sql import SCHEMA
-from relaymq.errors import BackendError, BackendUnavailableError, ConfigError, CorruptRecordError
+from relaymq.backends.sqlite.config import POLL_MIN, Options, parse
+from relaymq.backends.sqlite.errors import reopen_after, translate
+from relaymq.backends.sqlite.ops import Q
+from relaymq.backends.wakeup import Wakeup
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import Job, JobState, NewJob
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
+SCHEMA = read(__package__, "schema.sql")
 SCHEMA_VERSION = 1
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
-POLL_MIN = 0.005
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
-
-# sqlite3 messages that mean "the file cannot be used right now" rather than "bad request".
-_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o", "readonly", "no such table")
-_CORRUPT = ("malformed", "not a database")
-
-
-def parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """The file path and the options of a ``sqlite:///path`` URL."""
-    prefix = "sqlite:///"
-    if not url.lower().startswith(prefix):
-        raise ConfigError(
-            f"bad SQLite URL {url!r}: write sqlite:///relative/file.db or sqlite:////abs/file.db"
-        )
-    path, _, query = url[len(prefix) :].partition("?")
-    if not path or path in {"/", ":memory:"} or path.endswith("/"):
-        raise ConfigError(
-            f"SQLite URL {url!r} names no database file: write sqlite:///relaymq.db (relative) or "
-            "sqlite:////var/lib/app/relaymq.db (absolute); for a process-local queue use memory://"
-        )
-    return path, dict(parse_qsl(query))
 
 
 class SQLiteBackend(Backend, DeliveryStore):
@@ -106,22 +85,14 @@ class SQLiteBackend(Backend, DeliveryStore):
         events_keep: int = 10_000,
     ) -> None:
         self.url = url
-        self.path, options = parse_url(url)
-        try:
-            self._synchronous = options.get("synchronous", synchronous).lower()
-            self._busy_timeout = float(options.get("busy_timeout", busy_timeout))
-            self._poll_max = max(POLL_MIN, float(options.get("poll_max", poll_max)))
-            self._events_keep = max(1, int(options.get("events_keep", events_keep)))
-        except ValueError as e:
-            raise ConfigError(f"bad option in SQLite URL {url!r}: {e}") from e
-        if self._synchronous not in {"normal", "full"}:
-            raise ConfigError(f"synchronous must be 'normal' or 'full', not {self._synchronous!r}")
+        self.options = parse(url, Options("", synchronous, busy_timeout, poll_max, events_keep))
+        self.path = self.options.path
         self._clock = clock
         self._conn: sqlite3.Connection | None = None  # only touched on the database thread
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
-        self._wakeup = asyncio.Event()
-        self._published = asyncio.Event()
+        self._wakeup = Wakeup()
+        self._published = Wakeup()
         # wait()'s polling interval, kept across calls: a worker calls wait() again and again
         # while idle, and each call must not start over at a few ms. Work found resets it.
         self._poll = POLL_MIN
@@ -161,13 +132,16 @@ class SQLiteBackend(Backend, DeliveryStore):
                 f"{sqlite3.sqlite_version}"
             )
         conn = sqlite3.connect(
-            self.path, timeout=self._busy_timeout, isolation_level=None, cached_statements=256
+            self.path,
+            timeout=self.options.busy_timeout,
+            isolation_level=None,
+            cached_statements=256,
         )
         try:
             (mode,) = conn.execute(Q["pragma_wal"]).fetchone()
             if str(mode).lower() != "wal":
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
-            conn.execute(Q[f"pragma_synchronous_{self._synchronous}"])
+            conn.execute(Q[f"pragma_synchronous_{self.options.synchronous}"])
             (version,) = conn.execute(Q["schema_version"]).fetchone()
             if version < SCHEMA_VERSION:
                 conn.executescript(SCHEMA)
@@ -195,14 +169,10 @@ class SQLiteBackend(Backend, DeliveryStore):
             conn = self._conn
             if conn is not None and conn.in_transaction:
                 conn.rollback()
-            message = str(e).lower()
-            if any(m in message for m in _CORRUPT):
-                raise CorruptRecordError(f"{self.path}: {e}") from e
-            if isinstance(e, sqlite3.OperationalError) and any(m in message for m in _UNAVAILABLE):
-                if "locked" not in message and "busy" not in message:
-                    self._disconnect()  # reopen on the next call
-                raise BackendUnavailableError(f"{self.path}: {e}") from e
-            raise BackendError(f"{self.path}: {e}") from e
+            error = translate(e, self.path)
+            if reopen_after(e):
+                self._disconnect()  # reopen on the next call
+            raise error from e
 
     async def _submit(self, job: Callable[[sqlite3.Connection], T]) -> T:
         executor = self._executor
@@ -241,18 +211,13 @@ class SQLiteBackend(Backend, DeliveryStore):
 
         return await self._submit(transaction)
 
-    def _notify(self) -> None:
-        """Wake this instance's waiters (other processes notice by polling)."""
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
-
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         if not jobs:
             return []
         answers = await self._write(ops.enqueue, jobs)
-        self._notify()
+        self._wakeup.notify()
         return answers
 
     # -- worker -----------------------------------------------------------------------------
@@ -275,7 +240,7 @@ class SQLiteBackend(Backend, DeliveryStore):
             return []
         answers, requeued = await self._write(ops.settle, settles)
         if requeued:
-            self._notify()
+            self._wakeup.notify()
         return answers
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
@@ -283,7 +248,7 @@ class SQLiteBackend(Backend, DeliveryStore):
         deadline = loop.time() + timeout
         names = json.dumps(list(queues))
         while True:
-            wakeup = self._wakeup  # taken before the probe: a write after it still wakes us
+            ticket = self._wakeup.ticket()  # before the probe: a write after it still wakes us
             ready, next_due = await self._read(ops.wait_probe, names)
             now = self._now()
             if ready or (next_due is not None and next_due <= now):
@@ -294,14 +259,10 @@ class SQLiteBackend(Backend, DeliveryStore):
                 pause = min(pause, next_due - now)
             if pause <= 0:
                 return
-            try:
-                async with asyncio.timeout(pause):
-                    await wakeup.wait()
+            if await self._wakeup.wait(pause, ticket):
                 self._poll = POLL_MIN
                 return  # this instance wrote something a waiter may want
-            except TimeoutError:
-                pass
-            self._poll = min(self._poll * 2, self._poll_max)
+            self._poll = min(self._poll * 2, self.options.poll_max)
             if loop.time() >= deadline:
                 return  # the caller's next wait() probes first: no second probe here
 
@@ -310,7 +271,7 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
         result = await self._write(ops.recover_stalled, queue, threshold, max_stalled)
         if result.requeued:
-            self._notify()
+            self._wakeup.notify()
         return result
 
     async def lock(self, name: str, owner: str, ttl: float) -> bool:
@@ -338,7 +299,7 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def retry_job(self, queue: str, job_id: str) -> bool:
         done = await self._write(ops.retry_job, queue, job_id)
         if done:
-            self._notify()
+            self._wakeup.notify()
         return done
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
@@ -349,7 +310,7 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     async def resume(self, queue: str) -> None:
         await self._write(ops.resume, queue)
-        self._notify()
+        self._wakeup.notify()
 
     async def is_paused(self, queue: str) -> bool:
         return await self._read(ops.is_paused, queue)
@@ -392,9 +353,8 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def publish(self, events: Sequence[bytes]) -> None:
         if not events:
             return
-        await self._write(ops.publish, events, self._events_keep)
-        self._published.set()
-        self._published = asyncio.Event()
+        await self._write(ops.publish, events, self.options.events_keep)
+        self._published.notify()
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
         last = await self._read(ops.events_head)  # live from here: later events are all seen
@@ -403,7 +363,7 @@ class SQLiteBackend(Backend, DeliveryStore):
             nonlocal last
             interval = POLL_MIN
             while not self._closed:
-                published = self._published
+                published = self._published.ticket()
                 try:
                     batch = await self._read(ops.events_after, last, EVENTS_BATCH)
                 except BackendUnavailableError:
@@ -415,10 +375,7 @@ class SQLiteBackend(Backend, DeliveryStore):
                         yield body
                     interval = POLL_MIN
                     continue
-                try:
-                    async with asyncio.timeout(interval):
-                        await published.wait()
-                except TimeoutError:
+                if not await self._published.wait(interval, published):
                     interval = min(interval * 2, EVENTS_POLL_MAX)
 
         return events()

@@ -8,6 +8,7 @@ Functions are in the order of ``relaymq.backends.base``. No SQL here: see querie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -25,12 +26,14 @@ from relaymq.backends.base import (
     Settle,
     WorkerInfo,
 )
-from relaymq.backends.sqlite import rows
-from relaymq.backends.sqlite.sql import QUERIES as Q
+from relaymq.backends.sqlfile import named_queries
+from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 
 Conn = sqlite3.Connection
+Q = named_queries(__package__, "queries.sql")
+"""The statements of queries.sql, by name."""
 
 
 def allocate_seq(conn: Conn, queue: str, n: int) -> int:
@@ -100,11 +103,11 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
             taken = conn.execute(Q["claim"], params).fetchall()
             good: list[Job] = []
             for row in taken:
-                bad = rows.problems(row)
+                bad = records.problems(row)
                 if bad:  # out of the line and into the DLQ, so it never blocks the head again
                     _fail_corrupt(conn, now, row, bad)
                 else:
-                    good.append(rows.build(row))
+                    good.append(records.build(row))
             good.sort(key=lambda j: (j.priority, j.seq))
             claimed += good
             if len(taken) < want or len(good) == len(taken):
@@ -121,8 +124,8 @@ def _promote_due(conn: Conn, now: float, queue: str) -> None:
 
 
 def _fail_corrupt(conn: Conn, now: float, row: tuple[Any, ...], bad: list[str]) -> None:
-    error = rows.describe(row, bad)
-    conn.execute(Q["fail_corrupt"], {"rowid": row[rows.ROWID], "error": error, "now": now})
+    error = records.describe(row, bad)
+    conn.execute(Q["fail_corrupt"], {"rowid": row[records.ROWID], "error": error, "now": now})
 
 
 def heartbeat(conn: Conn, now: float, beats: Sequence[Beat]) -> list[BeatResult]:
@@ -210,13 +213,13 @@ def _recover_one(
     conn: Conn, now: float, row: tuple[Any, ...], cutoff: float, max_stalled: int,
     result: Recovered,
 ) -> None:  # fmt: skip
-    bad = rows.problems(row)
+    bad = records.problems(row)
     if bad:
         _fail_corrupt(conn, now, row, bad)
         result.errors.append(str(row[1]))
         return
-    job = rows.build(row)
-    p: dict[str, Any] = {"rowid": row[rows.ROWID], "token": job.token, "cutoff": cutoff}
+    job = records.build(row)
+    p: dict[str, Any] = {"rowid": row[records.ROWID], "token": job.token, "cutoff": cutoff}
     if job.stalls >= max_stalled:
         p.update(error=f"stalled {job.stalls + 1} times (max_stalled={max_stalled})", now=now)
         if conn.execute(Q["recover_fail"], p).rowcount == 1:
@@ -241,7 +244,7 @@ def unlock(conn: Conn, now: float, name: str, owner: str) -> None:
 
 def get_job(conn: Conn, now: float, queue: str, job_id: str) -> Job | None:
     row = conn.execute(Q["get_job"], {"queue": queue, "id": job_id}).fetchone()
-    return None if row is None else rows.to_job(row)
+    return None if row is None else records.to_job(row)
 
 
 _LISTINGS = {
@@ -256,7 +259,7 @@ def list_jobs(
 ) -> list[Job]:
     p = {"queue": queue, "state": state.value, "offset": offset, "limit": limit}
     found = conn.execute(Q[_LISTINGS.get(state, "list_finished")], p).fetchall()
-    return [rows.to_job_lenient(row, state) for row in found]
+    return [records.to_job_lenient(row, state) for row in found]
 
 
 def counts(conn: Conn, now: float, queue: str) -> dict[JobState, int]:
@@ -322,14 +325,9 @@ def list_queues(conn: Conn, now: float) -> list[str]:
 
 def register_worker(conn: Conn, now: float, info: WorkerInfo, ttl: float) -> None:
     conn.execute(Q["prune_workers"], {"now": now})
-    conn.execute(
-        Q["register_worker"],
-        {
-            "id": info.id, "queues": json.dumps(list(info.queues)),
-            "concurrency": info.concurrency, "host": info.host, "pid": info.pid,
-            "started_at": info.started_at, "now": now, "expires_at": now + ttl,
-        },
-    )  # fmt: skip
+    record = info.to_record()
+    record["queues"] = json.dumps(record["queues"])
+    conn.execute(Q["register_worker"], {**record, "now": now, "expires_at": now + ttl})
 
 
 def unregister_worker(conn: Conn, now: float, worker_id: str) -> None:
@@ -337,12 +335,14 @@ def unregister_worker(conn: Conn, now: float, worker_id: str) -> None:
 
 
 def list_workers(conn: Conn, now: float) -> list[WorkerInfo]:
+    cursor = conn.execute(Q["list_workers"], {"now": now})
+    names = [column[0] for column in cursor.description]
     out: list[WorkerInfo] = []
-    for wid, queues, concurrency, host, pid, started_at, seen_at in conn.execute(
-        Q["list_workers"], {"now": now}
-    ):
-        names = tuple(str(q) for q in json.loads(queues))
-        out.append(WorkerInfo(wid, names, int(concurrency), host, int(pid), started_at, seen_at))
+    for values in cursor:
+        record = dict(zip(names, values, strict=True))
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged row is skipped
+            record["queues"] = json.loads(record["queues"])
+            out.append(WorkerInfo.from_record(record, record["seen_at"]))
     return out
 
 
@@ -379,13 +379,13 @@ def claim_delivered(
     for job_id, token in deliveries:
         p = {"queue": queue, "id": job_id, "token": token, "now": now, "worker_id": worker_id}
         row = conn.execute(Q["claim_delivered"], p).fetchone()
-        bad = rows.problems(row) if row is not None else []
+        bad = records.problems(row) if row is not None else []
         if row is None or bad:
             if bad:
                 _fail_corrupt(conn, now, row, bad)
             stale.append(job_id)
         else:
-            claimed.append(rows.build(row))
+            claimed.append(records.build(row))
     return ClaimBatch(claimed, now), stale
 
 
@@ -400,9 +400,9 @@ def promote_due(conn: Conn, now: float, queue: str, limit: int) -> list[Job]:
         row = conn.execute(Q["promote_returning"], {"rowid": rowid, "seq": seq + i}).fetchone()
         if row is None:
             continue
-        bad = rows.problems(row)
+        bad = records.problems(row)
         if bad:
             _fail_corrupt(conn, now, row, bad)
         else:
-            promoted.append(rows.build(row))
+            promoted.append(records.build(row))
     return promoted

@@ -4,7 +4,7 @@
 --   queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
 --   timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
 --   progress, result, error, finished_at, rowid
--- (rows.py reads them by position). Writes run inside begin_immediate ... COMMIT.
+-- (records.py reads them by position). Writes run inside begin_immediate ... COMMIT.
 
 -- name: pragma_wal
 -- In: nothing. Out: one row, the journal mode now in force ('wal' expected). Persistent.

@@ -11,7 +11,7 @@ BEGIN IMMEDIATE;
 
 -- One row per job. Times are seconds since the epoch (REAL), taken from the backend's clock.
 -- Columns are loosely typed on purpose (no STRICT): the reader validates every row and turns an
--- unreadable one into CorruptRecordError (see rows.py) instead of trusting the file.
+-- unreadable one into CorruptRecordError (see records.py) instead of trusting the file.
 CREATE TABLE IF NOT EXISTS jobs (
     queue            TEXT    NOT NULL,
     id               TEXT    NOT NULL,

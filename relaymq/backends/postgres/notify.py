@@ -1,0 +1,64 @@
+"""The NOTIFY format of events: what ``publish`` sends and the dispatcher reads.
+
+Each event is one notification payload on the schema's event channel:
+
+- ``t<n>:<text>``   an event that is valid UTF-8 without NUL, as it is;
+- ``b<n>:<base64>`` any other bytes;
+- ``r<n>:<id>``     an event too large for NOTIFY (8000 bytes), stored in the events table
+  under ``id`` and fetched by the subscriber.
+
+``n`` numbers this process's notifications, so equal events published in one transaction are
+not folded into one by the server. Wake-ups use their own channel (``Options.wake_channel``)
+with the queue name as payload, sent by the SQL function ``relaymq_wake``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from collections.abc import Sequence
+
+NOTIFY_LIMIT = 7900
+"""Payloads must stay under the server's 8000 bytes; larger events travel through a table."""
+
+
+class Notes:
+    """Payloads for this process's notifications."""
+
+    def __init__(self) -> None:
+        self._n = itertools.count()
+
+    @staticmethod
+    def too_large(event: bytes) -> bool:
+        return len(event) >= NOTIFY_LIMIT
+
+    def inline(self, events: Sequence[bytes]) -> list[str]:
+        out: list[str] = []
+        for e in events:
+            n = next(self._n)
+            try:
+                text = e.decode("utf-8")
+            except UnicodeDecodeError:
+                text = "\x00"
+            if "\x00" in text:
+                out.append(f"b{n}:{base64.b64encode(e).decode('ascii')}")
+            else:
+                out.append(f"t{n}:{text}")
+        return out
+
+    def stored(self, event_id: int) -> str:
+        return f"r{next(self._n)}:{event_id}"
+
+
+def decode(payload: str) -> tuple[bytes | None, int | None]:
+    """``(body, None)`` for an inline event, ``(None, id)`` for a stored one, and
+    ``(None, None)`` for a payload that is not ours."""
+    kind, _, data = payload.partition(":")
+    if kind.startswith("t"):
+        return data.encode("utf-8"), None
+    if kind.startswith("b"):
+        return base64.b64decode(data), None
+    try:
+        return None, int(data)
+    except ValueError:
+        return None, None
