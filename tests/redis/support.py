@@ -43,7 +43,7 @@ class CleaningRedisBackend(RedisBackend):
     """
 
     async def close(self) -> None:
-        client: Any = self._r
+        client: Any = self._t.client
         if client is not None:
             if self._options.cluster:
                 for node in client.get_primaries():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from relaymq.backends.redis.config import parse_url
 from relaymq.errors import ConfigError
 from tests.redis.server import PrivateRedis
 from tests.support.jobs import new_job, queue_name
+from tests.support.waiting import poll_until
 
 
 async def test_evicting_server_is_warned_about(tmp_path: Path) -> None:
@@ -33,8 +35,11 @@ async def test_noeviction_server_connects_quietly(tmp_path: Path) -> None:
     server = PrivateRedis(tmp_path / "r", "--maxmemory-policy", "noeviction")
     server.start()
     try:
-        backend = await connect(server.url)  # filterwarnings=error: a warning would fail this
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            backend = await connect(server.url)
         await backend.close()
+        assert [w.message for w in seen if issubclass(w.category, EvictionPolicyWarning)] == []
     finally:
         server.kill()
 
@@ -60,9 +65,15 @@ async def test_idle_wait_makes_about_one_request_a_second(tmp_path: Path) -> Non
         assert set(calls) - {"evalsha", "blpop"} <= inside_the_script, calls
         # and an enqueue wakes a blocked wait at once
         waiter = asyncio.create_task(backend.wait([q], 30))
-        await asyncio.sleep(0.05)
+
+        async def blocked() -> bool:
+            return int((await admin.info("clients"))["blocked_clients"]) >= 1
+
+        await poll_until(blocked, "the server to see the wait blocked in BLPOP")
+        assert not waiter.done()
         await backend.enqueue([new_job(q)])
-        await asyncio.wait_for(waiter, 2)
+        async with asyncio.timeout(2):  # the enqueue waking the blocked wait
+            await waiter
     finally:
         await admin.aclose()
         await backend.close()

@@ -54,3 +54,17 @@ async def watch(backend: Backend) -> AsyncIterator[Watch]:
         yield Watch(backend, subscription)
     finally:
         await subscription.aclose()
+
+
+async def poll_until(check: Check, what: str, within: float = 5.0, every: float = 0.01) -> None:
+    """Re-check ``check`` every ``every`` seconds, for state that announces nothing (a
+    server's own counters); fails naming ``what`` after ``within`` seconds."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                result = check()
+                if await result if inspect.isawaitable(result) else result:
+                    return
+                await asyncio.sleep(every)
+    except TimeoutError:
+        raise AssertionError(f"gave up after {within}s waiting for {what}") from None

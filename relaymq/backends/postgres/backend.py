@@ -375,15 +375,7 @@ class PostgresBackend(Backend, DeliveryStore):
 
     async def list_workers(self) -> list[WorkerInfo]:
         return [
-            WorkerInfo(
-                r["id"],
-                tuple(r["queues"]),
-                r["concurrency"],
-                r["host"],
-                r["pid"],
-                r["started_at"],
-                r["seen_at"].timestamp(),
-            )
+            WorkerInfo.from_record(r, r["seen_at"].timestamp())
             for r in await self._fetch("list_workers", self._now())
         ]
 

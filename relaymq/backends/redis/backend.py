@@ -24,10 +24,6 @@ from typing import Any
 
 import orjson
 from redis import exceptions as rex
-from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 
 from relaymq.backends.base import (
     Backend,
@@ -45,15 +41,13 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.redis import pubsub
-from relaymq.backends.redis.config import check_eviction_policy, parse_url
-from relaymq.backends.redis.direct import Link
+from relaymq.backends.redis.config import parse_url
 from relaymq.backends.redis.errors import translated
-from relaymq.backends.redis.keys import JOB_FIELDS, PRIORITY_LIMIT, STATE_SUFFIXES, WAKE_MAX, Keys
-from relaymq.backends.redis.records import num, opt, parse_claimed, parse_job
-from relaymq.backends.redis.scripts import Scripts
+from relaymq.backends.redis.keys import JOB_FIELDS, STATE_SUFFIXES, WAKE_MAX, Keys
+from relaymq.backends.redis.records import enqueue_head, num, opt, parse_claimed, parse_job
+from relaymq.backends.redis.transport import Transport
 from relaymq.errors import (
     BackendError,
-    ConfigError,
     CorruptRecordError,
 )
 from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
@@ -113,118 +107,22 @@ class RedisBackend(Backend, DeliveryStore):
         self._options = parse_url(url, prefix)
         self._keys = Keys(self._options.prefix)
         self._clock = clock
-        self._client_options = options
-        self._scripts = Scripts()
-        self._r: Any = None
-        self._link: Link | None = None
-        """The pipelined command path (plain Redis only; a cluster client routes by key)."""
+        self._t = Transport(self._options, options)
+        self._run = self._t.run
+        self._script = self._t.script
+        self._evalsha = self._t.evalsha
 
     async def connect(self) -> None:
-        if self._r is not None:
-            return
-        o = self._options
-        kwargs: dict[str, Any] = {
-            # No socket timeout: BLPOP blocks for as long as asked, and redis-py implements a
-            # write timeout with asyncio.wait_for, which on Python 3.11 can swallow a task's
-            # cancellation (the worker's shutdown then hangs). Keepalive finds dead peers.
-            "socket_timeout": None,
-            "socket_keepalive": True,
-            "socket_connect_timeout": 5.0,
-            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
-            **self._client_options,
-        }
-        with translated("connect"):
-            if o.cluster:
-                if len(o.startup_nodes) > 1:
-                    kwargs["startup_nodes"] = [ClusterNode(h, p) for h, p in o.startup_nodes]
-                client: Any = RedisCluster.from_url(o.client_url, **kwargs)
-                await client.initialize()
-            else:
-                client = Redis.from_url(o.client_url, **kwargs)
-            try:
-                await client.ping()
-                policies = await self._eviction_policies(client)
-            except BaseException:
-                await client.aclose()
-                raise
-        self._r = client
-        self._link = None if o.cluster else Link(client)
-        check_eviction_policy(policies)
-
-    async def _eviction_policies(self, client: Any) -> dict[str, Any]:
-        """``maxmemory-policy`` per server; empty when CONFIG is not allowed (managed Redis)."""
-        try:
-            if self._options.cluster:
-                found: dict[str, Any] = {}
-                for node in client.get_primaries():
-                    reply = await client.config_get("maxmemory-policy", target_nodes=node)
-                    found[node.name] = _policy(reply)
-                return found
-            reply = await client.config_get("maxmemory-policy")
-            return {self._options.client_url.split("@")[-1]: _policy(reply)}
-        except rex.ResponseError:
-            return {}
+        await self._t.open()
 
     async def close(self) -> None:
-        if self._r is not None:
-            client, self._r, self._link = self._r, None, None
-            with contextlib.suppress(rex.RedisError, OSError):
-                await client.aclose()
+        await self._t.close()
 
     # -- internal ---------------------------------------------------------------------------
 
     def _now(self) -> str:
         """The ``now`` argument of every script: the test clock's reading, or '' for TIME."""
         return num(self._clock()) if self._clock is not None else ""
-
-    def _evalsha(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
-        return ("EVALSHA", self._scripts.sha[name], len(keys), *keys, *args)
-
-    async def _load_scripts(self) -> None:
-        for text in self._scripts.text.values():
-            await self._r.script_load(text)
-
-    async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        [reply] = await self._run([self._evalsha(name, keys, args)], name)
-        return reply
-
-    async def _run(self, commands: Sequence[tuple[Any, ...]], what: str) -> list[Any]:
-        """Run ``commands`` in one pipeline (one round trip per server) and return the replies.
-
-        Commands that met an empty script cache (a restarted server) run again once the
-        scripts are loaded; they had not run, so running them again is safe.
-        """
-        if self._r is None:
-            raise BackendError("the Redis backend is not connected (call connect())")
-        replies: list[Any] = [None] * len(commands)
-        todo = list(range(len(commands)))
-        with translated(what):
-            for attempt in range(2):
-                if self._link is not None:
-                    got = await self._link.run([commands[i] for i in todo])
-                elif len(todo) == 1:
-                    try:
-                        got = [await self._r.execute_command(*commands[todo[0]])]
-                    except rex.NoScriptError as e:
-                        got = [e]
-                else:
-                    pipe = self._r.pipeline(transaction=False)
-                    for i in todo:
-                        pipe.execute_command(*commands[i])
-                    got = await pipe.execute(raise_on_error=False)
-                again: list[int] = []
-                for i, reply in zip(todo, got, strict=True):
-                    if isinstance(reply, rex.NoScriptError) and attempt == 0:
-                        again.append(i)
-                    elif isinstance(reply, Exception):
-                        raise reply
-                    else:
-                        replies[i] = reply
-                if not again:
-                    break
-                await self._load_scripts()
-                todo = again
-        return replies
 
     def _slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
         """Queues that one script may serve together: all of them, or per slot on a cluster."""
@@ -245,7 +143,7 @@ class RedisBackend(Backend, DeliveryStore):
             options = (new.priority, new.delay, new.ttl, new.max_attempts, new.timeout)
             prefix = heads.get(options)
             if prefix is None:
-                prefix = heads[options] = self._head(new)
+                prefix = heads[options] = enqueue_head(new)
             head_of.append(prefix + new.id)
             indexes = by_queue.get(new.queue)
             if indexes is None:
@@ -258,7 +156,7 @@ class RedisBackend(Backend, DeliveryStore):
         for queue, indexes in by_queue.items():
             commands.append(("SADD", self._keys.queues, queue))
             chunks.append([])
-            head = ("EVALSHA", self._scripts.sha["enqueue"], 1, self._keys.base(queue), now)
+            head = ("EVALSHA", self._t.scripts.sha["enqueue"], 1, self._keys.base(queue), now)
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = []
@@ -275,18 +173,6 @@ class RedisBackend(Backend, DeliveryStore):
             for i, stored in zip(chunk, reply, strict=True):
                 out[i] = Enqueued(jobs[i].id, duplicate=not stored)
         return [e for e in out if e is not None]
-
-    @staticmethod
-    def _head(j: NewJob) -> str:
-        """The options part of a job's head argument (``enqueue.lua``), checked."""
-        if not -PRIORITY_LIMIT < j.priority < PRIORITY_LIMIT:
-            raise ConfigError(
-                f"priority {j.priority} of job {j.id!r} is outside "
-                f"({-PRIORITY_LIMIT}, {PRIORITY_LIMIT}) on the Redis backend"
-            )
-        ttl = "-" if j.ttl is None else repr(float(j.ttl))
-        timeout = "-" if j.timeout is None else repr(float(j.timeout))
-        return f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} "
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -407,10 +293,10 @@ class RedisBackend(Backend, DeliveryStore):
         lists = [[self._keys.wake(q) for q in g] for g in groups]
         with translated("wait"):
             if len(lists) == 1:
-                await self._r.blpop(lists[0], timeout=round(block, 3))
+                await self._t.client.blpop(lists[0], timeout=round(block, 3))
                 return
             seconds = round(block, 3)
-            tasks = [asyncio.ensure_future(self._r.blpop(k, timeout=seconds)) for k in lists]
+            tasks = [asyncio.ensure_future(self._t.client.blpop(k, timeout=seconds)) for k in lists]
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
@@ -556,21 +442,11 @@ class RedisBackend(Backend, DeliveryStore):
         return [q for q, n in zip(names, found, strict=True) if n]
 
     async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        doc = orjson.dumps(
-            {
-                "id": info.id,
-                "queues": list(info.queues),
-                "concurrency": info.concurrency,
-                "host": info.host,
-                "pid": info.pid,
-                "started_at": info.started_at,
-            }
-        )
         expire_ms = math.ceil(max(ttl, 86_400.0 if self._clock else ttl) * 1000) + 1000
         await self._script(
             "register_worker",
             [self._keys.workers, self._keys.worker(info.id)],
-            [self._now(), info.id, num(ttl), doc, expire_ms],
+            [self._now(), info.id, num(ttl), orjson.dumps(info.to_record()), expire_ms],
         )
 
     async def unregister_worker(self, worker_id: str) -> None:
@@ -585,19 +461,8 @@ class RedisBackend(Backend, DeliveryStore):
         )
         workers: list[WorkerInfo] = []
         for at in range(0, len(reply), 2):
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                d = orjson.loads(reply[at])
-                workers.append(
-                    WorkerInfo(
-                        d["id"],
-                        tuple(d["queues"]),
-                        int(d["concurrency"]),
-                        d["host"],
-                        int(d["pid"]),
-                        float(d["started_at"]),
-                        float(reply[at + 1]),
-                    )
-                )
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # a damaged record
+                workers.append(WorkerInfo.from_record(orjson.loads(reply[at]), reply[at + 1]))
         return workers
 
     # -- delivery store ---------------------------------------------------------------------
@@ -629,18 +494,4 @@ class RedisBackend(Backend, DeliveryStore):
             await self._run([("PUBLISH", self._keys.events, pubsub.frame(events))], "publish")
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        return await pubsub.subscribe(self._r, self._keys.events)
-
-
-def _policy(reply: Any) -> str | None:
-    """The ``maxmemory-policy`` value out of a CONFIG GET reply (bytes or str keys)."""
-    if isinstance(reply, dict):
-        for key, value in reply.items():
-            k = key.decode() if isinstance(key, bytes) else str(key)
-            if k == "maxmemory-policy":
-                return value.decode() if isinstance(value, bytes) else str(value)
-            if isinstance(value, dict):
-                found = _policy(value)
-                if found:
-                    return found
-    return None
+        return await pubsub.subscribe(self._t.client, self._keys.events)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from relaymq.errors import CorruptRecordError
-from relaymq.job import Job, JobState
+from relaymq.backends.redis.keys import PRIORITY_LIMIT
+from relaymq.errors import ConfigError, CorruptRecordError
+from relaymq.job import Job, JobState, NewJob
 
 
 def opt(value: bytes | str | None) -> bytes:
@@ -127,3 +128,15 @@ def parse_claimed(
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
+
+
+def enqueue_head(j: NewJob) -> str:
+    """The options part of a job's head argument to ``enqueue.lua`` (the id follows), checked."""
+    if not -PRIORITY_LIMIT < j.priority < PRIORITY_LIMIT:
+        raise ConfigError(
+            f"priority {j.priority} of job {j.id!r} is outside "
+            f"({-PRIORITY_LIMIT}, {PRIORITY_LIMIT}) on the Redis backend"
+        )
+    ttl = "-" if j.ttl is None else repr(float(j.ttl))
+    timeout = "-" if j.timeout is None else repr(float(j.timeout))
+    return f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} "

@@ -1,0 +1,151 @@
+"""How the Redis backend talks to the server: one client (plain or cluster), pipelined command
+batches with one round trip per server, scripts by SHA reloaded after a server restart, and the
+check of the eviction policy at connect. The backend (backend.py) only says what to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis import exceptions as rex
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from relaymq.backends.redis.config import RedisOptions, check_eviction_policy
+from relaymq.backends.redis.direct import Link
+from relaymq.backends.redis.errors import translated
+from relaymq.backends.redis.scripts import Scripts
+from relaymq.errors import BackendError
+
+
+class Transport:
+    def __init__(self, options: RedisOptions, client_options: dict[str, Any]) -> None:
+        self._options = options
+        self._client_options = client_options
+        self.scripts = Scripts()
+        self.client: Any = None
+        """The redis-py client (``Redis`` or ``RedisCluster``) once open."""
+        self._link: Link | None = None
+        """The pipelined command path (plain Redis only; a cluster client routes by key)."""
+
+    async def open(self) -> None:
+        """Connect (idempotent) and check the server's eviction policy."""
+        if self.client is not None:
+            return
+        o = self._options
+        kwargs: dict[str, Any] = {
+            # No socket timeout: BLPOP blocks for as long as asked, and redis-py implements a
+            # write timeout with asyncio.wait_for, which on Python 3.11 can swallow a task's
+            # cancellation (the worker's shutdown then hangs). Keepalive finds dead peers.
+            "socket_timeout": None,
+            "socket_keepalive": True,
+            "socket_connect_timeout": 5.0,
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
+            **self._client_options,
+        }
+        with translated("connect"):
+            if o.cluster:
+                if len(o.startup_nodes) > 1:
+                    kwargs["startup_nodes"] = [ClusterNode(h, p) for h, p in o.startup_nodes]
+                client: Any = RedisCluster.from_url(o.client_url, **kwargs)
+                await client.initialize()
+            else:
+                client = Redis.from_url(o.client_url, **kwargs)
+            try:
+                await client.ping()
+                policies = await self._eviction_policies(client)
+            except BaseException:
+                await client.aclose()
+                raise
+        self.client = client
+        self._link = None if o.cluster else Link(client)
+        check_eviction_policy(policies)
+
+    async def _eviction_policies(self, client: Any) -> dict[str, Any]:
+        """``maxmemory-policy`` per server; empty when CONFIG is not allowed (managed Redis)."""
+        try:
+            if self._options.cluster:
+                found: dict[str, Any] = {}
+                for node in client.get_primaries():
+                    reply = await client.config_get("maxmemory-policy", target_nodes=node)
+                    found[node.name] = _policy(reply)
+                return found
+            reply = await client.config_get("maxmemory-policy")
+            return {self._options.client_url.split("@")[-1]: _policy(reply)}
+        except rex.ResponseError:
+            return {}
+
+    async def close(self) -> None:
+        if self.client is not None:
+            client, self.client, self._link = self.client, None, None
+            with contextlib.suppress(rex.RedisError, OSError):
+                await client.aclose()
+
+    def evalsha(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The command that runs script ``name`` (see scripts/*.lua)."""
+        return ("EVALSHA", self.scripts.sha[name], len(keys), *keys, *args)
+
+    async def _load_scripts(self) -> None:
+        for text in self.scripts.text.values():
+            await self.client.script_load(text)
+
+    async def script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one script; its reply."""
+        [reply] = await self.run([self.evalsha(name, keys, args)], name)
+        return reply
+
+    async def run(self, commands: Sequence[tuple[Any, ...]], what: str) -> list[Any]:
+        """Run ``commands`` in one pipeline (one round trip per server) and return the replies.
+
+        Commands that met an empty script cache (a restarted server) run again once the
+        scripts are loaded; they had not run, so running them again is safe.
+        """
+        if self.client is None:
+            raise BackendError("the Redis backend is not connected (call connect())")
+        replies: list[Any] = [None] * len(commands)
+        todo = list(range(len(commands)))
+        with translated(what):
+            for attempt in range(2):
+                if self._link is not None:
+                    got = await self._link.run([commands[i] for i in todo])
+                elif len(todo) == 1:
+                    try:
+                        got = [await self.client.execute_command(*commands[todo[0]])]
+                    except rex.NoScriptError as e:
+                        got = [e]
+                else:
+                    pipe = self.client.pipeline(transaction=False)
+                    for i in todo:
+                        pipe.execute_command(*commands[i])
+                    got = await pipe.execute(raise_on_error=False)
+                again: list[int] = []
+                for i, reply in zip(todo, got, strict=True):
+                    if isinstance(reply, rex.NoScriptError) and attempt == 0:
+                        again.append(i)
+                    elif isinstance(reply, Exception):
+                        raise reply
+                    else:
+                        replies[i] = reply
+                if not again:
+                    break
+                await self._load_scripts()
+                todo = again
+        return replies
+
+
+def _policy(reply: Any) -> str | None:
+    """The ``maxmemory-policy`` value out of a CONFIG GET reply (bytes or str keys)."""
+    if isinstance(reply, dict):
+        for key, value in reply.items():
+            k = key.decode() if isinstance(key, bytes) else str(key)
+            if k == "maxmemory-policy":
+                return value.decode() if isinstance(value, bytes) else str(value)
+            if isinstance(value, dict):
+                found = _policy(value)
+                if found:
+                    return found
+    return None
