@@ -191,6 +191,12 @@ class Backend(abc.ABC):
     """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
     maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""
 
+    @classmethod
+    def inner_urls(cls, url: str) -> dict[str, str]:
+        """The URLs of the backends this one is built over, by constructor keyword (a broker's
+        metadata store). ``from_url`` builds each and passes it in; most backends have none."""
+        return {}
+
     async def connect(self) -> None:
         """Open connections and prepare storage. Idempotent."""
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from relaymq.backends import from_url
 from relaymq.backends.base import Backend, Clock
 from relaymq.backends.rabbitmq import RabbitMQBackend
 from tests.support.cases import BackendCase
@@ -46,11 +47,11 @@ class TestRabbitMQBackend(RabbitMQBackend):
         handles = self.open_handles.get(self.options.prefix, [])
         if self in handles:
             handles.remove(self)
-        if not handles and self._connection is not None:
-            names = set(self._declared)
+        if not handles and self._broker.connection is not None:
+            names = set(self.broker_queues)
             for other in _closed.pop(self.options.prefix, []):
                 names |= other
-            self._declared = names
+            self._broker.declared = names
             for consumer in self._consumers.values():
                 await consumer.close()
             self._consumers.clear()
@@ -59,7 +60,7 @@ class TestRabbitMQBackend(RabbitMQBackend):
             finally:
                 await super().close()
             return
-        _closed.setdefault(self.options.prefix, []).append(set(self._declared))
+        _closed.setdefault(self.options.prefix, []).append(set(self.broker_queues))
         await super().close()
 
 
@@ -77,7 +78,8 @@ def broker_unavailable(amqp_url: str = AMQP_URL) -> str | None:
 
 def case(name: str, store: BackendCase, store_url: Callable[[Path], str]) -> BackendCase:
     async def make(clock: Clock | None, tmp: Path) -> Backend:
-        backend = TestRabbitMQBackend(url(tmp, store_url(tmp)), clock=clock)
+        store = from_url(store_url(tmp), clock=clock)
+        backend = TestRabbitMQBackend(url(tmp, store_url(tmp)), store=store, clock=clock)
         await backend.connect()
         return backend
 

@@ -12,9 +12,10 @@ from urllib.parse import quote
 import pytest
 import pytest_asyncio
 
-from relaymq.backends import connect
+from relaymq.backends import connect, from_url
 from relaymq.backends.rabbitmq import RabbitMQBackend
-from relaymq.backends.rabbitmq.options import parse
+from relaymq.backends.rabbitmq.config import parse
+from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.errors import ConfigError
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
@@ -32,8 +33,9 @@ def _broker() -> None:
 
 @pytest_asyncio.fixture
 async def rmq(tmp_path: Path, clock: FakeClock) -> AsyncIterator[RabbitMQBackend]:
+    store = from_url(case_sqlite.url(tmp_path), clock=clock)
     backend = support.TestRabbitMQBackend(
-        support.url(tmp_path, case_sqlite.url(tmp_path)), clock=clock
+        support.url(tmp_path, case_sqlite.url(tmp_path)), store=store, clock=clock
     )
     await backend.connect()
     yield backend
@@ -71,7 +73,7 @@ async def test_duplicate_delivery_is_acknowledged_dropped_and_counted(
     rmq: RabbitMQBackend, q: str
 ) -> None:
     await rmq.enqueue([new_job(q, "j")])
-    await rmq._publish([(q, "j", 0, 0), (q, "j", 7, 0)])  # a redelivery and a stale token
+    await rmq._broker.publish([(q, "j", 0, 0), (q, "j", 7, 0)])  # a redelivery and a stale token
     [job] = (await rmq.claim([q], "w", 10)).jobs
     assert job.id == "j"
     assert (await rmq.claim([q], "w", 10)).jobs == []
@@ -110,3 +112,21 @@ def test_url_options_are_parsed_and_the_rest_passed_to_aio_pika() -> None:
     for bad in ("max_priority=0", "max_priority=x", "prefetch=0", "store=amqp%3A%2F%2Fh"):
         with pytest.raises(ConfigError):
             parse(f"amqp://h/?{bad}")
+
+
+def test_from_url_builds_the_metadata_store_and_the_backend_never_reaches_the_registry(
+    tmp_path: Path,
+) -> None:
+    import ast
+    import pathlib
+
+    import relaymq.backends.rabbitmq as package
+
+    store_url = f"sqlite:///{tmp_path}/meta.db"
+    backend = from_url(f"amqp://guest:guest@127.0.0.1:5672/?store={quote(store_url, safe='')}")
+    assert isinstance(backend, RabbitMQBackend) and isinstance(backend.store, SQLiteBackend)
+    assert backend.store.url == store_url
+    for path in pathlib.Path(package.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "relaymq.backends" not in imported, f"{path.name} imports the backend registry"

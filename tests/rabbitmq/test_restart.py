@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from relaymq import JobState, Queue, Settings, Worker, task
-from relaymq.backends.rabbitmq import RabbitMQBackend
+from relaymq.backends import from_url
 from tests.rabbitmq import node, support
 from tests.support import case_sqlite
 from tests.support.jobs import queue_name
@@ -54,7 +54,7 @@ async def test_broker_crash_loses_nothing_and_consumers_come_back(
     private_node: node.PrivateNode, tmp_path: Path
 ) -> None:
     url = support.url(tmp_path, case_sqlite.url(tmp_path), amqp_url=node.URL)
-    backend = RabbitMQBackend(url)
+    backend = from_url(url)
     await backend.connect()
     q = queue_name("restart")
     ledger = tmp_path / "ledger"
@@ -100,7 +100,7 @@ def _ran(ledger: Path) -> int:
 
 
 async def _counts(url: str, q: str) -> dict[JobState, int]:
-    backend = RabbitMQBackend(url)
+    backend = from_url(url)
     await backend.connect()
     try:
         return await backend.counts(q)

@@ -4,7 +4,7 @@ Every durable fact lives in the database named by the URL path (default ``relaym
 documents with their claim token, claim and heartbeat times, cancellation marker and stall
 count; the DLQ (failed and expired job documents); pause flags and FIFO counters; leases; the
 worker registry; the event log (collections and indexes: ``indexes.py``; fields:
-``documents.py``; every filter and pipeline: ``transitions.py``). No process keeps a copy of
+``records.py``; every filter and pipeline: ``transitions.py``). No process keeps a copy of
 waiting jobs. Each transition is one conditional single-document update, fenced by state and
 token; times that decide stalls, due jobs, leases and registry expiry are ``$$NOW`` on the
 server unless a test clock is given. Writes use write concern ``majority`` with journal unless
@@ -30,16 +30,13 @@ plus its share of heartbeats: 7 for a batch of one.
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final, ParamSpec, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from bson.errors import BSONError
 from pymongo import AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from relaymq.backends.base import (
     OUTCOME_STATE,
@@ -57,7 +54,11 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.mongodb import transitions as tx
-from relaymq.backends.mongodb.documents import (
+from relaymq.backends.mongodb.config import parse
+from relaymq.backends.mongodb.errors import translated
+from relaymq.backends.mongodb.eventlog import EventLog, Subscription
+from relaymq.backends.mongodb.indexes import JOBS, LOCKS, QUEUES, WORKERS, ensure_indexes
+from relaymq.backends.mongodb.records import (
     Document,
     describe,
     new_document,
@@ -66,14 +67,10 @@ from relaymq.backends.mongodb.documents import (
     to_job_lenient,
     to_seconds,
 )
-from relaymq.backends.mongodb.eventlog import EventLog, Subscription
-from relaymq.backends.mongodb.indexes import JOBS, LOCKS, QUEUES, WORKERS, ensure_indexes
+from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import (
     BackendError,
-    BackendUnavailableError,
-    ConfigError,
     CorruptRecordError,
-    RelayError,
 )
 from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
 
@@ -84,25 +81,6 @@ DEFAULT_DATABASE: Final = "relaymq"
 DUPLICATE_KEY: Final = 11000
 CLAIM_ROUNDS: Final = 3
 RECOVER_BATCH: Final = 500
-
-
-def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """Driver errors become ``relaymq.errors`` at the boundary (the cause is kept)."""
-
-    @functools.wraps(fn)
-    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except RelayError:
-            raise
-        except ConnectionFailure as e:  # refused, reset, timed out, no server selected
-            raise BackendUnavailableError(f"MongoDB server unreachable: {e}") from e
-        except BSONError as e:
-            raise CorruptRecordError(f"MongoDB returned an unreadable document: {e}") from e
-        except PyMongoError as e:
-            raise BackendError(f"MongoDB error: {e}") from e
-
-    return call
 
 
 class MongoDBBackend(Backend):
@@ -132,20 +110,13 @@ class MongoDBBackend(Backend):
         events_gap_timeout: float = 2.0,
         **client_options: Any,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "mongodb":
-            raise ConfigError(f"not a mongodb:// URL: {url!r}")
         self.url = url
-        self.database_name = database or unquote(parts.path.lstrip("/")) or DEFAULT_DATABASE
-        given = {k.lower() for k, _ in parse_qsl(parts.query)}
-        options: dict[str, Any] = {"tz_aware": True, "appname": "relaymq"}
-        if "w" not in given:
-            options["w"] = write_concern
-        if "journal" not in given:
-            options["journal"] = journal
-        if "serverselectiontimeoutms" not in given:
-            options["serverSelectionTimeoutMS"] = round(server_selection_timeout * 1000)
-        self._client_options = options | client_options
+        self.options = parse(
+            url, database=database, write_concern=write_concern, journal=journal,
+            server_selection_timeout=server_selection_timeout, client_options=client_options,
+        )  # fmt: skip
+        self.database_name = self.options.database
+        self._client_options = self.options.client_options
         self._now = tx.Now(clock)
         self._wait_poll = wait_poll_interval
         self._events_options = {
@@ -154,7 +125,7 @@ class MongoDBBackend(Backend):
             "gap_timeout": events_gap_timeout,
         }
         self._client: AsyncMongoClient[Document] | None = None
-        self._wakeup = asyncio.Event()
+        self._wakeup = Wakeup()
 
     # -- connection -------------------------------------------------------------------------
 
@@ -182,11 +153,6 @@ class MongoDBBackend(Backend):
             await client.close()
 
     # -- internal ---------------------------------------------------------------------------
-
-    def _notify(self) -> None:
-        """Wake this process's waiters at once (other processes notice within a poll)."""
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
 
     async def _sequences(self, queue: str, count: int) -> tuple[int, Any]:
         """Reserve ``count`` FIFO sequences of ``queue``: (first, backend now as a date)."""
@@ -244,7 +210,7 @@ class MongoDBBackend(Backend):
             for err in errors:
                 i = order[err["index"]]
                 answers[i] = Enqueued(jobs[i].id, duplicate=True)
-        self._notify()
+        self._wakeup.notify()
         return answers
 
     # -- worker -----------------------------------------------------------------------------
@@ -324,7 +290,7 @@ class MongoDBBackend(Backend):
         ]
         result = await self._jobs.bulk_write(ops, ordered=False)
         if any(s.outcome in (Outcome.RETRY, Outcome.RELEASE) for s in settles):
-            self._notify()
+            self._wakeup.notify()
         if result.matched_count == len(settles):
             return [True] * len(settles)
         current = await self._current([s.claim for s in settles], ["write_id"])
@@ -359,7 +325,7 @@ class MongoDBBackend(Backend):
         deadline = loop.time() + timeout
         paused: set[str] = set()
         while True:
-            wakeup = self._wakeup  # taken before the check, so a notify in between is kept
+            ticket = self._wakeup.ticket()  # before the check: a notify in between is kept
             if paused:
                 paused = await self._paused(queues)
             if await self._work_in([q for q in queues if q not in paused], paused):
@@ -367,11 +333,8 @@ class MongoDBBackend(Backend):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            try:
-                await asyncio.wait_for(wakeup.wait(), min(self._wait_poll, remaining))
+            if await self._wakeup.wait(min(self._wait_poll, remaining), ticket):
                 return
-            except TimeoutError:
-                pass
 
     async def _work_in(self, queues: list[str], paused: set[str]) -> bool:
         """Whether an unpaused queue of ``queues`` has a claimable job; learns paused ones."""
@@ -435,7 +398,7 @@ class MongoDBBackend(Backend):
         result.requeued.extend(r[1] for r in requeue if applied is None or r[0] in applied)
         result.failed.extend(r[1] for r in fail if applied is None or r[0] in applied)
         if result.requeued:
-            self._notify()
+            self._wakeup.notify()
         return result
 
     @translated
@@ -502,7 +465,7 @@ class MongoDBBackend(Backend):
             tx.manual_retry_update(seq, self._now),
         )
         if result.modified_count:
-            self._notify()
+            self._wakeup.notify()
         return result.modified_count == 1
 
     @translated
@@ -517,7 +480,7 @@ class MongoDBBackend(Backend):
     @translated
     async def resume(self, queue: str) -> None:
         await self._queues.update_one({"_id": queue}, {"$set": {"paused": False}})
-        self._notify()
+        self._wakeup.notify()
 
     @translated
     async def is_paused(self, queue: str) -> bool:
@@ -549,13 +512,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        fields = {
-            "queues": list(info.queues),
-            "concurrency": info.concurrency,
-            "host": info.host,
-            "pid": info.pid,
-            "started_at": info.started_at,
-        }
+        fields = info.to_record()
+        del fields["id"]  # the document's _id
         await self._workers.update_one(
             {"_id": info.id}, tx.register_update(fields, ttl, self._now), upsert=True
         )
@@ -569,17 +527,8 @@ class MongoDBBackend(Backend):
         workers = []
         async for doc in self._workers.find(self._now.compare("expires_at", "$gt")):
             try:
-                workers.append(
-                    WorkerInfo(
-                        id=str(doc["_id"]),
-                        queues=tuple(str(q) for q in doc["queues"]),
-                        concurrency=int(doc["concurrency"]),
-                        host=str(doc["host"]),
-                        pid=int(doc["pid"]),
-                        started_at=float(doc["started_at"]),
-                        seen_at=to_seconds(tx.as_date(doc["seen_at"])),
-                    )
-                )
+                seen_at = to_seconds(tx.as_date(doc["seen_at"]))
+                workers.append(WorkerInfo.from_record({**doc, "id": doc["_id"]}, seen_at))
             except (KeyError, TypeError, ValueError):
                 continue  # an unreadable registration is not a live worker
         return workers

@@ -6,7 +6,7 @@ a no-op on the server), so every ``connect`` may call it.
 Collections of one database (the URL path names it):
 
 ``jobs``
-    One document per job (fields in ``documents.py``). Unique on ``(queue, id)``: that index is
+    One document per job (fields in ``records.py``). Unique on ``(queue, id)``: that index is
     the cross-process deduplication of job ids.
 ``queues``
     One document per queue: ``{_id: queue, seq: <last FIFO sequence>, paused: bool}``.

@@ -19,7 +19,7 @@ from typing import Any, Final
 from bson import Binary
 
 from relaymq.backends.base import Beat, Clock, Outcome, Settle
-from relaymq.backends.mongodb.documents import Document, to_date
+from relaymq.backends.mongodb.records import Document, to_date
 from relaymq.job import Claim, JobState
 
 WAITING: Final = str(JobState.WAITING)

@@ -30,14 +30,11 @@ Ordering: the broker hands out higher broker priority first, FIFO within a prior
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any, TypeVar
 
-import aio_pika
 import aiormq
-from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
 from relaymq.backends.base import (
     Backend,
@@ -54,51 +51,34 @@ from relaymq.backends.base import (
     Settle,
     WorkerInfo,
 )
-from relaymq.backends.rabbitmq import options as url_options
-from relaymq.backends.rabbitmq import topology
+from relaymq.backends.rabbitmq import config, topology
 from relaymq.backends.rabbitmq.consumer import Consumer, ack
-from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
+from relaymq.backends.rabbitmq.errors import guarded
+from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
+from relaymq.backends.rabbitmq.reconcile import Reconciler
+from relaymq.backends.wakeup import Wakeup
+from relaymq.errors import ConfigError
 from relaymq.job import Job, JobState, NewJob
 
 T = TypeVar("T")
-
-Outgoing = tuple[str, str, int, int]
-"""A delivery to publish: (queue, job id, token, priority)."""
-
-PUBLISH_CHUNK = 2000
-PROMOTE_BATCH = 1000
-RECONCILE_PAGE = 100
-MAX_PENDING = 100_000
-"""Unpublished deliveries kept for the reconnect; beyond that, reconciliation republishes."""
 
 
 class RabbitMQBackend(Backend):
     """Broker delivery over a metadata store (``amqp://...?store=<backend URL>``)."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        clock: Clock | None = None,
-        store: Backend | None = None,
-        **options: Any,
-    ) -> None:
-        from relaymq.backends import from_url  # the store is any backend: import lazily
-
+    def __init__(self, url: str, *, store: Backend, clock: Clock | None = None) -> None:
         self.url = url
-        self.options = url_options.parse(url)
+        self.options = config.parse(url)
         self._now = clock or time.time
-        self._owns_store = store is None
-        self.store: Backend = (
-            store if store is not None else from_url(self.options.store, clock=clock, **options)
-        )
-        if not self.store.capabilities.delivery_store or not isinstance(self.store, DeliveryStore):
+        self.store = store
+        """The metadata store; this backend connects and closes it (``from_url`` builds it)."""
+        if not store.capabilities.delivery_store or not isinstance(store, DeliveryStore):
             raise ConfigError(
                 f"{self.options.store!r} cannot hold a broker's job metadata "
                 "(its backend does not implement DeliveryStore)"
             )
-        self._delivery: DeliveryStore = self.store
-        caps = self.store.capabilities
+        self._delivery: DeliveryStore = store
+        caps = store.capabilities
         self.capabilities = Capabilities(
             durable=caps.durable, cross_process=caps.cross_process,
             server_clock=caps.server_clock, blocking_wait=True, cluster_safe=caps.cluster_safe,
@@ -106,39 +86,23 @@ class RabbitMQBackend(Backend):
         )  # fmt: skip
         self.stale_deliveries = 0
         """Deliveries acknowledged and dropped because their token no longer matched."""
-        self._arguments = topology.queue_arguments(
-            self.options.max_priority, self.options.queue_expires
-        )
-        self._connection: AbstractRobustConnection | None = None
-        self._publisher: AbstractRobustChannel | None = None
-        self._declared: set[str] = set()
-        self._side: aiormq.abc.AbstractChannel | None = None
+        arguments = topology.queue_arguments(self.options.max_priority, self.options.queue_expires)
+        self._broker = Publisher(self.options, arguments)
+        self._later = Reconciler(store, store, self._broker, self.options, self._now)
         self._consumers: dict[str, Consumer] = {}
         self._consumer_lock = asyncio.Lock()
-        self._wakeup = asyncio.Event()
-        self._pending: list[Outgoing] = []
+        self._wakeup = Wakeup()
         self._priorities: dict[tuple[str, str], int] = {}
         """Priority of the jobs this handle claimed, for their RETRY/RELEASE deliveries."""
-        self._next_due: dict[str, float] = {}
-        self._next_promote: dict[str, float] = {}
-        self._next_reconcile: dict[str, float] = {}
-        self._republished: dict[tuple[str, str, int], float] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
+    @classmethod
+    def inner_urls(cls, url: str) -> dict[str, str]:
+        return {"store": config.parse(url).store}
+
     async def connect(self) -> None:
-        if self._connection is not None:
-            return
         await self.store.connect()
-        try:
-            self._connection = await aio_pika.connect_robust(
-                self.options.broker_url, reconnect_interval=1.0
-            )
-            channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-        except (aiormq.exceptions.AMQPError, ConnectionError, OSError) as e:
-            raise BackendUnavailableError(f"cannot reach RabbitMQ: {e!r}") from e
-        assert isinstance(channel, aio_pika.RobustChannel)
-        self._publisher = channel
-        self._connection.reconnect_callbacks.add(self._on_reconnect)
+        await self._broker.open()
 
     async def close(self) -> None:
         if self._background:  # transitions whose caller was cancelled: let them publish
@@ -146,12 +110,8 @@ class RabbitMQBackend(Backend):
         for consumer in self._consumers.values():
             await consumer.close()
         self._consumers.clear()
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await self._connection.close()
-            self._connection = None
-        if self._owns_store:
-            await self.store.close()
+        await self._broker.close()
+        await self.store.close()
 
     # -- producer ---------------------------------------------------------------------------
 
@@ -166,10 +126,10 @@ class RabbitMQBackend(Backend):
             if answer.duplicate:
                 continue
             if new.delay > 0:
-                self._note_due(new.queue, now + new.delay)
+                self._later.note_due(new.queue, now + new.delay)
             else:
                 out.append((new.queue, new.id, 0, new.priority))
-        await self._publish(out)
+        await self._broker.publish(out)
         return answers
 
     # -- worker -----------------------------------------------------------------------------
@@ -181,7 +141,7 @@ class RabbitMQBackend(Backend):
             if len(claimed) >= limit:
                 break
             consumer = await self._consumer(name, limit)
-            await self._shielded(self._promote(name, now))
+            await self._shielded(self._later.promote(name, now))
             if consumer.paused_hint:
                 if await self.store.is_paused(name):
                     continue
@@ -197,7 +157,7 @@ class RabbitMQBackend(Backend):
         now = self._now()
         while len(claimed) < limit:
             want = limit - len(claimed)
-            await self._broker(consumer.fill(want))
+            await guarded(consumer.fill(want))
             taken = consumer.take(want)
             if not taken:
                 break
@@ -242,7 +202,7 @@ class RabbitMQBackend(Backend):
             if s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0):
                 again.append(s)
             elif s.outcome is Outcome.RETRY:
-                self._note_due(s.claim.queue, now + s.delay)
+                self._later.note_due(s.claim.queue, now + s.delay)
         out: list[Outgoing] = []
         for s in again:
             c = s.claim
@@ -255,24 +215,20 @@ class RabbitMQBackend(Backend):
             out.append((c.queue, c.job_id, c.token, priority))
         for s in settles:
             self._priorities.pop((s.claim.queue, s.claim.job_id), None)
-        await self._publish(out)
+        await self._broker.publish(out)
         return applied
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         consumers = [await self._consumer(name, 0) for name in queues]
-        self._wakeup.clear()
+        ticket = self._wakeup.ticket()
         if any(c.has_work() for c in consumers):
             return
         now = self._now()
         for name in queues:
-            due = self._next_due.get(name)
+            due = self._later.next_due.get(name)
             if due is not None:
                 timeout = min(timeout, max(0.0, due - now))
-        if timeout <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._wakeup.wait()
+        await self._wakeup.wait(timeout, ticket)
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -288,8 +244,8 @@ class RabbitMQBackend(Backend):
                 *(self.store.get_job(queue, i) for i in found.requeued), return_exceptions=True
             )
             jobs = [j for j in read if isinstance(j, Job) and j.state is JobState.WAITING]
-            await self._publish([(queue, j.id, j.token, j.priority) for j in jobs])
-        await self._reconcile(queue)
+            await self._broker.publish([(queue, j.id, j.token, j.priority) for j in jobs])
+        await self._later.reconcile(queue)
         return found
 
     async def lock(self, name: str, owner: str, ttl: float) -> bool:
@@ -324,7 +280,7 @@ class RabbitMQBackend(Backend):
         job = await self.store.get_job(queue, job_id)
         if _waiting(job):
             assert job is not None
-            await self._publish([(queue, job.id, job.token, job.priority)])
+            await self._broker.publish([(queue, job.id, job.token, job.priority)])
         return True
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
@@ -338,7 +294,7 @@ class RabbitMQBackend(Backend):
         consumer = self._consumers.get(queue)
         if consumer is not None:
             consumer.paused_hint = False
-        self._wakeup.set()
+        self._wakeup.notify()
 
     async def is_paused(self, queue: str) -> bool:
         return await self.store.is_paused(queue)
@@ -351,9 +307,9 @@ class RabbitMQBackend(Backend):
 
     async def obliterate(self, queue: str) -> None:
         await self.store.obliterate(queue)
-        name = topology.broker_name(self.options.prefix, queue)
-        if name in self._declared:
-            await self._broker(self._on_side_channel(lambda ch: ch.queue_purge(name)))
+        name = self._broker.name(queue)
+        if name in self._broker.declared:
+            await guarded(self._broker.on_side_channel(lambda ch: ch.queue_purge(name)))
 
     async def list_queues(self) -> list[str]:
         return await self.store.list_queues()
@@ -380,12 +336,12 @@ class RabbitMQBackend(Backend):
     @property
     def broker_queues(self) -> list[str]:
         """The broker queues this handle has declared (tests delete them afterwards)."""
-        return sorted(self._declared)
+        return sorted(self._broker.declared)
 
     @property
     def unpublished(self) -> int:
         """Deliveries waiting for the broker to come back."""
-        return len(self._pending)
+        return self._broker.unpublished
 
     async def delete_broker_queues(self) -> None:
         """Delete every broker queue this handle declared (test clean-up)."""
@@ -394,8 +350,8 @@ class RabbitMQBackend(Backend):
             async def delete(channel: aiormq.abc.AbstractChannel, name: str = name) -> None:
                 await channel.queue_delete(name)
 
-            await self._broker(self._on_side_channel(delete))
-        self._declared.clear()
+            await guarded(self._broker.on_side_channel(delete))
+        self._broker.declared.clear()
 
     async def _consumer(self, queue: str, limit: int) -> Consumer:
         consumer = self._consumers.get(queue)
@@ -403,84 +359,19 @@ class RabbitMQBackend(Backend):
             async with self._consumer_lock:
                 consumer = self._consumers.get(queue)
                 if consumer is None:
-                    consumer = await self._broker(self._start_consumer(queue, limit))
+                    consumer = await guarded(self._start_consumer(queue, limit))
         elif limit > consumer.prefetch:
-            await self._broker(consumer.grow(limit))
+            await guarded(consumer.grow(limit))
         return consumer
 
     async def _start_consumer(self, queue: str, limit: int) -> Consumer:
-        assert self._connection is not None, "connect() first"
-        name = await self._declare(queue)
-        consumer = Consumer(self._connection, name, self._arguments, self._wakeup.set)
+        connection = self._broker.connection
+        assert connection is not None, "connect() first"
+        name = await self._broker.declare(queue)
+        consumer = Consumer(connection, name, self._broker.arguments, self._wakeup.notify)
         await consumer.start(max(limit, self.options.prefetch))
         self._consumers[queue] = consumer
         return consumer
-
-    async def _declare(self, queue: str) -> str:
-        """The broker queue of ``queue``, declared once per handle (durable queues persist)."""
-        name = topology.broker_name(self.options.prefix, queue)
-        if name not in self._declared:
-            await self._on_side_channel(lambda ch: topology.declare(ch, name, self._arguments))
-            self._declared.add(name)
-        return name
-
-    async def _on_side_channel(
-        self, use: Callable[[aiormq.abc.AbstractChannel], Awaitable[T]]
-    ) -> T:
-        """Run ``use`` on the side channel, kept apart because a failed declare closes its
-        channel. Shielded: aiormq closes a channel whose RPC is cancelled midway."""
-        assert self._connection is not None, "connect() first"
-        if self._side is None or self._side.is_closed:
-            transport = self._connection.transport
-            if transport is None:
-                raise BackendUnavailableError("RabbitMQ connection is down; reconnecting")
-            self._side = await transport.connection.channel()
-        return await asyncio.shield(use(self._side))
-
-    async def _publish(self, out: Sequence[Outgoing]) -> None:
-        """Publish deliveries with confirms; the ones the broker cannot take now wait for the
-        reconnect (their jobs are stored: nothing is lost, at worst delivered later)."""
-        todo, self._pending = [*self._pending, *out], []
-        if not todo:
-            return
-        try:
-            await self._broker(self._publish_now(todo))
-        except BackendUnavailableError:
-            self._pending = todo[-MAX_PENDING:]
-
-    async def _publish_now(self, todo: list[Outgoing]) -> None:
-        assert self._publisher is not None, "connect() first"
-        for queue in {q for q, _, _, _ in todo}:
-            await self._declare(queue)
-        async with asyncio.timeout(10):  # (asyncio.wait_for may swallow a cancel on 3.11)
-            channel = await self._publisher.get_underlay_channel()
-        for chunk in _chunks(todo, PUBLISH_CHUNK):
-            await asyncio.gather(*(self._publish_one(channel, item) for item in chunk))
-
-    async def _publish_one(self, channel: aiormq.abc.AbstractChannel, item: Outgoing) -> None:
-        queue, job_id, token, priority = item
-        properties = aiormq.spec.Basic.Properties(
-            delivery_mode=2,
-            priority=topology.broker_priority(priority, self.options.max_priority),
-        )
-        name = topology.broker_name(self.options.prefix, queue)
-        body = topology.encode(job_id, token, priority)
-        try:
-            await channel.basic_publish(
-                body, routing_key=name, properties=properties, mandatory=True
-            )
-        except aiormq.exceptions.PublishError:  # the queue vanished: declare it and go again
-            self._declared.discard(name)
-            await self._declare(queue)
-            await channel.basic_publish(
-                body, routing_key=name, properties=properties, mandatory=True
-            )
-
-    def _on_reconnect(self, *_: Any) -> None:
-        if self._pending:
-            task = asyncio.ensure_future(self._publish([]))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
 
     async def _shielded(self, operation: Coroutine[Any, Any, T]) -> T:
         """Run a store transition and the publish that follows it to the end, even when the
@@ -490,81 +381,6 @@ class RabbitMQBackend(Backend):
         task.add_done_callback(self._background.discard)
         return await asyncio.shield(task)
 
-    async def _broker(self, operation: Awaitable[T]) -> T:
-        """Await a broker operation, translating driver errors at the boundary."""
-        try:
-            return await operation
-        except (ConfigError, BackendError):
-            raise
-        except (
-            aiormq.exceptions.AMQPConnectionError,
-            aiormq.exceptions.ChannelInvalidStateError,
-            ConnectionError,
-            OSError,
-            TimeoutError,
-        ) as e:
-            raise BackendUnavailableError(f"RabbitMQ unavailable: {e!r}") from e
-        except aiormq.exceptions.AMQPError as e:
-            raise BackendError(f"RabbitMQ error: {e!r}") from e
-
-    # -- delayed jobs and reconciliation ----------------------------------------------------
-
-    def _note_due(self, queue: str, at: float) -> None:
-        due = self._next_due.get(queue)
-        if due is None or at < due:
-            self._next_due[queue] = at
-
-    async def _promote(self, queue: str, now: float) -> None:
-        """Publish the deliveries of due delayed jobs; a store round trip at most every
-        ``promote_interval`` per queue, unless this process knows a job is due."""
-        due = self._next_due.get(queue)
-        if now < self._next_promote.get(queue, float("-inf")) and (due is None or now < due):
-            return
-        self._next_promote[queue] = now + self.options.promote_interval
-        if due is not None and due <= now:
-            del self._next_due[queue]
-        jobs = await self._delivery.promote_due(queue, PROMOTE_BATCH)
-        if len(jobs) == PROMOTE_BATCH:
-            self._next_promote[queue] = now  # more are due: go on next time
-        await self._publish([(queue, j.id, j.token, j.priority) for j in jobs])
-
-    async def _reconcile(self, queue: str) -> None:
-        """Republish the deliveries of jobs that have waited at the head of the queue for
-        ``reconcile_after`` seconds while the broker had nothing ready for it: a process died
-        between storing a job and publishing it. Duplicates are harmless (only one token
-        matches), so this errs on the side of republishing."""
-        now = self._now()
-        if now < self._next_reconcile.get(queue, float("-inf")):
-            return
-        self._next_reconcile[queue] = now + self.options.reconcile_after / 2
-        self._republished = {k: t for k, t in self._republished.items() if t > now}
-        if await self.store.is_paused(queue):
-            return
-        name = topology.broker_name(self.options.prefix, queue)
-        self._declared.discard(name)  # re-declare: its reply says how many are ready
-        ok = await self._broker(
-            self._on_side_channel(
-                lambda ch: ch.queue_declare(name, durable=True, arguments=self._arguments)
-            )
-        )
-        self._declared.add(name)
-        if ok.message_count:
-            return
-        cutoff = now - self.options.reconcile_after
-        out: list[Outgoing] = []
-        for job in await self.store.list_jobs(queue, JobState.WAITING, 0, RECONCILE_PAGE):
-            key = (queue, job.id, job.token)
-            touched = max(job.created_at, job.claimed_at or 0.0, job.heartbeat_at or 0.0)
-            if touched < cutoff and key not in self._republished:
-                out.append((queue, job.id, job.token, job.priority))
-                self._republished[key] = now + self.options.reconcile_after
-        await self._publish(out)
-
 
 def _waiting(job: Job | None) -> bool:
     return job is not None and job.state is JobState.WAITING
-
-
-def _chunks(items: list[Outgoing], size: int) -> Iterator[list[Outgoing]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

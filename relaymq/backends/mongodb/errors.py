@@ -1,0 +1,34 @@
+"""PyMongo errors translated into ``relaymq.errors`` at the backend's boundary."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+from bson.errors import BSONError
+from pymongo.errors import ConnectionFailure, PyMongoError
+
+from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError, RelayError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Driver errors become ``relaymq.errors`` at the boundary (the cause is kept)."""
+
+    @functools.wraps(fn)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except RelayError:
+            raise
+        except ConnectionFailure as e:  # refused, reset, timed out, no server selected
+            raise BackendUnavailableError(f"MongoDB server unreachable: {e}") from e
+        except BSONError as e:
+            raise CorruptRecordError(f"MongoDB returned an unreadable document: {e}") from e
+        except PyMongoError as e:
+            raise BackendError(f"MongoDB error: {e}") from e
+
+    return call

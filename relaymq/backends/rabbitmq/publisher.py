@@ -1,0 +1,156 @@
+"""The broker side of the RabbitMQ backend: one robust connection, broker queues declared once
+per handle, and deliveries published persistent with confirms.
+
+A delivery is ``(queue, job id, token, priority)``. One the broker cannot take now (it is
+down) is kept and published again after the reconnect: its job is already stored, so nothing is
+lost, at worst delivered later; beyond ``MAX_PENDING`` reconciliation republishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+
+from relaymq.backends.rabbitmq import topology
+from relaymq.backends.rabbitmq.config import Options
+from relaymq.backends.rabbitmq.errors import guarded
+from relaymq.errors import BackendUnavailableError
+
+T = TypeVar("T")
+
+Outgoing = tuple[str, str, int, int]
+"""A delivery to publish: (queue, job id, token, priority)."""
+
+PUBLISH_CHUNK = 2000
+MAX_PENDING = 100_000
+"""Unpublished deliveries kept for the reconnect; beyond that, reconciliation republishes."""
+
+
+class Publisher:
+    def __init__(self, options: Options, arguments: dict[str, Any]) -> None:
+        self.options = options
+        self.arguments = arguments
+        """The broker queues' declaration arguments (priority, expiry)."""
+        self.connection: AbstractRobustConnection | None = None
+        self.declared: set[str] = set()
+        """Broker queues this handle has declared."""
+        self._channel: AbstractRobustChannel | None = None
+        self._side: aiormq.abc.AbstractChannel | None = None
+        self._pending: list[Outgoing] = []
+        self._background: set[asyncio.Future[Any]] = set()
+
+    async def open(self) -> None:
+        if self.connection is not None:
+            return
+        try:
+            self.connection = await aio_pika.connect_robust(
+                self.options.broker_url, reconnect_interval=1.0
+            )
+            channel = await self.connection.channel(publisher_confirms=True, on_return_raises=True)
+        except (aiormq.exceptions.AMQPError, ConnectionError, OSError) as e:
+            raise BackendUnavailableError(f"cannot reach RabbitMQ: {e!r}") from e
+        assert isinstance(channel, aio_pika.RobustChannel)
+        self._channel = channel
+        self.connection.reconnect_callbacks.add(self._on_reconnect)
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=10)
+        if self.connection is not None:
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+            self.connection = None
+
+    @property
+    def unpublished(self) -> int:
+        """Deliveries waiting for the broker to come back."""
+        return len(self._pending)
+
+    def name(self, queue: str) -> str:
+        return topology.broker_name(self.options.prefix, queue)
+
+    async def declare(self, queue: str) -> str:
+        """The broker queue of ``queue``, declared once per handle (durable queues persist)."""
+        name = self.name(queue)
+        if name not in self.declared:
+            await self.on_side_channel(lambda ch: topology.declare(ch, name, self.arguments))
+            self.declared.add(name)
+        return name
+
+    async def ready_count(self, queue: str) -> int:
+        """Messages ready in ``queue``'s broker queue (re-declared: the reply says how many)."""
+        name = self.name(queue)
+        self.declared.discard(name)
+        ok = await guarded(
+            self.on_side_channel(
+                lambda ch: ch.queue_declare(name, durable=True, arguments=self.arguments)
+            )
+        )
+        self.declared.add(name)
+        return int(ok.message_count or 0)
+
+    async def on_side_channel(self, use: Callable[[aiormq.abc.AbstractChannel], Awaitable[T]]) -> T:
+        """Run ``use`` on the side channel, kept apart because a failed declare closes its
+        channel. Shielded: aiormq closes a channel whose RPC is cancelled midway."""
+        assert self.connection is not None, "connect() first"
+        if self._side is None or self._side.is_closed:
+            transport = self.connection.transport
+            if transport is None:
+                raise BackendUnavailableError("RabbitMQ connection is down; reconnecting")
+            self._side = await transport.connection.channel()
+        return await asyncio.shield(use(self._side))
+
+    async def publish(self, out: Sequence[Outgoing]) -> None:
+        """Publish deliveries with confirms; keep the ones the broker cannot take now."""
+        todo, self._pending = [*self._pending, *out], []
+        if not todo:
+            return
+        try:
+            await guarded(self._publish_now(todo))
+        except BackendUnavailableError:
+            self._pending = todo[-MAX_PENDING:]
+
+    async def _publish_now(self, todo: list[Outgoing]) -> None:
+        assert self._channel is not None, "connect() first"
+        for queue in {q for q, _, _, _ in todo}:
+            await self.declare(queue)
+        async with asyncio.timeout(10):  # (asyncio.wait_for may swallow a cancel on 3.11)
+            channel = await self._channel.get_underlay_channel()
+        for chunk in _chunks(todo, PUBLISH_CHUNK):
+            await asyncio.gather(*(self._publish_one(channel, item) for item in chunk))
+
+    async def _publish_one(self, channel: aiormq.abc.AbstractChannel, item: Outgoing) -> None:
+        queue, job_id, token, priority = item
+        properties = aiormq.spec.Basic.Properties(
+            delivery_mode=2,
+            priority=topology.broker_priority(priority, self.options.max_priority),
+        )
+        name = self.name(queue)
+        body = topology.encode(job_id, token, priority)
+        try:
+            await channel.basic_publish(
+                body, routing_key=name, properties=properties, mandatory=True
+            )
+        except aiormq.exceptions.PublishError:  # the queue vanished: declare it and go again
+            self.declared.discard(name)
+            await self.declare(queue)
+            await channel.basic_publish(
+                body, routing_key=name, properties=properties, mandatory=True
+            )
+
+    def _on_reconnect(self, *_: Any) -> None:
+        if self._pending:
+            task = asyncio.ensure_future(self.publish([]))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+
+def _chunks(items: list[Outgoing], size: int) -> Iterator[list[Outgoing]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

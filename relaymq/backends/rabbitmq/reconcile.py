@@ -1,0 +1,71 @@
+"""Deliveries that reach the broker later than their jobs: delayed jobs as they fall due, and
+reconciliation for a process that died between storing a job and publishing it."""
+
+from __future__ import annotations
+
+from relaymq.backends.base import Backend, Clock, DeliveryStore
+from relaymq.backends.rabbitmq.config import Options
+from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
+from relaymq.job import JobState
+
+PROMOTE_BATCH = 1000
+RECONCILE_PAGE = 100
+
+
+class Reconciler:
+    def __init__(
+        self, store: Backend, delivery: DeliveryStore, publisher: Publisher, options: Options,
+        now: Clock,
+    ) -> None:  # fmt: skip
+        self.store = store
+        self.delivery = delivery
+        self.publisher = publisher
+        self.options = options
+        self.now = now
+        self.next_due: dict[str, float] = {}
+        """The earliest due time this process knows of, per queue."""
+        self._next_promote: dict[str, float] = {}
+        self._next_reconcile: dict[str, float] = {}
+        self._republished: dict[tuple[str, str, int], float] = {}
+
+    def note_due(self, queue: str, at: float) -> None:
+        due = self.next_due.get(queue)
+        if due is None or at < due:
+            self.next_due[queue] = at
+
+    async def promote(self, queue: str, now: float) -> None:
+        """Publish the deliveries of due delayed jobs; a store round trip at most every
+        ``promote_interval`` per queue, unless this process knows a job is due."""
+        due = self.next_due.get(queue)
+        if now < self._next_promote.get(queue, float("-inf")) and (due is None or now < due):
+            return
+        self._next_promote[queue] = now + self.options.promote_interval
+        if due is not None and due <= now:
+            del self.next_due[queue]
+        jobs = await self.delivery.promote_due(queue, PROMOTE_BATCH)
+        if len(jobs) == PROMOTE_BATCH:
+            self._next_promote[queue] = now  # more are due: go on next time
+        await self.publisher.publish([(queue, j.id, j.token, j.priority) for j in jobs])
+
+    async def reconcile(self, queue: str) -> None:
+        """Republish the deliveries of jobs that have waited at the head of the queue for
+        ``reconcile_after`` seconds while the broker had nothing ready for it. Duplicates are
+        harmless (only one token matches), so this errs on the side of republishing."""
+        now = self.now()
+        if now < self._next_reconcile.get(queue, float("-inf")):
+            return
+        self._next_reconcile[queue] = now + self.options.reconcile_after / 2
+        self._republished = {k: t for k, t in self._republished.items() if t > now}
+        if await self.store.is_paused(queue):
+            return
+        if await self.publisher.ready_count(queue):
+            return
+        cutoff = now - self.options.reconcile_after
+        out: list[Outgoing] = []
+        for job in await self.store.list_jobs(queue, JobState.WAITING, 0, RECONCILE_PAGE):
+            key = (queue, job.id, job.token)
+            touched = max(job.created_at, job.claimed_at or 0.0, job.heartbeat_at or 0.0)
+            if touched < cutoff and key not in self._republished:
+                out.append((queue, job.id, job.token, job.priority))
+                self._republished[key] = now + self.options.reconcile_after
+        await self.publisher.publish(out)
