@@ -166,17 +166,22 @@ async def test_pausing_one_queue_leaves_others_claimable(backend: Backend, q: st
 
 
 async def test_wait_returns_after_timeout_when_idle(backend: Backend, q: str) -> None:
-    await asyncio.wait_for(backend.wait([q], 0.05), 5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(5):  # the wait ending by its own 0.3 s timeout
+        await backend.wait([q], 0.3)
+    assert loop.time() - started >= 0.25  # it blocked: an idle wait is not a busy poll
 
 
 async def test_wait_wakes_on_enqueue(make_backend: MakeBackend, q: str) -> None:
     waiter = await make_backend()
     producer = await make_backend()
     task = asyncio.create_task(waiter.wait([q], 30))
-    for _ in range(5):  # give the waiter a chance to block first; either order must work
-        await asyncio.sleep(0)
+    done, _ = await asyncio.wait({task}, timeout=0.3)
+    assert not done, "wait returned with nothing enqueued"  # it blocks while idle
     await producer.enqueue([new_job(q)])
-    await asyncio.wait_for(task, 5)  # far below the 30 s timeout: woken, not timed out
+    async with asyncio.timeout(5):  # far below the 30 s timeout: woken, not timed out
+        await task
 
 
 async def test_wait_returns_at_once_when_work_is_already_there(backend: Backend, q: str) -> None:
