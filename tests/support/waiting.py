@@ -27,8 +27,7 @@ class Watch:
         try:
             async with asyncio.timeout(within):
                 while True:
-                    result = check()
-                    if await result if inspect.isawaitable(result) else result:
+                    if await _holds(check):
                         return
                     try:
                         async with asyncio.timeout(RECHECK):
@@ -62,9 +61,13 @@ async def poll_until(check: Check, what: str, within: float = 5.0, every: float 
     try:
         async with asyncio.timeout(within):
             while True:
-                result = check()
-                if await result if inspect.isawaitable(result) else result:
+                if await _holds(check):
                     return
                 await asyncio.sleep(every)
     except TimeoutError:
         raise AssertionError(f"gave up after {within}s waiting for {what}") from None
+
+
+async def _holds(check: Check) -> bool:
+    result = check()
+    return bool(await result if inspect.isawaitable(result) else result)
