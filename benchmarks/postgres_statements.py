@@ -20,8 +20,8 @@ import uuid
 import asyncpg
 
 from relaymq.backends.postgres import PostgresBackend
+from relaymq.backends.postgres.backend import Q
 from relaymq.backends.postgres.migrations import server_settings
-from relaymq.backends.postgres.queries import q
 from relaymq.job import NewJob
 
 MODES = ("auto", "force_generic_plan")
@@ -46,11 +46,11 @@ async def run(url: str, rounds: int, backlog: int) -> None:
         for r in range(rounds):
             for mode, con in cons.items():
                 t0 = time.perf_counter()
-                rows = await con.fetch(q("claim"), ["s"], "w", 10, None, 1000)
+                rows = await con.fetch(Q["claim"], ["s"], "w", 10, None, 1000)
                 t1 = time.perf_counter()
                 n = len(rows)
                 await con.fetch(
-                    q("settle"), [x["queue"] for x in rows], [x["id"] for x in rows],
+                    Q["settle"], [x["queue"] for x in rows], [x["id"] for x in rows],
                     [x["token"] for x in rows], ["complete"] * n, [b"null"] * n, [None] * n,
                     [0.0] * n, None,
                 )  # fmt: skip

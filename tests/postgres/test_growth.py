@@ -7,12 +7,16 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+import asyncpg
+import pytest
 import pytest_asyncio
 
 from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.postgres import PostgresBackend
+from relaymq.backends.postgres import backend as postgres_backend
+from relaymq.backends.postgres.config import DEFAULT_RETENTION
 from relaymq.instrumented import Instrumented
-from relaymq.job import JobState
+from relaymq.job import TERMINAL, JobState
 from relaymq.recovery import Maintenance
 from relaymq.settings import Settings
 from relaymq.testing import FakeClock
@@ -58,6 +62,74 @@ async def test_finished_jobs_are_pruned_after_retention(make: Make, clock: FakeC
     assert counts == {**{s: 0 for s in JobState}, JobState.WAITING: 2, JobState.ACTIVE: 1}
     assert await backend.get_job(q, jobs[0].id) is None
     assert await backend.get_job(q, jobs[4].id) is not None  # still active: untouched
+
+
+async def test_clean_with_the_retention_age_deletes_in_batches_and_keeps_fresh_jobs(
+    make: Make, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_backend, "CLEAN_BATCH", 2)
+    backend = await make(clock=clock, retention=10)
+    statements: list[str] = []
+    fetchrow = backend._fetchrow
+
+    async def counting(name: str, *args: object) -> asyncpg.Record:
+        statements.append(name)
+        return await fetchrow(name, *args)
+
+    monkeypatch.setattr(backend, "_fetchrow", counting)
+
+    async def retain() -> int:  # what the elected maintenance runs for the queue
+        assert backend.retention is not None
+        return sum([await backend.clean(q, s, backend.retention) for s in sorted(TERMINAL)])
+
+    q = "batched"
+    await backend.enqueue([new_job(q, f"j{i}") for i in range(9)])
+    jobs = (await backend.claim([q], "w", 7)).jobs
+    await backend.settle([Settle(j.claim, Outcome.COMPLETE) for j in jobs[:5]])
+    await backend.settle([Settle(j.claim, Outcome.FAIL, error="x") for j in jobs[5:6]])
+    clock.advance(5)
+    assert await retain() == 0  # not old enough yet
+    [fresh] = (await backend.claim([q], "w", 1)).jobs
+    await backend.settle([Settle(fresh.claim, Outcome.COMPLETE)])
+    clock.advance(6)
+    statements.clear()
+    assert await retain() == 6
+    # five old completed jobs in batches of two take three statements; one for each other state
+    assert statements.count("clean") == 3 + 3
+    counts = await backend.counts(q)
+    assert counts == {
+        **{s: 0 for s in JobState},
+        JobState.WAITING: 1,
+        JobState.ACTIVE: 1,
+        JobState.COMPLETED: 1,
+    }
+    assert await backend.get_job(q, fresh.id) is not None  # finished 6 s ago: kept
+    assert await backend.get_job(q, jobs[6].id) is not None  # still active: untouched
+
+
+def test_retention_follows_the_url() -> None:
+    base = f"{SERVER}/{DATABASE}"
+    assert PostgresBackend(f"{base}?retention=60").retention == 60
+    assert PostgresBackend(f"{base}?retention=0").retention is None  # kept for ever
+    assert PostgresBackend(base).retention == DEFAULT_RETENTION
+    assert PostgresBackend(f"{base}?retention=60", retention=0).retention is None
+
+
+async def test_storing_a_large_event_prunes_lapsed_stored_events(make: Make) -> None:
+    backend = await make()
+    con = await asyncpg.connect(
+        backend.options.dsn, server_settings={"search_path": backend.options.schema}
+    )
+    try:
+        await con.execute(  # the test's own row, stored two hours ago
+            "INSERT INTO relaymq_events (body, created_at) VALUES ($1, now() - interval '2h')",
+            b"lapsed",
+        )
+        await backend.publish([b"x" * 20_000])
+        bodies = [bytes(r["body"]) for r in await con.fetch("SELECT body FROM relaymq_events")]
+        assert bodies == [b"x" * 20_000]
+    finally:
+        await con.close()
 
 
 async def test_bytes_with_nul_round_trip(make: Make) -> None:

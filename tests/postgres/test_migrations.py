@@ -11,7 +11,8 @@ import pytest
 import pytest_asyncio
 
 from relaymq.backends.postgres import PostgresBackend, migrate
-from relaymq.backends.postgres.queries import migrations, queries
+from relaymq.backends.postgres.backend import Q
+from relaymq.backends.postgres.migrations import migrations
 from relaymq.errors import BackendError
 from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
 
@@ -40,7 +41,7 @@ async def test_every_named_query_prepares_against_the_migrated_schema(schema: st
     await migrate(url(schema))
     con = await asyncpg.connect(f"{SERVER}/{DATABASE}", server_settings={"search_path": schema})
     try:
-        for name, sql in queries().items():
+        for name, sql in Q.items():
             if name in TEMPLATES:
                 continue
             # PREPARE resolves every table, column, function and type the query names.

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import asyncpg
 
+from relaymq.backends import sqlfile
 from relaymq.backends.base import (
     Backend,
     Beat,
@@ -37,12 +37,14 @@ from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
 from relaymq.backends.postgres.listener import Listener
-from relaymq.backends.postgres.migrations import apply, migrate, server_settings
-from relaymq.backends.postgres.notify import Notes, decode
-from relaymq.backends.postgres.queries import migrations, q
+from relaymq.backends.postgres.migrations import apply, migrate, migrations, server_settings
+from relaymq.backends.postgres.notify import Notes, decode, event_channel
 from relaymq.backends.postgres.records import to_job
+from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
+
+Q = sqlfile.named_queries(__package__, "queries.sql")
 
 PROMOTE_PER_CLAIM = 1000
 """Due delayed jobs a claim promotes to waiting per queue, beyond the ones it takes."""
@@ -77,8 +79,8 @@ class PostgresBackend(Backend, DeliveryStore):
         self._pool: asyncpg.Pool | None = None
         self._connecting = asyncio.Lock()
         self._listener = Listener(self.options, self._wake, self._event, self._reconnected)
-        self._waiters: dict[int, tuple[frozenset[str], asyncio.Event]] = {}
-        self._waiter_ids = itertools.count()
+        # One wake-up per set of queues waited on (a worker waits on the same set every time).
+        self._wakeups: dict[frozenset[str], Wakeup] = {}
         self._fanout = Fanout()
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._dispatcher: asyncio.Task[None] | None = None
@@ -112,7 +114,7 @@ class PostgresBackend(Backend, DeliveryStore):
 
     async def _check_migrated(self, con: asyncpg.Connection) -> None:
         try:
-            done = {r["name"] for r in await con.fetch(q("migrations_applied"))}
+            done = {r["name"] for r in await con.fetch(Q["migrations_applied"])}
         except asyncpg.UndefinedTableError:
             done = set()
         missing = [name for name, _ in migrations() if name not in done]
@@ -149,7 +151,7 @@ class PostgresBackend(Backend, DeliveryStore):
         for attempt in (1, 2):
             try:
                 async with pool.acquire() as con:
-                    return await getattr(con, method)(q(name), *args)
+                    return await getattr(con, method)(Q[name], *args)
             except DRIVER_ERRORS as e:
                 error = translate(e)
                 if attempt == 1 and name in _READS and isinstance(error, BackendUnavailableError):
@@ -168,18 +170,15 @@ class PostgresBackend(Backend, DeliveryStore):
     async def _execute(self, name: str, *args: Any) -> None:
         await self._run("execute", name, *args)
 
-    def _start_listener(self) -> None:
-        self._listener.start()
-
     def _wake(self, queue: str) -> None:
-        for queues, event in self._waiters.values():
+        for queues, wakeup in self._wakeups.items():
             if queue in queues:
-                event.set()
+                wakeup.notify()
 
     def _reconnected(self) -> None:
         # Notifications sent while the LISTEN connection was down are lost: wake everyone.
-        for _, event in self._waiters.values():
-            event.set()
+        for wakeup in self._wakeups.values():
+            wakeup.notify()
 
     # -- producer ---------------------------------------------------------------------------
 
@@ -249,26 +248,20 @@ class PostgresBackend(Backend, DeliveryStore):
         return [bool(r["applied"]) for r in rows]
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        self._start_listener()
-        listening = await self._listener.ready(within=min(timeout, 5.0))
+        listening = await self._listener.ready(within=min(timeout, 5.0))  # starts it
         if not listening:
             timeout = min(timeout, 1.0)  # no wake-ups while it reconnects: poll gently
-        key = next(self._waiter_ids)
-        event = asyncio.Event()
-        self._waiters[key] = (frozenset(queues), event)
-        try:
-            row = await self._fetchrow("wait_check", list(queues), self._now())
-            if row["ready"]:
-                return
-            if row["next_due"] is not None:
-                timeout = min(timeout, max(0.0, row["next_due"]))
-            if timeout <= 0:
-                return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can eat a cancel
-                    await event.wait()
-        finally:
-            del self._waiters[key]
+        key = frozenset(queues)
+        wakeup = self._wakeups.get(key)
+        if wakeup is None:
+            wakeup = self._wakeups[key] = Wakeup()
+        ticket = wakeup.ticket()  # before the check: a wake-up sent after it is kept
+        row = await self._fetchrow("wait_check", list(queues), self._now())
+        if row["ready"]:
+            return
+        if row["next_due"] is not None:
+            timeout = min(timeout, max(0.0, row["next_due"]))
+        await wakeup.wait(timeout, ticket)
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -356,8 +349,8 @@ class PostgresBackend(Backend, DeliveryStore):
             raise BackendError("PostgresBackend is not connected (await connect() first)")
         try:
             async with pool.acquire() as con, con.transaction():
-                await con.execute(q("obliterate_jobs"), queue)
-                await con.execute(q("obliterate_queue"), queue)
+                await con.execute(Q["obliterate_jobs"], queue)
+                await con.execute(Q["obliterate_queue"], queue)
         except DRIVER_ERRORS as e:
             raise translate(e) from e
 
@@ -365,42 +358,21 @@ class PostgresBackend(Backend, DeliveryStore):
         return [r["name"] for r in await self._fetch("list_queues")]
 
     async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        r = info.to_record()
         await self._execute(
-            "register_worker", info.id, list(info.queues), info.concurrency, info.host,
-            info.pid, float(info.started_at), float(ttl), self._now(),
+            "register_worker", r["id"], r["queues"], r["concurrency"], r["host"], r["pid"],
+            float(r["started_at"]), float(ttl), self._now(),
         )  # fmt: skip
 
     async def unregister_worker(self, worker_id: str) -> None:
         await self._execute("unregister_worker", worker_id)
 
     async def list_workers(self) -> list[WorkerInfo]:
-        return [
-            WorkerInfo.from_record(r, r["seen_at"].timestamp())
-            for r in await self._fetch("list_workers", self._now())
-        ]
-
-    # -- delivery store (the metadata of a broker's deliveries) -------------------------------
-
-    async def claim_delivered(
-        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
-    ) -> tuple[ClaimBatch, list[str]]:
-        now = self._now()
-        rows = []
-        if deliveries:
-            rows = await self._fetch(
-                "claim_delivered", queue, [d[0] for d in deliveries],
-                [d[1] for d in deliveries], worker_id, now,
-            )  # fmt: skip
-        jobs = [to_job(r) for r in rows if r["id"] is not None]
-        stale = [r["delivery_id"] for r in rows if r["id"] is None]
-        if now is None:
-            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return ClaimBatch(jobs, now), stale
-
-    async def promote_due(self, queue: str, limit: int) -> list[Job]:
-        if limit <= 0:
-            return []
-        return [to_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
+        out: list[WorkerInfo] = []
+        for r in await self._fetch("list_workers", self._now()):
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged row is skipped
+                out.append(WorkerInfo.from_record(r, r["seen_at"].timestamp()))
+        return out
 
     # -- events -----------------------------------------------------------------------------
 
@@ -410,30 +382,29 @@ class PostgresBackend(Backend, DeliveryStore):
         pool = self._pool
         if pool is None:
             raise BackendError("PostgresBackend is not connected (await connect() first)")
+        channel = event_channel(self.options.schema)
         try:
             async with pool.acquire() as con:
                 if not any(self._notes.too_large(e) for e in events):
-                    await con.execute(q("publish"), self.options.event_channel,
-                                      self._notes.inline(events))  # fmt: skip
+                    await con.execute(Q["publish"], channel, self._notes.inline(events))
                     return
                 async with con.transaction():  # one transaction: the order is kept
                     notes: list[str] = []
                     for e in events:
                         if self._notes.too_large(e):
                             notes.append(
-                                self._notes.stored(await con.fetchval(q("store_event"), e))
+                                self._notes.stored(await con.fetchval(Q["store_event"], e))
                             )
                         else:
                             notes += self._notes.inline([e])
                     # stored events are rare: trim the old ones while here, not in a background task
-                    await con.execute(q("prune_events"), STORED_EVENTS_KEEP)
-                    await con.execute(q("publish"), self.options.event_channel, notes)
+                    await con.execute(Q["prune_events"], STORED_EVENTS_KEEP)
+                    await con.execute(Q["publish"], channel, notes)
         except DRIVER_ERRORS as e:
             raise translate(e) from e
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        self._start_listener()
-        if not await self._listener.ready(within=10.0):
+        if not await self._listener.ready(within=10.0):  # starts it
             raise BackendUnavailableError("PostgreSQL LISTEN connection is not up")
         try:
             await self._listener.listen_events()
@@ -459,3 +430,26 @@ class PostgresBackend(Backend, DeliveryStore):
             if body is None:
                 continue
             self._fanout.deliver([body])
+
+    # -- delivery store (the metadata of a broker's deliveries) -------------------------------
+
+    async def claim_delivered(
+        self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
+    ) -> tuple[ClaimBatch, list[str]]:
+        now = self._now()
+        rows = []
+        if deliveries:
+            rows = await self._fetch(
+                "claim_delivered", queue, [d[0] for d in deliveries],
+                [d[1] for d in deliveries], worker_id, now,
+            )  # fmt: skip
+        jobs = [to_job(r) for r in rows if r["id"] is not None]
+        stale = [r["delivery_id"] for r in rows if r["id"] is None]
+        if now is None:
+            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
+        return ClaimBatch(jobs, now), stale
+
+    async def promote_due(self, queue: str, limit: int) -> list[Job]:
+        if limit <= 0:
+            return []
+        return [to_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]

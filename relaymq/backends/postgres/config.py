@@ -36,15 +36,6 @@ class Options:
     def quoted_schema(self) -> str:
         return f'"{self.schema}"'
 
-    @property
-    def wake_channel(self) -> str:
-        """The NOTIFY channel of wake-ups (the SQL function relaymq_wake_channel agrees)."""
-        return f"relaymq_wake.{self.schema}"[:63]
-
-    @property
-    def event_channel(self) -> str:
-        return f"relaymq_events.{self.schema}"[:63]
-
 
 def parse(url: str, overrides: dict[str, Any]) -> Options:
     """Split ``url`` into the driver's DSN and our options; ``overrides`` are keyword options."""

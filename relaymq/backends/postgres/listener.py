@@ -15,10 +15,13 @@ from collections.abc import Callable
 
 import asyncpg
 
+from relaymq.backends import sqlfile
 from relaymq.backends.postgres.config import Options
 from relaymq.backends.postgres.errors import DRIVER_ERRORS
 from relaymq.backends.postgres.migrations import connect_one
-from relaymq.backends.postgres.queries import q
+from relaymq.backends.postgres.notify import event_channel, wake_channel
+
+Q = sqlfile.named_queries(__package__, "queries.sql")
 
 PING_INTERVAL = 5.0
 PING_TIMEOUT = 5.0
@@ -70,7 +73,7 @@ class Listener:
             con = self._con
             if con is None or con.is_closed():
                 raise ConnectionError("the LISTEN connection is down")
-            await con.add_listener(self._options.event_channel, self._event)
+            await con.add_listener(event_channel(self._options.schema), self._event)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -100,9 +103,9 @@ class Listener:
         async with self._lock:
             con = self._con = await connect_one(self._options)
             con.add_termination_listener(lambda _con: lost.set())
-            await con.add_listener(self._options.wake_channel, self._wake)
+            await con.add_listener(wake_channel(self._options.schema), self._wake)
             if self._events:
-                await con.add_listener(self._options.event_channel, self._event)
+                await con.add_listener(event_channel(self._options.schema), self._event)
         self.connected.set()
         self.connections += 1
         self._came_up.set()
@@ -114,7 +117,7 @@ class Listener:
                     await lost.wait()
                 break
             async with self._lock, asyncio.timeout(PING_TIMEOUT):
-                await con.fetchval(q("ping"))
+                await con.fetchval(Q["ping"])
 
     def _wake(self, _con: object, _pid: int, _channel: str, payload: str) -> None:
         self._on_wake(payload)

@@ -11,27 +11,34 @@ from typing import Any
 
 import asyncpg
 
+from relaymq.backends import sqlfile
 from relaymq.backends.postgres.config import Options, parse
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
-from relaymq.backends.postgres.queries import migrations, q
+
+Q = sqlfile.named_queries(__package__, "queries.sql")
+
+
+def migrations() -> tuple[tuple[str, str], ...]:
+    """``(name, script)`` of every migration of ``migrations/``, in order."""
+    return sqlfile.migrations(__package__)
 
 
 async def apply(con: asyncpg.Connection, options: Options) -> list[str]:
     """Apply every pending migration on ``con`` (search_path = the schema); their names."""
     applied: list[str] = []
     async with con.transaction():
-        await con.execute(q("migrations_lock"), options.schema)
+        await con.execute(Q["migrations_lock"], options.schema)
         if options.schema != "public":
-            await con.execute(q("create_schema").format(schema=options.quoted_schema))
-        await con.execute(q("migrations_table"))
+            await con.execute(Q["create_schema"].format(schema=options.quoted_schema))
+        await con.execute(Q["migrations_table"])
     for name, sql in migrations():
         async with con.transaction():
-            await con.execute(q("migrations_lock"), options.schema)
-            done = {r["name"] for r in await con.fetch(q("migrations_applied"))}
+            await con.execute(Q["migrations_lock"], options.schema)
+            done = {r["name"] for r in await con.fetch(Q["migrations_applied"])}
             if name in done:
                 continue
             await con.execute(sql)
-            await con.execute(q("migration_record"), name)
+            await con.execute(Q["migration_record"], name)
             applied.append(name)
     return applied
 

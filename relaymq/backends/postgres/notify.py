@@ -1,6 +1,9 @@
-"""The NOTIFY format of events: what ``publish`` sends and the dispatcher reads.
+"""The NOTIFY format: the channels of a schema, and the payloads ``publish`` sends and the
+dispatcher reads.
 
-Each event is one notification payload on the schema's event channel:
+Wake-ups go out on ``wake_channel(schema)`` with the queue's name as payload, sent by the job
+table's triggers and by ``resume`` (the SQL function ``relaymq_wake_channel`` computes the same
+name). Each event is one notification payload on ``event_channel(schema)``:
 
 - ``t<n>:<text>``   an event that is valid UTF-8 without NUL, as it is;
 - ``b<n>:<base64>`` any other bytes;
@@ -8,8 +11,7 @@ Each event is one notification payload on the schema's event channel:
   under ``id`` and fetched by the subscriber.
 
 ``n`` numbers this process's notifications, so equal events published in one transaction are
-not folded into one by the server. Wake-ups use their own channel (``Options.wake_channel``)
-with the queue name as payload, sent by the SQL function ``relaymq_wake``.
+not folded into one by the server.
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ from collections.abc import Sequence
 
 NOTIFY_LIMIT = 7900
 """Payloads must stay under the server's 8000 bytes; larger events travel through a table."""
+
+
+def wake_channel(schema: str) -> str:
+    """The wake-up channel of ``schema``, cut to an identifier's 63 bytes."""
+    return f"relaymq_wake.{schema}"[:63]
+
+
+def event_channel(schema: str) -> str:
+    """The event channel of ``schema``, cut to an identifier's 63 bytes."""
+    return f"relaymq_events.{schema}"[:63]
 
 
 class Notes:

@@ -1,4 +1,4 @@
--- Named queries of the PostgreSQL backend, loaded by queries.py.
+-- Named queries of the PostgreSQL backend, loaded through relaymq.backends.sqlfile.
 --
 -- Each query opens with "-- name: <name>", then says what goes in and what comes out.
 -- Tables are unqualified: every connection of the backend has search_path set to its schema.
