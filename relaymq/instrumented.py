@@ -1,9 +1,10 @@
 """The instrumented facade: every call the core makes on a backend that changes or reports jobs.
 
 ``Queue``, ``Worker`` and ``Maintenance`` call the backend only through ``Instrumented``, so
-what happened is reported from ONE place: events today (metrics and trace spans hook in at the
-same points: ``_report`` for batched worker outcomes, ``_announce`` for producer and admin
-actions). Backends never publish events themselves.
+what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call
+(nothing today; call counts, durations, errors and trace spans go there), and the events of
+each call go out through ``_report`` (worker outcomes, batched) or ``_announce`` (producer and
+admin actions, at once). Backends never publish events themselves.
 
 Events from a worker's hot path are batched: they wait at most ``window`` seconds to be
 published together, one backend call for many jobs. Producer and admin events are published
@@ -41,6 +42,8 @@ recovery_log = logging.getLogger("relaymq.recovery")
 EVENT_WINDOW = 0.05
 """Seconds worker events wait to be published together."""
 
+_UNOBSERVED = contextlib.nullcontext()
+
 OUTCOME_EVENT = {
     Outcome.COMPLETE: events.JOB_COMPLETED,
     Outcome.RETRY: events.JOB_RETRYING,
@@ -60,12 +63,19 @@ class Instrumented:
         self._pending: list[events.Event] = []
         self._wanted = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
+        self._publishing = asyncio.Lock()
+        """Held while events are published: the batcher is never stopped inside a publish."""
+
+    def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
+        """The per-call hook: every backend call runs inside ``with self._call(op):``."""
+        return _UNOBSERVED
 
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
-        answers = await self.backend.enqueue(jobs)
+        with self._call("enqueue"):
+            answers = await self.backend.enqueue(jobs)
         now = time.time()
         announced = [
             events.Event(
@@ -81,7 +91,8 @@ class Instrumented:
     # -- worker -----------------------------------------------------------------------------
 
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
-        batch = await self.backend.claim(queues, worker_id, limit)
+        with self._call("claim"):
+            batch = await self.backend.claim(queues, worker_id, limit)
         if batch.jobs:
             now = time.time()
             self._report(
@@ -92,11 +103,13 @@ class Instrumented:
         return batch
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
-        return await self.backend.heartbeat(beats)
+        with self._call("heartbeat"):
+            return await self.backend.heartbeat(beats)
 
     async def settle(self, outcomes: Sequence[tuple[Job, Settle]]) -> list[bool]:
         """Apply each job's fenced transition; report it, or the lost claim when refused."""
-        applied = await self.backend.settle([s for _, s in outcomes])
+        with self._call("settle"):
+            applied = await self.backend.settle([s for _, s in outcomes])
         now = time.time()
         reported = []
         for (job, s), ok in zip(outcomes, applied, strict=True):
@@ -113,7 +126,8 @@ class Instrumented:
         return applied
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        await self.backend.wait(queues, timeout)
+        with self._call("wait"):
+            await self.backend.wait(queues, timeout)
 
     def progress(self, queue: str, job_id: str, value: Any) -> None:
         """Report a handler's progress (stored by the next heartbeat)."""
@@ -124,7 +138,8 @@ class Instrumented:
 
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
         """One recovery pass over ``queue``; every job it moved is logged and announced."""
-        found = await self.backend.recover_stalled(queue, threshold, max_stalled)
+        with self._call("recover_stalled"):
+            found = await self.backend.recover_stalled(queue, threshold, max_stalled)
         for job_id in found.requeued:
             recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
         for job_id in found.failed:
@@ -139,56 +154,64 @@ class Instrumented:
             for i in found.failed
         ]
         self._report(announced)
-        await (
-            self.flush()
-        )  # at once, and a failed publish is logged, never raised: recovery goes on
+        await self.flush()  # at once; a failed publish is logged, never raised: recovery goes on
         return found
 
     async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        return await self.backend.lock(name, owner, ttl)
+        with self._call("lock"):
+            return await self.backend.lock(name, owner, ttl)
 
     async def unlock(self, name: str, owner: str) -> None:
-        await self.backend.unlock(name, owner)
+        with self._call("unlock"):
+            await self.backend.unlock(name, owner)
 
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
-        return await self.backend.clean(queue, state, older_than)
+        with self._call("clean"):
+            return await self.backend.clean(queue, state, older_than)
 
     # -- admin ------------------------------------------------------------------------------
 
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        result = await self.backend.cancel(queue, job_id)
+        with self._call("cancel"):
+            result = await self.backend.cancel(queue, job_id)
         if result is CancelResult.CANCELLED:
             await self._announce_one(events.JOB_CANCELLED, queue, job_id)
         return result
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
-        done = await self.backend.retry_job(queue, job_id)
+        with self._call("retry_job"):
+            done = await self.backend.retry_job(queue, job_id)
         if done:
             await self._announce_one(events.JOB_WAITING, queue, job_id, {"replay": True})
         return done
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
-        done = await self.backend.remove_job(queue, job_id)
+        with self._call("remove_job"):
+            done = await self.backend.remove_job(queue, job_id)
         if done:
             await self._announce_one(events.JOB_REMOVED, queue, job_id)
         return done
 
     async def pause(self, queue: str) -> None:
-        await self.backend.pause(queue)
+        with self._call("pause"):
+            await self.backend.pause(queue)
         await self._announce_one(events.QUEUE_PAUSED, queue)
 
     async def resume(self, queue: str) -> None:
-        await self.backend.resume(queue)
+        with self._call("resume"):
+            await self.backend.resume(queue)
         await self._announce_one(events.QUEUE_RESUMED, queue)
 
     async def register_worker(self, info: WorkerInfo, ttl: float, *, online: bool = False) -> None:
         """Register or renew ``info``; ``online=True`` the first time announces the worker."""
-        await self.backend.register_worker(info, ttl)
+        with self._call("register_worker"):
+            await self.backend.register_worker(info, ttl)
         if online:
             await self._announce([self._worker_event(events.WORKER_ONLINE, info)])
 
     async def unregister_worker(self, info: WorkerInfo) -> None:
-        await self.backend.unregister_worker(info.id)
+        with self._call("unregister_worker"):
+            await self.backend.unregister_worker(info.id)
         await self._announce([self._worker_event(events.WORKER_OFFLINE, info)])
 
     @staticmethod
@@ -205,7 +228,8 @@ class Instrumented:
 
     async def _announce(self, announced: Sequence[events.Event]) -> None:
         """Producer and admin actions: published before the call returns."""
-        await events.publish(self.backend, announced)
+        with self._call("publish"):
+            await events.publish(self.backend, announced)
 
     def _report(self, reported: Any) -> None:
         """Worker outcomes: batched, published within ``window`` by ``batching``."""
@@ -220,7 +244,8 @@ class Instrumented:
         try:
             yield
         finally:
-            self._publisher.cancel()
+            async with self._publishing:  # between two publishes: nothing in flight is lost
+                self._publisher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._publisher
             self._publisher = None
@@ -228,10 +253,13 @@ class Instrumented:
 
     async def flush(self) -> None:
         """Publish every reported event now; a failure is logged and the events dropped."""
-        pending, self._pending = self._pending, []
-        if pending:
+        async with self._publishing:
+            pending, self._pending = self._pending, []
+            if not pending:
+                return
             try:
-                await events.publish(self.backend, pending)
+                with self._call("publish"):
+                    await events.publish(self.backend, pending)
             except BackendError as e:
                 log.warning("could not publish %d events: %s", len(pending), e)
             except Exception:  # an event must never take a worker down

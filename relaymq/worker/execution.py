@@ -8,18 +8,21 @@ here (expire, cancel, unknown task, retry or fail); the backend only stores the 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relaymq.backends.base import Outcome, Settle
-from relaymq.errors import SerializationError, TaskNotFoundError
+from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
 from relaymq.job import Job
 from relaymq.retry import Backoff, next_delay
 from relaymq.serializers import Serializer
 from relaymq.task import JobContext, invoke, resolve
 from relaymq.worker.running import RunningJob, StopReason
+
+log = logging.getLogger("relaymq.worker")
 
 MAX_ERROR_CHARS = 4000
 
@@ -73,11 +76,21 @@ class Execution:
         self.fresh_for = fresh_for
 
     async def run(self, r: RunningJob, now: float) -> Settle | None:
-        """One attempt; ``now`` is the backend's clock at the claim."""
+        """One attempt; ``now`` is the backend's clock at the claim. It always ends in an
+        outcome (or a lost claim): a claim left held would be renewed, never recovered."""
         try:
             return await self._attempt(r, now)
         except asyncio.CancelledError:
             return after_stop(r)
+        except Exception as e:  # outside the handler, which has its own outcomes
+            if r.stop_reason is not None:
+                return after_stop(r)
+            if isinstance(e, BackendError):  # the start check could not ask: run it later
+                log.warning("could not check the claim on %s/%s (%s); releasing it",
+                            r.job.queue, r.job.id, e)  # fmt: skip
+                return Settle(r.claim, Outcome.RELEASE)
+            log.exception("job %s/%s failed outside its handler", r.job.queue, r.job.id)
+            return Settle(r.claim, Outcome.FAIL, error=describe(e))
 
     async def _attempt(self, r: RunningJob, now: float) -> Settle | None:
         job, claim = r.job, r.claim

@@ -54,7 +54,7 @@ class Heartbeats:
                 continue
             reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
             if reason is StopReason.LOST:
-                log.warning("lost the claim on %s/%s; stopping its handler", *r.key)
+                log.warning("lost the claim on %s/%s; stopping its handler", r.job.queue, r.job.id)
             r.stop(reason)
 
     async def check(self, r: RunningJob) -> bool:

@@ -39,8 +39,10 @@ class RunningJob:
     """The outcome is written or being written: heartbeats leave the claim alone."""
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.job.queue, self.job.id
+    def key(self) -> tuple[str, str, int]:
+        """One attempt: the same job claimed again (after this claim was recovered as stalled)
+        is another ``RunningJob``, and each is renewed, stopped and dropped on its own."""
+        return self.claim.queue, self.claim.job_id, self.claim.token
 
     def stop(self, reason: StopReason, *, interrupt: bool = True) -> None:
         """Stop the job: the first reason given is the one its outcome follows. ``interrupt``
@@ -63,7 +65,7 @@ class Claims:
     """
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, str], RunningJob] = {}
+        self._held: dict[tuple[str, str, int], RunningJob] = {}
         self.running = 0
         self.slot_free = asyncio.Event()
         self.idle = asyncio.Event()
@@ -89,10 +91,14 @@ class Claims:
     def drop(self, r: RunningJob) -> None:
         """The claim is no longer held: settled, or lost with nothing to write."""
         self.handler_ended(r)
-        self._held.pop(r.key, None)
+        if self._held.get(r.key) is r:
+            del self._held[r.key]
 
-    def get(self, key: tuple[str, str]) -> RunningJob | None:
-        return self._held.get(key)
+    def holds(self, r: RunningJob) -> bool:
+        return self._held.get(r.key) is r
+
+    def __len__(self) -> int:
+        return len(self._held)
 
     def to_renew(self) -> list[RunningJob]:
         """Held claims whose outcome is not being written (the heartbeat renews these)."""

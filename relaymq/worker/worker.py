@@ -261,7 +261,7 @@ class Worker:
 
     def _report_progress(self, r: RunningJob, value: Any) -> None:
         """A handler's progress (maybe from a plain function's thread)."""
-        if self._claims.get(r.key) is not r:
+        if not self._claims.holds(r):
             return
         r.progress = self.serializer.dumps(value)
         loop = r.task.get_loop() if r.task is not None else asyncio.get_running_loop()

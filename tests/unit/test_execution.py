@@ -4,11 +4,13 @@ fail, timeout, unserialisable result, and the stored error description."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relaymq.backends.base import Outcome
+from relaymq.errors import BackendUnavailableError
 from relaymq.job import Job, JobState
 from relaymq.serializers import DEFAULT_SERIALIZER
 from relaymq.worker.execution import MAX_ERROR_CHARS, Execution, describe, failure
@@ -150,3 +152,40 @@ def test_an_unprintable_exception_is_still_described() -> None:
             raise RuntimeError("no")
 
     assert "Nasty" in describe(Nasty())
+
+
+async def test_a_start_check_that_cannot_reach_the_backend_releases_the_job() -> None:
+    k = "exec-unreachable"
+    job = claimed(tasks.record_order.name, f'{{"args":["{k}","x"],"kwargs":{{}}}}'.encode())
+
+    async def unreachable(r: RunningJob) -> bool:
+        raise BackendUnavailableError("no server")
+
+    ex = Execution(DEFAULT_SERIALIZER, unreachable, lambda r, v: None, fresh_for=0.0)
+    settle = await ex.run(RunningJob(job, job.claim), NOW)
+    assert settle is not None and settle.outcome is Outcome.RELEASE  # runs again, not held
+    assert k not in tasks.ORDER
+
+
+async def test_a_task_module_that_raises_on_import_fails_the_job_with_the_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "exec_broken_tasks.py").write_text("raise RuntimeError('broken at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settle = await run(claimed("exec_broken_tasks:anything", max_attempts=5))
+    assert settle.outcome is Outcome.FAIL and "broken at import" in settle.error
+
+
+async def test_a_serializer_raising_its_own_error_fails_the_job() -> None:
+    class Picky:
+        def dumps(self, value: Any) -> bytes:
+            raise OverflowError("too big for me")
+
+        def loads(self, data: bytes) -> Any:
+            return DEFAULT_SERIALIZER.loads(data)
+
+    job = claimed(tasks.add.name)
+    ex = Execution(Picky(), lambda r: asyncio.sleep(0, True), lambda r, v: None, 60.0)
+    settle = await ex.run(RunningJob(job, job.claim), NOW)
+    assert settle is not None and settle.outcome is Outcome.FAIL
+    assert settle.error is not None and "too big for me" in settle.error

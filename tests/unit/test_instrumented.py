@@ -3,6 +3,8 @@ applies retention, elected per queue."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,8 +12,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from relaymq import events
-from relaymq.backends.base import Outcome, Settle
+from relaymq import events, recovery
+from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.instrumented import Instrumented
 from relaymq.job import JobState
@@ -176,3 +178,71 @@ async def test_no_retention_keeps_everything(backend: InMemoryBackend, clock: Fa
     clock.advance(10**8)
     await Maintenance(Instrumented(backend), ["q"], Settings(), "w").run_once()
     assert await backend.get_job("q", "a") is not None
+
+
+async def test_every_backend_call_goes_through_the_per_call_hook(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    calls: list[str] = []
+
+    class Counted(Instrumented):
+        def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
+            calls.append(op)
+            return super()._call(op)
+
+    ops = Counted(backend)
+    await ops.enqueue([new_job("q", "a")])
+    async with ops.batching():
+        [job] = (await ops.claim(["q"], "w1", 1)).jobs
+        await ops.heartbeat([Beat(job.claim)])
+        await ops.settle([(job, Settle(job.claim, Outcome.COMPLETE, b"1"))])
+    assert calls == ["enqueue", "publish", "claim", "heartbeat", "settle", "publish"]
+
+
+async def test_leaving_batching_waits_for_a_publish_in_flight(
+    backend: InMemoryBackend, seen: list[events.Event]
+) -> None:
+    ops = Instrumented(backend, window=0.0)
+    started, release = asyncio.Event(), asyncio.Event()
+    publish = backend.publish
+
+    async def slow(messages: Any) -> None:
+        started.set()
+        await release.wait()
+        await publish(messages)
+
+    backend.publish = slow  # type: ignore[method-assign]
+    await backend.enqueue([new_job("q", "a")])
+    async with ops.batching():
+        await ops.claim(["q"], "w1", 1)
+        async with asyncio.timeout(5):  # the batcher publishing job:active
+            await started.wait()
+        asyncio.get_running_loop().call_soon(release.set)
+    assert [e.name for e in seen] == ["job:active"]
+
+
+async def test_retention_runs_at_most_once_per_interval(
+    backend: InMemoryBackend, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mono = FakeClock(1000.0)
+    monkeypatch.setattr(recovery.time, "monotonic", mono)
+    backend.retention = 60.0
+    ops = Instrumented(backend)
+    m = Maintenance(ops, ["q"], Settings(), "w")
+
+    async def finished(job_id: str) -> None:
+        await backend.enqueue([new_job("q", job_id)])
+        [job] = (await backend.claim(["q"], "w", 1)).jobs
+        await backend.settle([Settle(job.claim, Outcome.COMPLETE, b"1")])
+        clock.advance(120)  # older than the retention
+
+    await finished("a")
+    await m.run_once()
+    assert await backend.get_job("q", "a") is None
+    await finished("b")
+    mono.advance(recovery.RETENTION_INTERVAL - 1)
+    await m.run_once()
+    assert await backend.get_job("q", "b") is not None  # not due yet
+    mono.advance(1)
+    await m.run_once()
+    assert await backend.get_job("q", "b") is None

@@ -1,0 +1,160 @@
+"""The worker's pieces on the in-memory backend and a test clock, without a running worker: the
+rule linking running jobs and held claims, batched settling, heartbeats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relaymq.backends.base import Outcome, Settle
+from relaymq.backends.memory import InMemoryBackend
+from relaymq.errors import BackendUnavailableError
+from relaymq.instrumented import Instrumented
+from relaymq.job import Job, JobState
+from relaymq.task import JobContext
+from relaymq.testing import FakeClock
+from relaymq.worker.heartbeats import Heartbeats
+from relaymq.worker.running import Claims, RunningJob, StopReason
+from relaymq.worker.settling import Settler
+from tests.support.jobs import new_job
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def backend(clock: FakeClock) -> InMemoryBackend:
+    return InMemoryBackend(clock=clock)
+
+
+async def claim(backend: InMemoryBackend, n: int, queue: str = "q") -> list[Job]:
+    await backend.enqueue([new_job(queue) for _ in range(n)])
+    return (await backend.claim([queue], "w1", n)).jobs
+
+
+async def noop() -> None:
+    pass
+
+
+def active(job_id: str, token: int = 1) -> Job:
+    return Job("q", job_id, "t", b"", JobState.ACTIVE, token=token, claimed_at=float(token))
+
+
+def test_running_jobs_are_a_subset_of_held_claims() -> None:
+    claims = Claims()
+    a, b = claims.add(active("a")), claims.add(active("b"))
+    assert (claims.running, len(claims), claims.idle.is_set()) == (2, 2, False)
+    claims.handler_ended(a)  # a's outcome waits to be settled: still held, no slot
+    claims.handler_ended(a)  # twice is once
+    assert (claims.running, len(claims), claims.slot_free.is_set()) == (1, 2, True)
+    assert claims.running_jobs() == [b] and claims.holds(a)
+    claims.drop(b)  # lost: no longer held, and its slot is free
+    assert (claims.running, len(claims), claims.idle.is_set()) == (0, 1, True)
+    claims.drop(a)
+    assert len(claims) == 0 and not claims.holds(a)
+
+
+def test_the_same_job_claimed_again_is_a_second_claim() -> None:
+    """This worker's first claim was recovered as stalled and the job came back to it."""
+    claims = Claims()
+    old, new = claims.add(active("a", token=1)), claims.add(active("a", token=2))
+    assert (claims.running, len(claims)) == (2, 2)
+    claims.drop(old)  # the stale claim's end leaves the new claim held
+    assert claims.holds(new) and not claims.holds(old) and claims.to_renew() == [new]
+    assert claims.running == 1
+
+
+def test_stop_keeps_the_first_reason_and_marks_the_context() -> None:
+    job = active("a")
+    r = RunningJob(job, job.claim)
+    r.ctx = JobContext("a", "q", "t", 1, lambda value: None)
+    r.stop(StopReason.CANCELLED)
+    r.stop(StopReason.SHUTDOWN)  # a shutdown after the cancel: the cancel is acknowledged
+    assert r.stop_reason is StopReason.CANCELLED and r.ctx.cancelled
+
+
+async def test_a_failed_settle_keeps_every_outcome_for_the_next_try(
+    backend: InMemoryBackend,
+) -> None:
+    jobs = await claim(backend, 2)
+    claims, recorded = Claims(), []
+    settler = Settler(Instrumented(backend), claims, lambda r, s, ok: recorded.append((r, ok)))
+    running = [claims.add(j) for j in jobs]
+    original, calls = backend.settle, 0
+
+    async def flaky(settles: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise BackendUnavailableError("the server went away")
+        return await original(settles)
+
+    backend.settle = flaky  # type: ignore[method-assign]
+    for r in running:
+        claims.handler_ended(r)
+        settler.add(r, Settle(r.claim, Outcome.COMPLETE, b"1"))
+    assert all(r.settling for r in running) and claims.to_renew() == []
+    with pytest.raises(BackendUnavailableError):
+        await settler.flush()
+    assert len(settler) == 2 and len(claims) == 2  # kept, still held
+    await settler.flush()
+    assert len(settler) == 0 and len(claims) == 0
+    assert [ok for _, ok in recorded] == [True, True]
+    for j in jobs:
+        assert (await backend.get_job("q", j.id)).state is JobState.COMPLETED  # type: ignore[union-attr]
+
+
+async def test_a_settle_of_a_lost_claim_is_recorded_as_not_applied(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    [job] = await claim(backend, 1)
+    claims, recorded = Claims(), []
+    settler = Settler(Instrumented(backend), claims, lambda r, s, ok: recorded.append(ok))
+    r = claims.add(job)
+    clock.advance(100)
+    await backend.recover_stalled("q", threshold=10, max_stalled=5)
+    claims.handler_ended(r)
+    settler.add(r, Settle(r.claim, Outcome.COMPLETE, b"1"))
+    await settler.flush()
+    assert recorded == [False] and len(claims) == 0
+
+
+async def test_heartbeats_renew_held_claims_and_stop_lost_and_cancelled_ones(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    kept, removed, cancelled, settling = await claim(backend, 4)
+    claims = Claims()
+    running = {j.id: claims.add(j) for j in (kept, removed, cancelled, settling)}
+    running[settling.id].settling = True  # its outcome is being written: left alone
+    await backend.remove_job("q", removed.id)
+    await backend.cancel("q", cancelled.id)
+    await backend.remove_job("q", settling.id)
+    renewed: list[int] = []
+    original = backend.heartbeat
+
+    async def counting(beats: Any) -> Any:
+        renewed.append(len(beats))
+        return await original(beats)
+
+    backend.heartbeat = counting  # type: ignore[method-assign]
+    await Heartbeats(Instrumented(backend), claims, 1.0, noop).beat()
+    assert renewed == [3]
+    assert running[kept.id].stop_reason is None
+    assert running[removed.id].stop_reason is StopReason.LOST
+    assert running[cancelled.id].stop_reason is StopReason.CANCELLED
+    assert running[settling.id].stop_reason is None
+
+
+async def test_the_fenced_start_check_stops_a_lost_claim_without_interrupting_it(
+    backend: InMemoryBackend,
+) -> None:
+    held, lost = await claim(backend, 2)
+    claims = Claims()
+    a, b = claims.add(held), claims.add(lost)
+    await backend.remove_job("q", lost.id)
+    beats = Heartbeats(Instrumented(backend), claims, 1.0, noop)
+    assert await beats.check(a) is True and a.stop_reason is None
+    assert await beats.check(b) is False and b.stop_reason is StopReason.LOST
