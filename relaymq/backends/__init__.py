@@ -51,8 +51,9 @@ def backend_class(url: str) -> type[Backend]:
 def from_url(url: str, *, clock: Clock | None = None, **options: Any) -> Backend:
     """Build (but do not connect) the backend for ``url``."""
     cls = backend_class(url)
-    for keyword, inner in cls.inner_urls(url).items():  # a broker's metadata store
-        options[keyword] = from_url(inner, clock=clock)
+    inner = cls.inner_urls(url)
+    if inner:  # built over other backends (a broker's metadata store): the options are theirs
+        options = {k: from_url(u, clock=clock, **options) for k, u in inner.items()}
     backend: Backend = cls(url, clock=clock, **options)  # type: ignore[call-arg]
     return backend
 

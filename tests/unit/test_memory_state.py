@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from relaymq.backends.memory.state import QueueState
+from relaymq.backends.memory.state import QueueState, Row
 from relaymq.job import Job, JobState
 
 
-def job(job_id: str, priority: int = 0) -> Job:
-    return Job("q", job_id, "t", b"{}", JobState.WAITING, priority=priority)
+def job(job_id: str, priority: int = 0) -> Row:
+    return Row("q", job_id, "t", b"{}", JobState.WAITING, priority=priority)
 
 
 def test_every_way_into_waiting_allocates_the_next_sequence() -> None:
@@ -48,3 +48,12 @@ def test_state_index_follows_every_change() -> None:
     assert {s: len(ids) for s, ids in q.by_state.items() if ids} == {JobState.COMPLETED: 1}
     q.remove("a")
     assert not any(q.by_state.values()) and q.jobs == {}
+
+
+def test_a_row_has_every_field_of_job_and_freezes_into_an_equal_job() -> None:
+    record = Job("q", "a", "t", b"{}", JobState.ACTIVE, priority=3, token=2, extra={"k": "v"})
+    row = Row.of(record)
+    frozen = row.freeze()
+    assert frozen == record and type(frozen) is Job and frozen is not record
+    row.token = 9  # a later change of the row never shows through a frozen copy
+    assert frozen.token == 2

@@ -80,12 +80,12 @@ class InMemoryBackend(Backend, DeliveryStore):
             if new.id in q.jobs:
                 out.append(Enqueued(new.id, duplicate=True))
                 continue
-            job = Job(
+            row = Row(
                 new.queue, new.id, new.task, new.payload, JobState.WAITING,
                 priority=new.priority, created_at=now, ttl=new.ttl,
                 max_attempts=new.max_attempts, timeout=new.timeout,
             )  # fmt: skip
-            q.add(job, now + new.delay if new.delay > 0 else None)
+            q.add(row, now + new.delay if new.delay > 0 else None)
             out.append(Enqueued(new.id))
         self._wakeup.notify()
         return out

@@ -15,7 +15,7 @@ import dataclasses
 import heapq
 import itertools
 import operator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from relaymq.job import Job, JobState
 
@@ -23,33 +23,39 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _values = operator.attrgetter(*_FIELDS)
 
 
-class _Row:
-    """A stored job: Job's fields, taken from Job itself, in a plain mutable record (assigning
-    to a Job subclass's fields would go through the frozen class's slower ``__setattr__``)."""
+def _mutable_twin(cls: type[Job]) -> type[Any]:
+    """A slotted, mutable dataclass with ``cls``'s fields, defaults and order, made from
+    ``cls`` itself (a generated ``__init__`` is fast; assigning to a frozen Job is not)."""
 
-    __slots__ = _FIELDS
+    def copy(f: dataclasses.Field[Any]) -> Any:
+        if f.default is not dataclasses.MISSING:
+            return dataclasses.field(default=f.default)
+        if f.default_factory is not dataclasses.MISSING:
+            return dataclasses.field(default_factory=f.default_factory)
+        return dataclasses.field()
 
-    @classmethod
-    def of(cls, job: Job) -> _Row:
-        row = cls()
-        for name, value in zip(_FIELDS, _values(job), strict=True):
-            setattr(row, name, value)
-        return row
+    def of(row_cls: type[Any], job: Job) -> Any:
+        return row_cls(*_values(job))
 
-    def freeze(self) -> Job:
+    def freeze(self: Any) -> Job:
         """The immutable record handed out (a later change never shows through it)."""
-        return Job(*_values(self))
+        return cls(*_values(self))
+
+    return dataclasses.make_dataclass(
+        "Row", [(f.name, f.type, copy(f)) for f in dataclasses.fields(cls)], slots=True,
+        namespace={"of": classmethod(of), "freeze": freeze},
+    )  # fmt: skip
 
 
 if TYPE_CHECKING:
 
-    class Row(Job):  # what the type checker sees: a Job with the two methods above
+    class Row(Job):  # what the type checker sees: a Job that also has these two methods
         @classmethod
         def of(cls, job: Job) -> Row: ...
         def freeze(self) -> Job: ...
 
 else:
-    Row = _Row
+    Row = _mutable_twin(Job)
 
 
 class QueueState:
@@ -102,9 +108,8 @@ class QueueState:
         heapq.heappush(self._delayed, (run_at, row.seq, row.id))
         return self.move(row, JobState.DELAYED)
 
-    def add(self, job: Job, run_at: float | None) -> Row:
+    def add(self, row: Row, run_at: float | None) -> Row:
         """Store a new job: waiting, or delayed until ``run_at``."""
-        row = Row.of(job)
         self.jobs[row.id] = row
         self.by_state[row.state][row.id] = None
         if run_at is None:
