@@ -57,3 +57,26 @@ def test_a_row_has_every_field_of_job_and_freezes_into_an_equal_job() -> None:
     assert frozen == record and type(frozen) is Job and frozen is not record
     row.token = 9  # a later change of the row never shows through a frozen copy
     assert frozen.token == 2
+
+
+def test_a_job_claimed_without_a_pop_and_released_is_listed_once() -> None:
+    """A delivery store activates jobs by id, leaving their heap entry; a release pushes the same
+    (priority, sequence) again. The listing follows the state index, not the heap."""
+    q = QueueState()
+    a = q.add(job("a"), None)
+    q.add(job("b"), None)
+    q.make_waiting(q.activate(a, "w", now=1.0), keep_seq=True)
+    assert [j.id for j in q.waiting_page(0, 10)] == ["a", "b"]
+    claimed = []
+    while (next_job := q.pop_waiting()) is not None:
+        claimed.append(q.activate(next_job, "w", now=2.0).id)
+    assert claimed == ["a", "b"]
+
+
+def test_a_heap_never_popped_stays_bounded() -> None:
+    q = QueueState()
+    a = q.add(job("a"), None)
+    for n in range(1000):  # delivered, released, delivered, ... (a delivery store's cycle)
+        q.make_waiting(q.activate(a, "w", now=float(n)), keep_seq=True)
+    assert len(q._waiting) <= 2 * len(q.by_state[JobState.WAITING]) + 64
+    assert [j.id for j in q.waiting_page(0, 10)] == ["a"]

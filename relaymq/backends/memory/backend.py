@@ -101,17 +101,8 @@ class InMemoryBackend(Backend, DeliveryStore):
                 continue
             q.promote_due(now)
             while len(claimed) < limit and (job := q.pop_waiting()) is not None:
-                claimed.append(self._activate(q, job, worker_id, now))
+                claimed.append(q.activate(job, worker_id, now).freeze())
         return ClaimBatch(claimed, now)
-
-    @staticmethod
-    def _activate(q: QueueState, row: Row, worker_id: str, now: float) -> Job:
-        """The one way into ``active``: a new token, a counted attempt."""
-        row.token += 1
-        row.attempts += 1
-        row.claimed_at = row.heartbeat_at = now
-        row.worker_id = worker_id
-        return q.move(row, JobState.ACTIVE).freeze()
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         now = self._now()
@@ -340,7 +331,7 @@ class InMemoryBackend(Backend, DeliveryStore):
             if q is None or job is None or job.state is not JobState.WAITING or job.token != token:
                 stale.append(job_id)
             else:
-                claimed.append(self._activate(q, job, worker_id, now))
+                claimed.append(q.activate(job, worker_id, now).freeze())
         return ClaimBatch(claimed, now), stale
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:

@@ -77,6 +77,14 @@ class QueueState:
         self.by_state[state][row.id] = None
         return row
 
+    def activate(self, row: Row, worker_id: str, now: float) -> Row:
+        """The one way into ``active``: a new token, a counted attempt."""
+        row.token += 1
+        row.attempts += 1
+        row.claimed_at = row.heartbeat_at = now
+        row.worker_id = worker_id
+        return self.move(row, JobState.ACTIVE)
+
     def finish(self, row: Row, state: JobState, now: float) -> Row:
         """A terminal transition: the job leaves its worker."""
         row.finished_at = now
@@ -99,8 +107,12 @@ class QueueState:
             row.seq = next(self._seq)
         row.run_at = None
         row.worker_id = None
+        self.move(row, JobState.WAITING)
         heapq.heappush(self._waiting, (row.priority, row.seq, row.id))
-        return self.move(row, JobState.WAITING)
+        if len(self._waiting) > 2 * len(self.by_state[JobState.WAITING]) + 64:
+            # Mostly stale (a delivery store never pops this heap): rebuild it from the index.
+            self._waiting = sorted((j.priority, j.seq, j.id) for j in self._in(JobState.WAITING))
+        return row
 
     def make_delayed(self, row: Row, run_at: float) -> Row:
         row.run_at = run_at
@@ -151,14 +163,17 @@ class QueueState:
         """The earliest run time among delayed jobs (maybe of a stale entry: an early wake)."""
         return self._delayed[0][0] if self._delayed else None
 
+    def _in(self, state: JobState) -> list[Row]:
+        return [self.jobs[i] for i in self.by_state[state]]
+
     def waiting_page(self, offset: int, limit: int) -> list[Job]:
-        """Waiting jobs in claim order."""
-        live = [e for e in self._waiting if self._entry(JobState.WAITING, e[1], e[2])]
-        return [self.jobs[i].freeze() for _, _, i in heapq.nsmallest(offset + limit, live)[offset:]]
+        """Waiting jobs in claim order (read from the index: the heap may hold a released job
+        twice, under the same sequence, when it was claimed without being popped)."""
+        rows = sorted(self._in(JobState.WAITING), key=lambda j: (j.priority, j.seq))
+        return [r.freeze() for r in rows[offset : offset + limit]]
 
     def delayed_page(self, offset: int, limit: int) -> list[Job]:
-        rows = sorted((self.jobs[i] for i in self.by_state[JobState.DELAYED]),
-                      key=lambda j: (j.run_at or 0.0, j.seq))  # fmt: skip
+        rows = sorted(self._in(JobState.DELAYED), key=lambda j: (j.run_at or 0.0, j.seq))
         return [r.freeze() for r in rows[offset : offset + limit]]
 
     def page(self, state: JobState, offset: int, limit: int) -> list[Job]:
