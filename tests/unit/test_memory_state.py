@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from relaymq.backends.memory.state import QueueState, Row
 from relaymq.job import Job, JobState
 
@@ -52,11 +54,13 @@ def test_state_index_follows_every_change() -> None:
 
 def test_a_row_has_every_field_of_job_and_freezes_into_an_equal_job() -> None:
     record = Job("q", "a", "t", b"{}", JobState.ACTIVE, priority=3, token=2, extra={"k": "v"})
-    row = Row.of(record)
+    row = Row(*(getattr(record, f.name) for f in fields(Job)))  # Row has Job's fields, in order
     frozen = row.freeze()
     assert frozen == record and type(frozen) is Job and frozen is not record
     row.token = 9  # a later change of the row never shows through a frozen copy
     assert frozen.token == 2
+    assert [f.name for f in fields(Row)] == [f.name for f in fields(Job)]
+    assert job("b").freeze() == Job("q", "b", "t", b"{}", JobState.WAITING)  # same defaults
 
 
 def test_a_job_claimed_without_a_pop_and_released_is_listed_once() -> None:
