@@ -12,6 +12,7 @@ from relaymq.errors import (
     JobNotFoundError,
     RelayError,
     RelayWarning,
+    ResultTimeoutError,
     SerializationError,
     TaskNotFoundError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "Queue",
     "RelayError",
     "RelayWarning",
+    "ResultTimeoutError",
     "SerializationError",
     "Settings",
     "Task",

@@ -11,12 +11,13 @@
     │   ├── BackendUnavailableError the server cannot be reached (connection refused, timeout)
     │   └── CorruptRecordError      a stored record cannot be read back
     ├── JobNotFoundError            no such job in that queue
+    ├── ResultTimeoutError          ``JobHandle.result(timeout=)`` passed; says the job's state
     ├── TaskNotFoundError           a job names a task this process cannot import
     └── JobFailedError              ``JobHandle.result()`` of a failed/expired/cancelled job
         ├── JobCancelledError
         └── JobExpiredError
 
-``asyncio.TimeoutError`` (``TimeoutError``) is raised unchanged where a caller's deadline passes.
+``ResultTimeoutError`` is also a ``TimeoutError``, so ``except TimeoutError`` still catches it.
 
 Warnings: ``RelayWarning`` (a ``UserWarning``), with ``EvictionPolicyWarning`` for a Redis
 server that may evict keys, which would lose jobs.
@@ -59,6 +60,19 @@ class CorruptRecordError(BackendError):
 
 class JobNotFoundError(RelayError, LookupError):
     """No job with that id exists in that queue."""
+
+
+class ResultTimeoutError(RelayError, TimeoutError):
+    """``JobHandle.result(timeout=...)`` gave up; the message says where the job stands.
+
+    ``state`` is the job's state when the deadline passed (None when it could not be read).
+    """
+
+    def __init__(self, message: str, job_id: str, queue: str, state: str | None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.queue = queue
+        self.state = state
 
 
 class TaskNotFoundError(RelayError, LookupError):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
+
+from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 
 
 class JobState(enum.StrEnum):
@@ -82,7 +85,9 @@ class Job:
     stalls: int = 0
     cancel_requested: bool = False
     progress: bytes | None = None
+    """As stored (serialized); ``progress_value()`` decodes it."""
     result: bytes | None = None
+    """As stored (serialized); ``result_value()`` decodes it."""
     error: str | None = None
     finished_at: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
@@ -92,6 +97,14 @@ class Job:
     def claim(self) -> Claim:
         """The claim this record was returned with (meaningful for jobs returned by ``claim``)."""
         return Claim(self.queue, self.id, self.token, self.claimed_at or 0.0)
+
+    def progress_value(self, serializer: Serializer = DEFAULT_SERIALIZER) -> Any:
+        """The last progress its handler reported, decoded; None when none was stored."""
+        return None if self.progress is None else serializer.loads(self.progress)
+
+    def result_value(self, serializer: Serializer = DEFAULT_SERIALIZER) -> Any:
+        """The handler's return value, decoded; None unless the job completed."""
+        return None if self.result is None else serializer.loads(self.result)
 
     @property
     def terminal(self) -> bool:

@@ -40,6 +40,9 @@ class Options:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid option."""
+        validate_queue_name(self.queue)
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
         if self.delay < 0:
             raise ConfigError(f"delay must be >= 0, got {self.delay}")
         if self.ttl is not None and self.ttl <= 0:

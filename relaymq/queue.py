@@ -7,7 +7,10 @@ backend through ``Instrumented``, which reports what happened.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
+import weakref
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
@@ -20,6 +23,8 @@ from relaymq.errors import (
     JobFailedError,
     JobNotFoundError,
     PayloadTooLargeError,
+    RelayError,
+    ResultTimeoutError,
 )
 from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL, Job, JobState, NewJob
@@ -29,54 +34,126 @@ from relaymq.settings import Settings
 
 R = TypeVar("R")
 
+log = logging.getLogger("relaymq.queue")
+
+PAUSE_CHECK_EVERY = 30.0
+"""Seconds between two ``is_paused`` checks of one queue by enqueues in this process."""
+
+_pause_seen: weakref.WeakKeyDictionary[Backend, dict[str, tuple[float, bool]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per backend and queue: when this process last learnt whether the queue is paused, and the
+answer. Enqueues read it so that they need no extra round trip of their own."""
+
 
 class JobHandle(Generic[R]):
-    """A reference to one enqueued job."""
+    """A reference to one enqueued job.
+
+    ``paused`` says whether the queue was paused when the job was enqueued, as this process
+    last saw it (checked at most every ``PAUSE_CHECK_EVERY`` seconds per queue, alongside an
+    enqueue; None for handles not made by an enqueue). A paused queue accepts jobs; no worker
+    claims them until it is resumed.
+    """
 
     def __init__(
         self, backend: Backend, queue: str, job_id: str, *, duplicate: bool = False,
-        serializer: Serializer = DEFAULT_SERIALIZER,
+        serializer: Serializer = DEFAULT_SERIALIZER, paused: bool | None = None,
     ) -> None:  # fmt: skip
         self.backend = backend
         self.queue = queue
         self.id = job_id
         self.duplicate = duplicate
+        self.paused = paused
         self._serializer = serializer
 
     def __repr__(self) -> str:
-        return f"<JobHandle {self.queue}/{self.id}{' duplicate' if self.duplicate else ''}>"
+        flags = (" duplicate" if self.duplicate else "") + (" paused" if self.paused else "")
+        return f"<JobHandle {self.queue}/{self.id}{flags}>"
 
     async def job(self) -> Job:
-        """The job's current record."""
+        """The job's current record; ``JobNotFoundError`` when it no longer exists."""
         found = await self.backend.get_job(self.queue, self.id)
         if found is None:
-            raise JobNotFoundError(f"no job {self.id!r} in queue {self.queue!r}")
+            raise _not_found(self.queue, self.id)
         return found
+
+    async def progress(self) -> Any:
+        """The last progress the handler reported (decoded), or None if none was stored."""
+        return (await self.job()).progress_value(self._serializer)
 
     async def result(self, timeout: float | None = None) -> R:
         """Wait until the job ends; its result, or the failure as ``JobFailedError``.
 
-        Raises ``TimeoutError`` when ``timeout`` seconds pass first.
+        Raises ``ResultTimeoutError`` (a ``TimeoutError``) when ``timeout`` seconds pass first;
+        its message says where the job stands (waiting for a worker, paused, running...).
         """
-        async with asyncio.timeout(timeout):
-            subscription = await events.subscribe(self.backend)
-            try:
-                while True:
-                    job = await self.job()
-                    if job.state in TERMINAL:
-                        return self._outcome(job)
-                    await _next_event_for(subscription, self.queue, self.id, within=1.0)
-            finally:
-                await subscription.aclose()
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                subscription = await events.subscribe(self.backend)
+                try:
+                    while True:
+                        job = await self.job()
+                        if job.state in TERMINAL:
+                            return self._outcome(job)
+                        await _next_event_for(subscription, self.queue, self.id, within=1.0)
+                finally:
+                    await subscription.aclose()
+        except TimeoutError as e:
+            if not deadline.expired():
+                raise
+            raise await self._timed_out(timeout) from e
 
     def _outcome(self, job: Job) -> R:
         if job.state is JobState.COMPLETED:
-            value: R = self._serializer.loads(job.result) if job.result is not None else None  # type: ignore[assignment]
+            value: R = job.result_value(self._serializer)
             return value
         error = {JobState.CANCELLED: JobCancelledError, JobState.EXPIRED: JobExpiredError}.get(
             job.state, JobFailedError
         )
         raise error(job.id, job.state.value, job.error)
+
+    async def _timed_out(self, timeout: float | None) -> ResultTimeoutError:
+        where = f"job {self.id} in queue {self.queue!r} did not end within {timeout}s"
+        try:
+            async with asyncio.timeout(_DIAGNOSE_WITHIN):
+                job = await self.backend.get_job(self.queue, self.id)
+                paused = job is not None and not job.terminal and (
+                    await self.backend.is_paused(self.queue)
+                )  # fmt: skip
+        except (RelayError, OSError, TimeoutError) as e:
+            return ResultTimeoutError(f"{where}; its state could not be read: {e!r}",
+                                      self.id, self.queue, None)  # fmt: skip
+        if job is None:
+            return ResultTimeoutError(f"{where}: it no longer exists", self.id, self.queue, None)
+        return ResultTimeoutError(f"{where}: {_standing(job, paused)}", self.id, self.queue,
+                                  job.state.value)  # fmt: skip
+
+
+_DIAGNOSE_WITHIN = 5.0
+"""Seconds ``result()`` spends finding out why it timed out before saying it could not."""
+
+
+def _standing(job: Job, paused: bool) -> str:
+    """Where a job that has not ended stands, in words, for a ``ResultTimeoutError``."""
+    last = f" (attempt {job.attempts} failed: {job.error})" if job.attempts and job.error else ""
+    if paused and job.state in (JobState.WAITING, JobState.DELAYED):
+        return (f"it is {job.state.value}{last} and queue {job.queue!r} is paused: no worker "
+                "claims its jobs until Queue.resume()")  # fmt: skip
+    if job.state is JobState.WAITING:
+        return (f"still waiting{last}: no worker has claimed it; is a worker running on "
+                f"queue {job.queue!r} (relaymq worker MODULE -q {job.queue})?")  # fmt: skip
+    if job.state is JobState.DELAYED:
+        due = (
+            ""
+            if job.run_at is None
+            else f" for about {max(0.0, job.run_at - time.time()):.0f}s more"
+        )
+        return f"delayed{due}{last}: a worker will claim it once it is due"
+    if job.state is JobState.ACTIVE:
+        return (f"still running: attempt {job.attempts} of {job.max_attempts} on worker "
+                f"{job.worker_id or '?'}")  # fmt: skip
+    return f"it ended {job.state.value} just as the deadline passed"
 
 
 async def _next_event_for(subscription: Any, queue: str, job_id: str, within: float) -> None:
@@ -122,12 +199,33 @@ class Queue:
         new_jobs = self._new_jobs(list(calls))
         if not new_jobs:
             return []
-        answers = await self._ops.enqueue(new_jobs)
+        seen = _pause_seen.setdefault(self.backend, {}).get(self.name)
+        if seen is None or time.monotonic() - seen[0] >= PAUSE_CHECK_EVERY:
+            # Asked alongside the enqueue, so it adds no latency (and at most one call per
+            # queue every PAUSE_CHECK_EVERY seconds).
+            answers, paused = await asyncio.gather(self._ops.enqueue(new_jobs),
+                                                   self._check_paused())  # fmt: skip
+        else:
+            answers, paused = await self._ops.enqueue(new_jobs), seen[1]
         return [
             JobHandle(self.backend, self.name, a.id, duplicate=a.duplicate,
-                      serializer=self.serializer)
+                      serializer=self.serializer, paused=paused)
             for a in answers
         ]  # fmt: skip
+
+    async def _check_paused(self) -> bool | None:
+        try:
+            paused = await self.backend.is_paused(self.name)
+        except Exception:  # advisory only: the enqueue itself reports a broken backend
+            return None
+        self._saw_paused(paused)
+        if paused:
+            log.warning("queue %r is paused: jobs are accepted, but no worker claims them "
+                        "until Queue.resume()", self.name)  # fmt: skip
+        return paused
+
+    def _saw_paused(self, paused: bool) -> None:
+        _pause_seen.setdefault(self.backend, {})[self.name] = (time.monotonic(), paused)
 
     def _new_jobs(self, calls: list[Call[Any]]) -> list[NewJob]:
         random_ids = os.urandom(16 * len(calls)).hex()  # one system call for the whole batch
@@ -154,7 +252,11 @@ class Queue:
     def handle(self, job_id: str) -> JobHandle[Any]:
         return JobHandle(self.backend, self.name, job_id, serializer=self.serializer)
 
+    # Not found: a lookup (``get_job``) answers None; an action on a job (``cancel``,
+    # ``retry_job``, ``remove_job``, and ``JobHandle``'s methods) raises ``JobNotFoundError``.
+
     async def get_job(self, job_id: str) -> Job | None:
+        """The job's current record, or None when there is no such job."""
         return await self.backend.get_job(self.name, job_id)
 
     async def list_jobs(self, state: JobState, offset: int = 0, limit: int = 100) -> list[Job]:
@@ -164,23 +266,44 @@ class Queue:
         return await self.backend.counts(self.name)
 
     async def cancel(self, job_id: str) -> CancelResult:
-        return await self._ops.cancel(self.name, job_id)
+        """Cancel a waiting, delayed or active job: ``CANCELLED``, or ``ALREADY_TERMINAL`` when
+        it had ended (nothing changes). ``JobNotFoundError`` when there is no such job."""
+        result = await self._ops.cancel(self.name, job_id)
+        if result is CancelResult.NOT_FOUND:
+            raise _not_found(self.name, job_id)
+        return result
 
     async def retry_job(self, job_id: str) -> bool:
-        """Manual retry / DLQ replay: run a failed, expired or cancelled job again."""
-        return await self._ops.retry_job(self.name, job_id)
+        """Manual retry / DLQ replay: run a failed, expired or cancelled job again.
 
-    async def remove_job(self, job_id: str) -> bool:
-        return await self._ops.remove_job(self.name, job_id)
+        True when it is waiting again; False when it is not in one of those states (it has not
+        ended, or it completed); ``JobNotFoundError`` when there is no such job.
+        """
+        if await self._ops.retry_job(self.name, job_id):
+            return True
+        if await self.backend.get_job(self.name, job_id) is None:  # only on the refusal path
+            raise _not_found(self.name, job_id)
+        return False
+
+    async def remove_job(self, job_id: str) -> None:
+        """Delete the job in any state (an active job's claim is lost); ``JobNotFoundError``
+        when there is no such job."""
+        if not await self._ops.remove_job(self.name, job_id):
+            raise _not_found(self.name, job_id)
 
     async def pause(self) -> None:
+        """Stop workers everywhere from claiming this queue's jobs; enqueues still succeed."""
         await self._ops.pause(self.name)
+        self._saw_paused(True)
 
     async def resume(self) -> None:
         await self._ops.resume(self.name)
+        self._saw_paused(False)
 
     async def is_paused(self) -> bool:
-        return await self.backend.is_paused(self.name)
+        paused = await self.backend.is_paused(self.name)
+        self._saw_paused(paused)
+        return paused
 
     async def drain(self) -> int:
         """Delete every waiting and delayed job."""
@@ -195,3 +318,7 @@ class Queue:
     async def obliterate(self) -> None:
         """Delete the queue and everything in it."""
         await self.backend.obliterate(self.name)
+
+
+def _not_found(queue: str, job_id: str) -> JobNotFoundError:
+    return JobNotFoundError(f"no job {job_id!r} in queue {queue!r}")

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from relaymq.backends import default_backend
-from relaymq.errors import ConfigError, TaskNotFoundError
+from relaymq.errors import TaskNotFoundError
 from relaymq.options import DEFAULT_QUEUE, Call, Options
 from relaymq.queue import JobHandle, Queue
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
@@ -98,7 +98,10 @@ class Task(Generic[P, R]):
         backoff: Backoff | float | None = None,
         backend: Backend | None = None,
     ) -> Task[P, R]:
-        """A copy of this task whose next enqueues use these options."""
+        """A copy of this task whose next enqueues use these options.
+
+        Raises ``ConfigError`` at once for an invalid option, as ``@task(...)`` does.
+        """
         changes: dict[str, Any] = {
             k: v
             for k, v in {
@@ -108,8 +111,9 @@ class Task(Generic[P, R]):
             }.items()
             if v is not None
         }  # fmt: skip
-        return Task(self.fn, self.name, dataclasses.replace(self.options, **changes),
-                    self.takes_context)  # fmt: skip
+        options = dataclasses.replace(self.options, **changes)
+        options.validate()
+        return Task(self.fn, self.name, options, self.takes_context)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call the function directly, as if it were not a task (a coroutine if async)."""
@@ -155,12 +159,11 @@ def task(
 ) -> _Decorator:
     """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``,
     so a worker can import it on demand."""
-    if retries < 0:
-        raise ConfigError("retries must be >= 0")
     options = Options(
         queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
         priority=priority, backend=backend,
     )  # fmt: skip
+    options.validate()
     return _Decorator(name, options)
 
 

@@ -1,0 +1,147 @@
+"""The producer API as a user meets it: options, not-found answers, decoded values, timeouts,
+paused queues."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+
+from relaymq import (
+    Call,
+    ConfigError,
+    JobNotFoundError,
+    JobState,
+    Queue,
+    ResultTimeoutError,
+    task,
+)
+from relaymq import queue as queue_module
+from relaymq.backends.base import Beat, CancelResult, Outcome, Settle
+from relaymq.backends.memory import InMemoryBackend
+from tests import tasks
+
+
+def test_with_options_rejects_negative_retries_like_the_decorator() -> None:
+    with pytest.raises(ConfigError, match="retries"):
+        task(retries=-1)
+    with pytest.raises(ConfigError, match="retries"):
+        tasks.add.with_options(retries=-1)
+
+
+async def test_options_validate_rejects_negative_retries_at_enqueue() -> None:
+    queue = Queue("opts", InMemoryBackend())
+    bad = Call(tasks.add, (1, 2), {}, replace(tasks.add.options, retries=-1))
+    with pytest.raises(ConfigError, match="retries"):
+        await queue.add(bad)
+    assert sum((await queue.counts()).values()) == 0
+
+
+def test_with_options_rejects_a_bad_queue_name_at_once() -> None:
+    with pytest.raises(ConfigError, match="queue name"):
+        tasks.add.with_options(queue="bad name")
+
+
+async def test_missing_jobs_get_none_from_lookups_and_an_error_from_actions() -> None:
+    queue = Queue("nf", InMemoryBackend())
+    assert await queue.get_job("ghost") is None
+    for action in (queue.cancel, queue.retry_job, queue.remove_job):
+        with pytest.raises(JobNotFoundError, match="ghost"):
+            await action("ghost")
+    with pytest.raises(JobNotFoundError):
+        await queue.handle("ghost").job()
+
+
+async def test_actions_on_existing_jobs() -> None:
+    queue = Queue("nf", InMemoryBackend())
+    handle = await queue.add(tasks.add.call(1, 2))
+    assert await queue.retry_job(handle.id) is False  # exists, but has not ended
+    assert await queue.cancel(handle.id) is CancelResult.CANCELLED
+    assert await queue.cancel(handle.id) is CancelResult.ALREADY_TERMINAL
+    assert await queue.retry_job(handle.id) is True
+    await queue.remove_job(handle.id)
+    assert await queue.get_job(handle.id) is None
+
+
+async def test_progress_and_result_come_back_decoded() -> None:
+    backend = InMemoryBackend()
+    queue = Queue("dec", backend)
+    handle = await queue.add(tasks.add.call(1, 2))
+    assert await handle.progress() is None
+    [job] = (await backend.claim(["dec"], "w1", 1)).jobs
+    await backend.heartbeat([Beat(job.claim, queue.serializer.dumps({"pct": 50}))])
+    assert await handle.progress() == {"pct": 50}
+    await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=queue.serializer.dumps([3]))])
+    stored = await queue.get_job(handle.id)
+    assert stored is not None
+    assert (stored.result, stored.progress) == (b"[3]", b'{"pct":50}')  # the record keeps bytes
+    assert stored.result_value() == [3]
+    assert stored.progress_value() == {"pct": 50}
+    assert await handle.result(timeout=1) == [3]
+
+
+async def test_result_timeout_says_no_worker_claimed_the_job() -> None:
+    queue = Queue("lonely", InMemoryBackend())
+    handle = await queue.add(tasks.add.call(1, 2))
+    with pytest.raises(ResultTimeoutError) as e:
+        await handle.result(timeout=0.05)
+    assert isinstance(e.value, TimeoutError)
+    assert "still waiting: no worker has claimed it" in str(e.value)
+    assert "'lonely'" in str(e.value)
+    assert (e.value.job_id, e.value.queue, e.value.state) == (handle.id, "lonely", "waiting")
+
+
+async def test_result_timeout_names_a_paused_queue_and_a_running_job() -> None:
+    backend = InMemoryBackend()
+    queue = Queue("pz", backend)
+    handle = await queue.add(tasks.add.call(1, 2))
+    await queue.pause()
+    with pytest.raises(ResultTimeoutError, match="'pz' is paused"):
+        await handle.result(timeout=0.05)
+    await queue.resume()
+    await backend.claim(["pz"], "w7", 1)
+    with pytest.raises(ResultTimeoutError, match="still running: attempt 1 of 1 on worker w7"):
+        await handle.result(timeout=0.05)
+
+
+async def test_enqueue_into_a_paused_queue_is_accepted_and_flagged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = InMemoryBackend()
+    other = Queue("paused-q", backend)  # pausing elsewhere: this process has not seen it
+    await backend.pause("paused-q")
+    checks = 0
+    is_paused = backend.is_paused
+
+    async def counted(name: str) -> bool:
+        nonlocal checks
+        checks += 1
+        return await is_paused(name)
+
+    backend.is_paused = counted  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="relaymq.queue"):
+        first = await tasks.add.with_options(queue="paused-q", backend=backend).enqueue(1, 2)
+        second = await other.add(tasks.add.call(3, 4))
+    assert (first.paused, second.paused) == (True, True)
+    assert checks == 1  # one check per queue per PAUSE_CHECK_EVERY, not one per enqueue
+    assert [r.getMessage() for r in caplog.records] == [
+        "queue 'paused-q' is paused: jobs are accepted, but no worker claims them until "
+        "Queue.resume()"
+    ]
+    assert (await other.counts())[JobState.WAITING] == 2
+    await other.resume()  # seen by this process at once
+    assert (await other.add(tasks.add.call(5, 6))).paused is False
+    assert checks == 1
+
+
+async def test_a_queue_paused_elsewhere_is_noticed_after_the_check_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = InMemoryBackend()
+    queue = Queue("later", backend)
+    assert (await queue.add(tasks.add.call(1, 2))).paused is False
+    await backend.pause("later")  # another process pauses it
+    assert (await queue.add(tasks.add.call(1, 2))).paused is False  # not asked again yet
+    monkeypatch.setattr(queue_module, "PAUSE_CHECK_EVERY", 0.0)
+    assert (await queue.add(tasks.add.call(1, 2))).paused is True
