@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
+import pytest
+
+from relaymq.backends.base import Backend, CancelResult, Outcome, Settle, WorkerInfo
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
@@ -135,3 +137,22 @@ async def test_migrate_is_idempotent_and_matches_the_capability(backend: Backend
     assert applied == [] and await backend.migrate() == []
     if not backend.capabilities.migrations:
         assert type(backend).migrate is Backend.migrate
+
+
+@pytest.mark.parametrize("ending", [JobState.EXPIRED, JobState.CANCELLED])
+async def test_manual_retry_replays_expired_and_cancelled_jobs_at_the_back(
+    backend: Backend, q: str, ending: JobState
+) -> None:
+    await backend.enqueue([new_job(q, "ended"), new_job(q, "next")])
+    if ending is JobState.EXPIRED:
+        [job] = (await backend.claim([q], "w", 1)).jobs
+        assert job.id == "ended"
+        assert await backend.settle([Settle(job.claim, Outcome.EXPIRE, error="ttl")]) == [True]
+    else:
+        assert await backend.cancel(q, "ended") is CancelResult.CANCELLED
+    assert (await backend.get_job(q, "ended")).state is ending  # type: ignore[union-attr]
+    assert await backend.retry_job(q, "ended")
+    stored = await backend.get_job(q, "ended")
+    assert stored is not None and stored.state is JobState.WAITING and stored.attempts == 0
+    # a replay goes through the FIFO allocator: behind the job that was waiting all along
+    assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["next", "ended"]

@@ -1,5 +1,5 @@
 """The time-dependent contract on each backend's own clock (no test clock): the server's TIME,
-now() or $$NOW decides stalls, due times and leases. Short real thresholds; every wait
+now() or $$NOW decides stalls, due times, TTLs and leases. Short real thresholds; every wait
 re-checks the condition under a deadline, and a lower bound proves nothing happened early."""
 
 from __future__ import annotations
@@ -68,3 +68,25 @@ async def test_a_lease_expires_after_its_ttl(live: Backend) -> None:
     await poll_until(taken_over, "the lease to expire on the server clock", every=0.05)
     assert loop.time() - started >= SHORT - 0.05
     assert not await live.lock(name, "a", SHORT)  # b holds it now
+
+
+async def test_a_ttl_runs_out_on_the_server_clock(live: Backend, q: str) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await live.enqueue([new_job(q, "fresh", ttl=30), new_job(q, "stale", ttl=SHORT)])
+    batch = await live.claim([q], "w", 1)
+    [fresh] = batch.jobs  # creation time and claim time are on one clock, in seconds
+    assert fresh.id == "fresh" and not fresh.expired_at(batch.now)
+    stale = await live.get_job(q, "stale")
+    assert stale is not None
+    probe = q + "-probe"
+
+    async def ran_out() -> bool:  # a new job's creation time is a reading of the server clock
+        [a] = await live.enqueue([new_job(probe)])
+        job = await live.get_job(probe, a.id)
+        return job is not None and job.created_at >= stale.created_at + SHORT
+
+    await poll_until(ran_out, "the TTL to run out on the server clock", every=0.05)
+    assert loop.time() - started >= SHORT - 0.05
+    late = await live.claim([q], "w", 1)
+    assert [j.id for j in late.jobs] == ["stale"] and late.jobs[0].expired_at(late.now)
