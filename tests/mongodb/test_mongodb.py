@@ -24,6 +24,7 @@ from tests.conftest import require
 from tests.mongodb.conftest import PYMONGO_SOCKET_LEAK, free_port
 from tests.support import case_mongodb
 from tests.support.jobs import new_job
+from tests.support.waiting import poll_until
 
 Make = Callable[..., Awaitable[MongoDBBackend]]
 
@@ -132,8 +133,11 @@ async def test_server_clock_decides_due_jobs_and_leases(make: Make) -> None:
     assert job.id == "soon"
     assert await backend.lock("lease", "A", ttl=0.2)
     assert not await backend.lock("lease", "B", ttl=0.2)
-    await asyncio.sleep(0.3)  # let the lease lapse on the server's clock
-    assert await backend.lock("lease", "B", ttl=5)
+
+    async def taken_over() -> bool:
+        return await backend.lock("lease", "B", ttl=5)
+
+    await poll_until(taken_over, "the lease to lapse on the server's clock", every=0.05)
 
 
 async def set_fields(backend: MongoDBBackend, queue: str, job_id: str, **fields: object) -> None:
