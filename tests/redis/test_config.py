@@ -112,3 +112,19 @@ def test_lua_and_python_agree_on_the_job_fields() -> None:
     lib = (files("relaymq.backends.redis") / "scripts" / "lib.lua").read_text()
     block = lib[lib.index("local FIELDS = {") : lib.index("}", lib.index("local FIELDS = {"))]
     assert re.findall(r"'(\w+)'", block) == JOB_FIELDS
+
+
+def test_every_script_is_loaded_and_opens_with_its_header() -> None:
+    from importlib.resources import files
+
+    from relaymq.backends.redis.scripts import NAMES
+
+    folder = files("relaymq.backends.redis") / "scripts"
+    found = {p.name.removesuffix(".lua") for p in folder.iterdir() if p.name.endswith(".lua")}
+    assert found - {"lib"} == set(NAMES)
+    for name in NAMES:
+        lines = (folder / f"{name}.lua").read_text().splitlines()
+        header = "\n".join(lines[: next(i for i, s in enumerate(lines) if not s.startswith("--"))])
+        assert header.startswith(f"-- {name}.lua: "), name
+        for part in ("KEYS", "ARGV", "Returns"):
+            assert f"-- {part}" in header, (name, part)

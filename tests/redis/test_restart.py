@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from relaymq import JobState, Queue, Settings, Worker
 from relaymq.backends.base import Backend, Outcome, Settle
@@ -22,7 +23,7 @@ from relaymq.errors import BackendUnavailableError
 from tests import tasks
 from tests.redis.server import PrivateRedis
 from tests.support.jobs import new_job, queue_name
-from tests.support.waiting import watch
+from tests.support.waiting import poll_until, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -63,6 +64,20 @@ async def resubscribed(backend: Backend, sub: AsyncIterator[bytes]) -> bool:
                 continue
 
 
+async def blocked_in_blpop(url: str) -> None:
+    """Returns once the server reports a client blocked (our backend's BLPOP: the server is
+    private to the test, so no other client blocks on it)."""
+    admin = Redis.from_url(url)
+    try:
+
+        async def blocked() -> bool:
+            return int((await admin.info("clients"))["blocked_clients"]) >= 1
+
+        await poll_until(blocked, "the server to see the wait blocked in BLPOP")
+    finally:
+        await admin.aclose()
+
+
 async def test_accepted_jobs_and_claims_survive_a_sigkill(server: PrivateRedis) -> None:
     backend = RedisBackend(server.url)
     await backend.connect()
@@ -73,7 +88,8 @@ async def test_accepted_jobs_and_claims_survive_a_sigkill(server: PrivateRedis) 
         claimed = (await backend.claim([q], "w1", 30)).jobs
         sub = await backend.subscribe()
         blocked = asyncio.create_task(backend.wait([q + "-idle"], 30))
-        await asyncio.sleep(0.05)  # the wait is blocked in BLPOP when the server dies
+        await blocked_in_blpop(server.url)  # the wait is blocked in BLPOP when the server dies
+        assert not blocked.done()
 
         server.kill()
         with pytest.raises(BackendUnavailableError):
@@ -99,13 +115,25 @@ async def test_accepted_jobs_and_claims_survive_a_sigkill(server: PrivateRedis) 
         recovered = await backend.recover_stalled(q, threshold=0.0, max_stalled=5)
         assert sorted(recovered.requeued) == sorted(j.id for j in claimed)
         assert await backend.settle([Settle(claimed[0].claim, Outcome.COMPLETE)]) == [False]
-        await asyncio.sleep(0.2)  # the delayed jobs fall due (they are due on the server clock)
+        # The delayed jobs fall due on the server clock: an empty claim waits (wait blocks
+        # until the first delayed job is due) and claims again.
         done = 0
-        while batch := (await backend.claim([q], "w2", 50)).jobs:
-            assert all(j.token >= 1 for j in batch)
-            settled = await backend.settle([Settle(j.claim, Outcome.COMPLETE) for j in batch])
-            done += sum(settled)
+        try:
+            async with asyncio.timeout(10):
+                while done < 170:
+                    batch = (await backend.claim([q], "w2", 50)).jobs
+                    if not batch:
+                        await backend.wait([q], 5)
+                        continue
+                    assert all(j.token >= 1 for j in batch)
+                    settled = await backend.settle(
+                        [Settle(j.claim, Outcome.COMPLETE) for j in batch]
+                    )
+                    done += sum(settled)
+        except TimeoutError:
+            raise AssertionError(f"gave up after 10s with {done} of 170 jobs done") from None
         assert done == 170
+        assert (await backend.claim([q], "w2", 50)).jobs == []
         assert (await backend.counts(q))[JobState.COMPLETED] == 170
     finally:
         await backend.close()
@@ -119,22 +147,26 @@ async def test_worker_rides_out_a_server_sigkill(server: PrivateRedis, tmp_path:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "RELAYMQ_LOG_LEVEL": "ERROR",
+        "RELAYMQ_LOG_LEVEL": "WARNING",  # the test reads "settle failed" from the log
+        "COLUMNS": "200",  # the log is wrapped to the console's width
         "RELAYMQ_STALLED_THRESHOLD": "1.0",
         "RELAYMQ_HEARTBEAT_INTERVAL": "0.2",
         "RELAYMQ_STALLED_CHECK_INTERVAL": "0.2",
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", q, "-c", "4",
-        "--backend", server.url, cwd=ROOT, env=env,
+        "--backend", server.url, cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
+    assert proc.stderr is not None
+    log = WorkerLog(proc.stderr)
     try:
         queue = Queue(q, backend)
         handles = [await queue.add(tasks.blocking_sleep.call(0.3)) for _ in range(12)]
         async with watch(backend) as w:
             await w.until(lambda: _active(backend, q), "the worker to hold some jobs", within=20)
         server.kill()
-        await asyncio.sleep(0.5)  # handlers finish during the outage; their settles must wait
+        # A handler finishes during the outage; its settle must wait for the server.
+        await log.until(b"settle failed", "a handler's settle refused during the outage")
         server.start()
         await back_within(backend)
         async with watch(backend) as w:
@@ -152,7 +184,38 @@ async def test_worker_rides_out_a_server_sigkill(server: PrivateRedis, tmp_path:
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+        await log.close()
         await backend.close()
+
+
+class WorkerLog:
+    """The worker process's log (stderr), read as it comes so the pipe never fills."""
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self.lines: list[bytes] = []
+        self._grew = asyncio.Event()
+        self._reader = asyncio.create_task(self._read(stream))
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        async for line in stream:
+            self.lines.append(line)
+            self._grew.set()
+
+    async def until(self, text: bytes, what: str, within: float = 10.0) -> None:
+        """Returns once a line containing ``text`` was logged; fails naming ``what``."""
+        try:
+            async with asyncio.timeout(within):
+                while not any(text in line for line in self.lines):
+                    self._grew.clear()
+                    await self._grew.wait()
+        except TimeoutError:
+            logged = b"".join(self.lines[-20:]).decode(errors="replace")
+            message = f"gave up after {within}s waiting for {what}; log:\n{logged}"
+            raise AssertionError(message) from None
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
 
 
 async def _completed(backend: Backend, q: str, n: int) -> bool:

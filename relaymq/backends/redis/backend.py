@@ -14,16 +14,10 @@ first NOSCRIPT reply; the event subscription re-subscribes by itself.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import time
-from collections import defaultdict
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
-
-import orjson
-from redis import exceptions as rex
 
 from relaymq.backends.base import (
     Backend,
@@ -42,15 +36,24 @@ from relaymq.backends.base import (
 )
 from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import parse_url
-from relaymq.backends.redis.errors import translated
-from relaymq.backends.redis.keys import JOB_FIELDS, STATE_SUFFIXES, WAKE_MAX, Keys
-from relaymq.backends.redis.records import enqueue_head, num, opt, parse_claimed, parse_job
-from relaymq.backends.redis.transport import Transport
-from relaymq.errors import (
-    BackendError,
-    CorruptRecordError,
+from relaymq.backends.redis.errors import wrong_type
+from relaymq.backends.redis.keys import JOB_FIELDS, STATE_SUFFIXES, WAKE_MAX, Keys, per_queue
+from relaymq.backends.redis.records import (
+    Unreadable,
+    claimed_jobs,
+    delivered_jobs,
+    enqueue_head,
+    listed_jobs,
+    num,
+    opt,
+    parse_job,
+    promoted_jobs,
+    worker_infos,
+    worker_record,
 )
-from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
+from relaymq.backends.redis.transport import Transport
+from relaymq.errors import BackendError, CorruptRecordError
+from relaymq.job import TERMINAL, Job, JobState, NewJob
 
 ENQUEUE_CHUNK = 1000
 """Jobs per enqueue script call: bounds how long one call holds the server."""
@@ -62,24 +65,6 @@ PROMOTE_MAX = 1000
 """Delayed jobs promoted per queue per claim; the rest are promoted by the next claims."""
 SCAN_CHUNK = 500
 """Jobs examined per recovery or purge script call (the caller loops while chunks are full)."""
-MIN_BLOCK = 0.01
-"""BLPOP rounds timeouts to milliseconds and 0 blocks forever: shorter waits return at once."""
-
-
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _per_queue(claims: Sequence[Claim]) -> Iterator[tuple[str, list[int]]]:
-    """The positions of ``claims`` grouped by queue, in chunks of at most ``SETTLE_CHUNK``:
-    one script call per chunk, so a queue's keys stay in one call (one cluster slot)."""
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, c in enumerate(claims):
-        groups[c.queue].append(i)
-    for queue, indexes in groups.items():
-        for chunk in _chunks(indexes, SETTLE_CHUNK):
-            yield queue, chunk
 
 
 class RedisBackend(Backend, DeliveryStore):
@@ -124,14 +109,10 @@ class RedisBackend(Backend, DeliveryStore):
         """The ``now`` argument of every script: the test clock's reading, or '' for TIME."""
         return num(self._clock()) if self._clock is not None else ""
 
-    def _slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
-        """Queues that one script may serve together: all of them, or per slot on a cluster."""
-        if not self._options.cluster:
-            return [list(queues)]
-        groups: dict[int, list[str]] = defaultdict(list)
-        for q in queues:
-            groups[self._keys.slot(q)].append(q)
-        return list(groups.values())
+    async def _fail_unreadable(self, unreadable: list[Unreadable]) -> None:
+        """Claimed jobs whose records cannot be read here go to the DLQ with the reason, rather
+        than be handed out or dropped."""
+        await self.settle([Settle(c, Outcome.FAIL, error=why) for c, why in unreadable])
 
     # -- producer ---------------------------------------------------------------------------
 
@@ -156,7 +137,7 @@ class RedisBackend(Backend, DeliveryStore):
         for queue, indexes in by_queue.items():
             commands.append(("SADD", self._keys.queues, queue))
             chunks.append([])
-            head = ("EVALSHA", self._t.scripts.sha["enqueue"], 1, self._keys.base(queue), now)
+            head = self._evalsha("enqueue", [self._keys.base(queue)], [now])
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = []
@@ -192,7 +173,9 @@ class RedisBackend(Backend, DeliveryStore):
                     "claim", keys, [self._now(), worker_id, max(want, 0), PROMOTE_MAX]
                 )
                 now = float(reply[0])
-                got = await self._parse_claimed(visit, reply, worker_id)
+                got, unreadable = claimed_jobs(visit, reply, worker_id)
+                if unreadable:
+                    await self._fail_unreadable(unreadable)
                 jobs += got
                 if want < CLAIM_CHUNK or len(got) < want:
                     break
@@ -200,46 +183,11 @@ class RedisBackend(Backend, DeliveryStore):
                 break
         return ClaimBatch(jobs, now)
 
-    async def _parse_claimed(
-        self, visit: Sequence[str], reply: list[Any], worker_id: str
-    ) -> list[Job]:
-        """The jobs of a ``claim.lua`` reply."""
-        now = float(reply[0])
-        jobs: list[Job] = []
-        unreadable: list[Settle] = []
-        for at in range(1, len(reply), 4):
-            queue, job_id, token = visit[reply[at] - 1], reply[at + 1].decode(), reply[at + 2]
-            try:
-                jobs.append(parse_claimed(queue, job_id, reply[at + 3], token, now, worker_id))
-            except CorruptRecordError as e:
-                # Claimed (the script could read its state and token) but not readable here:
-                # fail it into the DLQ with the reason rather than hand it out or drop it.
-                unreadable.append(Settle(Claim(queue, job_id, token, now), Outcome.FAIL,
-                                         error=str(e)))  # fmt: skip
-        if unreadable:
-            await self.settle(unreadable)
-        return jobs
-
-    async def _parse_delivered(self, queue: str, claimed: list[Any]) -> list[Job]:
-        """The jobs of a ``claim_delivered.lua`` reply (records in ``JOB_FIELDS`` order)."""
-        jobs: list[Job] = []
-        unreadable: list[Settle] = []
-        for at in range(0, len(claimed), 2):
-            job_id, values = claimed[at].decode(), claimed[at + 1]
-            try:
-                jobs.append(parse_job(queue, job_id, values))
-            except CorruptRecordError as e:
-                claim = Job(queue, job_id, "", b"", JobState.ACTIVE, token=int(values[11])).claim
-                unreadable.append(Settle(claim, Outcome.FAIL, error=str(e)))
-        if unreadable:
-            await self.settle(unreadable)
-        return jobs
-
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         now = self._now()
         commands = []
         order: list[list[int]] = []
-        for queue, indexes in _per_queue([b.claim for b in beats]):
+        for queue, indexes in per_queue([b.claim for b in beats], SETTLE_CHUNK):
             order.append(indexes)
             args: list[Any] = [now]
             for i in indexes:
@@ -257,7 +205,7 @@ class RedisBackend(Backend, DeliveryStore):
         now = self._now()
         commands = []
         order: list[list[int]] = []
-        for queue, indexes in _per_queue([s.claim for s in settles]):
+        for queue, indexes in per_queue([s.claim for s in settles], SETTLE_CHUNK):
             order.append(indexes)
             args: list[Any] = [now]
             for i in indexes:
@@ -276,7 +224,7 @@ class RedisBackend(Backend, DeliveryStore):
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         if not queues or timeout <= 0:
             return
-        groups = self._slot_groups(queues)
+        groups = self._keys.by_slot(queues) if self._options.cluster else [list(queues)]
         now = self._now()
         checks = [
             self._evalsha("wait_check", [self._keys.base(q) for q in g], [now]) for g in groups
@@ -287,24 +235,8 @@ class RedisBackend(Backend, DeliveryStore):
                 return
             if answer != b"idle":
                 block = min(block, float(answer))
-        if block < MIN_BLOCK:
-            return
         # Paused queues are watched too: resume pushes wake-up tokens.
-        lists = [[self._keys.wake(q) for q in g] for g in groups]
-        with translated("wait"):
-            if len(lists) == 1:
-                await self._t.client.blpop(lists[0], timeout=round(block, 3))
-                return
-            seconds = round(block, 3)
-            tasks = [asyncio.ensure_future(self._t.client.blpop(k, timeout=seconds)) for k in lists]
-            try:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    t.result()
-            finally:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+        await self._t.block([[self._keys.wake(q) for q in g] for g in groups], block)
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -340,7 +272,7 @@ class RedisBackend(Backend, DeliveryStore):
                 [("HMGET", self._keys.job(queue, job_id), *JOB_FIELDS)], "get_job"
             )
         except BackendError as e:
-            if isinstance(e.__cause__, rex.ResponseError) and "WRONGTYPE" in str(e.__cause__):
+            if wrong_type(e):
                 raise CorruptRecordError(f"job {job_id!r} of {queue!r} is not a hash") from e
             raise
         if all(v is None for v in values):
@@ -355,13 +287,7 @@ class RedisBackend(Backend, DeliveryStore):
         reply = await self._script(
             "page", [self._keys.base(queue)], [state.value, max(offset, 0), limit]
         )
-        jobs: list[Job] = []
-        for at in range(0, len(reply), 2):
-            if reply[at + 1] == 0:
-                continue  # unreadable: get_job reports it; a listing goes on without it
-            with contextlib.suppress(CorruptRecordError):
-                jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
-        return jobs
+        return listed_jobs(queue, reply)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         replies = await self._run(
@@ -446,7 +372,7 @@ class RedisBackend(Backend, DeliveryStore):
         await self._script(
             "register_worker",
             [self._keys.workers, self._keys.worker(info.id)],
-            [self._now(), info.id, num(ttl), orjson.dumps(info.to_record()), expire_ms],
+            [self._now(), info.id, num(ttl), worker_record(info), expire_ms],
         )
 
     async def unregister_worker(self, worker_id: str) -> None:
@@ -459,11 +385,16 @@ class RedisBackend(Backend, DeliveryStore):
         reply = await self._script(
             "list_workers", [self._keys.workers], [self._now(), self._keys.worker_prefix]
         )
-        workers: list[WorkerInfo] = []
-        for at in range(0, len(reply), 2):
-            with contextlib.suppress(ValueError, KeyError, TypeError):  # a damaged record
-                workers.append(WorkerInfo.from_record(orjson.loads(reply[at]), reply[at + 1]))
-        return workers
+        return worker_infos(reply)
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[bytes]) -> None:
+        if events:
+            await self._run([("PUBLISH", self._keys.events, pubsub.frame(events))], "publish")
+
+    async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        return await pubsub.subscribe(self._t.client, self._keys.events)
 
     # -- delivery store ---------------------------------------------------------------------
 
@@ -476,22 +407,13 @@ class RedisBackend(Backend, DeliveryStore):
         )
         if paused:
             return ClaimBatch([], float(nows)), []
-        jobs = await self._parse_delivered(queue, claimed)
+        jobs, unreadable = delivered_jobs(queue, claimed)
+        if unreadable:
+            await self._fail_unreadable(unreadable)
         return ClaimBatch(jobs, float(nows)), [i.decode() for i in stale]
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         if limit <= 0:
             return []
         reply = await self._script("promote_due", [self._keys.base(queue)], [self._now(), limit])
-        return [
-            parse_job(queue, reply[at].decode(), reply[at + 1]) for at in range(0, len(reply), 2)
-        ]
-
-    # -- events -----------------------------------------------------------------------------
-
-    async def publish(self, events: Sequence[bytes]) -> None:
-        if events:
-            await self._run([("PUBLISH", self._keys.events, pubsub.frame(events))], "publish")
-
-    async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        return await pubsub.subscribe(self._t.client, self._keys.events)
+        return promoted_jobs(queue, reply)

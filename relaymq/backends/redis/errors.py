@@ -29,3 +29,9 @@ def translated(what: str) -> Iterator[None]:
         raise BackendUnavailableError(f"Redis unreachable ({what}): {e}") from e
     except rex.RedisError as e:
         raise BackendError(f"Redis failed ({what}): {e}") from e
+
+
+def wrong_type(e: BackendError) -> bool:
+    """Whether ``e`` is the server's WRONGTYPE reply (a key holds another type than expected:
+    the record is damaged, the server is fine)."""
+    return isinstance(e.__cause__, rex.ResponseError) and "WRONGTYPE" in str(e.__cause__)

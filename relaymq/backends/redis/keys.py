@@ -43,9 +43,13 @@ sorting by (priority, seq).
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+
 from redis.crc import key_slot
 
 from relaymq.errors import ConfigError
+from relaymq.job import Claim
 
 PRIORITY_SHIFT = 2**40
 PRIORITY_LIMIT = 2**12
@@ -104,3 +108,21 @@ class Keys:
     def slot(self, queue: str) -> int:
         """The cluster slot every key of ``queue`` lives in."""
         return int(key_slot(self.base(queue).encode()))
+
+    def by_slot(self, queues: Sequence[str]) -> list[list[str]]:
+        """``queues`` grouped by cluster slot: the queues one script call may touch together."""
+        groups: dict[int, list[str]] = defaultdict(list)
+        for q in queues:
+            groups[self.slot(q)].append(q)
+        return list(groups.values())
+
+
+def per_queue(claims: Sequence[Claim], size: int) -> Iterator[tuple[str, list[int]]]:
+    """The positions of ``claims`` grouped by queue, in chunks of at most ``size``: one script
+    call per chunk, so a call touches one queue's keys (one cluster slot)."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, c in enumerate(claims):
+        groups[c.queue].append(i)
+    for queue, indexes in groups.items():
+        for start in range(0, len(indexes), size):
+            yield queue, indexes[start : start + size]

@@ -1,12 +1,21 @@
-"""Turning job hashes into ``Job`` records, and values into script arguments."""
+"""Turning job hashes and script replies into ``Job`` records, and values into script arguments."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import Any
 
+import orjson
+
+from relaymq.backends.base import WorkerInfo
 from relaymq.backends.redis.keys import PRIORITY_LIMIT
 from relaymq.errors import ConfigError, CorruptRecordError
-from relaymq.job import Job, JobState, NewJob
+from relaymq.job import Claim, Job, JobState, NewJob
+
+Unreadable = tuple[Claim, str]
+"""A job that was claimed but whose record cannot be read back, and why: the backend fails it
+into the DLQ with that reason rather than hand it out or drop it."""
 
 
 def opt(value: bytes | str | None) -> bytes:
@@ -128,6 +137,66 @@ def parse_claimed(
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
+
+
+def claimed_jobs(
+    queues: Sequence[str], reply: list[Any], worker_id: str
+) -> tuple[list[Job], list[Unreadable]]:
+    """The jobs of a ``claim.lua`` reply (``queues``: the visit order the script was given)."""
+    now = float(reply[0])
+    jobs: list[Job] = []
+    unreadable: list[Unreadable] = []
+    for at in range(1, len(reply), 4):
+        queue, job_id, token = queues[reply[at] - 1], reply[at + 1].decode(), reply[at + 2]
+        try:
+            jobs.append(parse_claimed(queue, job_id, reply[at + 3], token, now, worker_id))
+        except CorruptRecordError as e:
+            unreadable.append((Claim(queue, job_id, token, now), str(e)))
+    return jobs, unreadable
+
+
+def delivered_jobs(queue: str, claimed: list[Any]) -> tuple[list[Job], list[Unreadable]]:
+    """The jobs of a ``claim_delivered.lua`` reply (records in ``JOB_FIELDS`` order)."""
+    jobs: list[Job] = []
+    unreadable: list[Unreadable] = []
+    for at in range(0, len(claimed), 2):
+        job_id, values = claimed[at].decode(), claimed[at + 1]
+        try:
+            jobs.append(parse_job(queue, job_id, values))
+        except CorruptRecordError as e:
+            unreadable.append((Claim(queue, job_id, int(values[11]), 0.0), str(e)))
+    return jobs, unreadable
+
+
+def listed_jobs(queue: str, reply: list[Any]) -> list[Job]:
+    """The readable jobs of a ``page.lua`` reply; unreadable ones are left out (``get_job``
+    reports them; a listing goes on without them)."""
+    jobs: list[Job] = []
+    for at in range(0, len(reply), 2):
+        if reply[at + 1] == 0:
+            continue
+        with contextlib.suppress(CorruptRecordError):
+            jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
+    return jobs
+
+
+def promoted_jobs(queue: str, reply: list[Any]) -> list[Job]:
+    """The jobs of a ``promote_due.lua`` reply."""
+    return [parse_job(queue, reply[at].decode(), reply[at + 1]) for at in range(0, len(reply), 2)]
+
+
+def worker_infos(reply: list[Any]) -> list[WorkerInfo]:
+    """The workers of a ``list_workers.lua`` reply; a damaged registration is left out."""
+    workers: list[WorkerInfo] = []
+    for at in range(0, len(reply), 2):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            workers.append(WorkerInfo.from_record(orjson.loads(reply[at]), reply[at + 1]))
+    return workers
+
+
+def worker_record(info: WorkerInfo) -> bytes:
+    """A worker's registration as stored (``info`` of its hash)."""
+    return orjson.dumps(info.to_record())
 
 
 def enqueue_head(j: NewJob) -> str:

@@ -1,10 +1,12 @@
 """How the Redis backend talks to the server: one client (plain or cluster), pipelined command
-batches with one round trip per server, scripts by SHA reloaded after a server restart, and the
-check of the eviction policy at connect. The backend (backend.py) only says what to run.
+batches with one round trip per server, scripts by SHA reloaded after a server restart, blocking
+pops over wake-up lists, and the check of the eviction policy at connect. The backend
+(backend.py) only says what to run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +22,9 @@ from relaymq.backends.redis.direct import Link
 from relaymq.backends.redis.errors import translated
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import BackendError
+
+MIN_BLOCK = 0.01
+"""BLPOP rounds timeouts to milliseconds and 0 blocks forever: shorter blocks return at once."""
 
 
 class Transport:
@@ -135,6 +140,29 @@ class Transport:
                 await self._load_scripts()
                 todo = again
         return replies
+
+    async def block(self, lists: Sequence[Sequence[str]], seconds: float) -> None:
+        """Block until a token can be popped from one of ``lists`` or ``seconds`` pass.
+
+        ``lists`` are groups of list keys that one BLPOP may watch together (one cluster slot
+        each); several groups block side by side and the first to return ends the wait.
+        """
+        if seconds < MIN_BLOCK:
+            return
+        seconds = round(seconds, 3)
+        with translated("wait"):
+            if len(lists) == 1:
+                await self.client.blpop(lists[0], timeout=seconds)
+                return
+            tasks = [asyncio.ensure_future(self.client.blpop(k, timeout=seconds)) for k in lists]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    t.result()
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _policy(reply: Any) -> str | None:
