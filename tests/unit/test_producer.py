@@ -3,11 +3,17 @@ paused queues."""
 
 from __future__ import annotations
 
+import ast
 import logging
+import subprocess
+import sys
+from collections.abc import Collection
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+import relaymq
 from relaymq import (
     Call,
     ConfigError,
@@ -145,3 +151,80 @@ async def test_a_queue_paused_elsewhere_is_noticed_after_the_check_interval(
     assert (await queue.add(tasks.add.call(1, 2))).paused is False  # not asked again yet
     monkeypatch.setattr(queue_module, "PAUSE_CHECK_EVERY", 0.0)
     assert (await queue.add(tasks.add.call(1, 2))).paused is True
+
+
+# -- the producer layer imports without a circle --------------------------------------------
+
+PACKAGE = Path(relaymq.__file__).parent
+
+IMPORT_FIRST = """
+import sys, types
+package = types.ModuleType("relaymq")  # the package without running its __init__, which
+package.__path__ = [{path!r}]          # would import every module in one fixed order first
+sys.modules["relaymq"] = package
+import {module}
+print(" ".join(sorted(m for m in sys.modules if m.startswith("relaymq."))))
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["relaymq.task", "relaymq.queue", "relaymq.options", "relaymq.instrumented",
+     "relaymq.backends", "relaymq.settings", "relaymq.cli.app"],
+)  # fmt: skip
+def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_FIRST.format(path=str(PACKAGE), module=module)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert module in loaded
+    if module not in ("relaymq.task", "relaymq.cli.app"):
+        assert "relaymq.task" not in loaded, f"{module} needs the task module"
+    if module in ("relaymq.options", "relaymq.backends", "relaymq.settings"):
+        assert "relaymq.queue" not in loaded, f"{module} needs the queue module"
+
+
+def _runtime_imports(path: Path, name: str, modules: Collection[str]) -> set[str]:
+    """The relaymq modules ``path`` imports when it loads (not for type checking, not inside
+    functions): ``from pkg import sub`` imports the module ``pkg.sub`` when there is one, else
+    a name from ``pkg``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            for alias in node.names:
+                found.add(sub if (sub := f"{base}.{alias.name}") in modules else base)
+    return found & set(modules)
+
+
+def test_no_module_of_the_package_imports_itself_through_a_circle() -> None:
+    """Module-level imports between relaymq's modules (the package root included) form no
+    cycle."""
+    modules: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _runtime_imports(path, name, modules) - {name} for name, path in modules.items()}
+    assert graph["relaymq.task"] >= {"relaymq.queue", "relaymq.options"}  # the graph is read
+    assert "relaymq.events" in graph["relaymq.queue"]  # ``from relaymq import events``
+
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(name) :], name]))
+        if name not in done:
+            for target in sorted(graph[name]):
+                visit(target, [*path, name])
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
