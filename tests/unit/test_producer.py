@@ -170,7 +170,7 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("relaymq."))))
 @pytest.mark.parametrize(
     "module",
     ["relaymq.task", "relaymq.queue", "relaymq.options", "relaymq.instrumented",
-     "relaymq.backends", "relaymq.settings", "relaymq.cli.app"],
+     "relaymq.backends", "relaymq.settings", "relaymq.worker", "relaymq.cli.app"],
 )  # fmt: skip
 def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     done = subprocess.run(
@@ -180,7 +180,7 @@ def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) 
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
     assert module in loaded
-    if module not in ("relaymq.task", "relaymq.cli.app"):
+    if module not in ("relaymq.task", "relaymq.worker", "relaymq.cli.app"):
         assert "relaymq.task" not in loaded, f"{module} needs the task module"
     if module in ("relaymq.options", "relaymq.backends", "relaymq.settings"):
         assert "relaymq.queue" not in loaded, f"{module} needs the queue module"
