@@ -4,10 +4,11 @@ paused queues."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,9 +22,11 @@ from relaymq import (
     JobState,
     Queue,
     ResultTimeoutError,
+    set_default_backend,
     task,
 )
 from relaymq import queue as queue_module
+from relaymq.backends import default_backend
 from relaymq.backends.base import Beat, CancelResult, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from tests import tasks
@@ -228,3 +231,51 @@ def test_no_module_of_the_package_imports_itself_through_a_circle() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+
+
+# -- the default backend, beside connect() ---------------------------------------------------
+
+
+@pytest.fixture
+def no_default_backend() -> Iterator[None]:
+    set_default_backend(None)
+    yield
+    set_default_backend(None)
+
+
+async def test_enqueue_uses_the_tasks_backend_then_the_default_one(
+    no_default_backend: None,
+) -> None:
+    default, own = InMemoryBackend(), InMemoryBackend()
+    set_default_backend(default)
+    handle = await tasks.add.enqueue(1, 2)
+    assert handle.backend is default and await default.get_job("tests", handle.id) is not None
+    handle = await tasks.add.with_options(backend=own).enqueue(1, 2)
+    assert handle.backend is own and await default.get_job("tests", handle.id) is None
+
+
+async def test_the_default_backend_connects_once_from_the_environment(
+    no_default_backend: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAYMQ_BACKEND", "memory://")
+    first, second = await asyncio.gather(tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4))
+    assert isinstance(first.backend, InMemoryBackend) and first.backend is second.backend
+    assert await default_backend() is first.backend
+    assert (await first.backend.counts("tests"))[JobState.WAITING] == 2
+
+
+def test_the_default_backend_can_be_set_up_again_in_a_later_event_loop(
+    no_default_backend: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two ``asyncio.run`` in one process (scripts, the CLI, tests) each race for the default
+    backend: the guard must not stay bound to the first loop."""
+    monkeypatch.setenv("RELAYMQ_BACKEND", f"sqlite:///{tmp_path / 'default.db'}")
+
+    async def race() -> None:
+        set_default_backend(None)
+        first, second = await asyncio.gather(default_backend(), default_backend())
+        assert first is second  # the second waited for the first one's connect
+        await first.close()
+
+    asyncio.run(race())
+    asyncio.run(race())
