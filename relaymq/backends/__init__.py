@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -66,7 +67,11 @@ async def connect(url: str, *, clock: Clock | None = None, **options: Any) -> Ba
 
 
 _default: Backend | None = None
-_default_lock = asyncio.Lock()
+_default_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+"""One guard per event loop: an ``asyncio.Lock`` that waited once is bound to its loop, and a
+process may run several loops one after another (``asyncio.run`` in scripts, the CLI, tests)."""
 
 
 def set_default_backend(backend: Backend | None) -> None:
@@ -78,7 +83,8 @@ def set_default_backend(backend: Backend | None) -> None:
 async def default_backend() -> Backend:
     """The default backend, connected on first use from ``RELAYMQ_BACKEND``."""
     global _default
-    async with _default_lock:
+    loop = asyncio.get_running_loop()
+    async with _default_locks.setdefault(loop, asyncio.Lock()):
         if _default is None:
             _default = await connect(Settings.from_env().backend)
         return _default

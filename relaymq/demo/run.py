@@ -19,10 +19,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from relaymq import Queue, connect, events
+from relaymq import Call, Queue, connect, events
 from relaymq.demo import tasks
 from relaymq.job import TERMINAL, Job, JobState
-from relaymq.options import Call
 
 console = Console()
 DEADLINE = 50.0

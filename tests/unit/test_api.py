@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import relaymq
@@ -102,28 +99,3 @@ async def test_invalid_options_are_rejected_at_enqueue(
 def test_bad_queue_names(name: str) -> None:
     with pytest.raises(ConfigError, match="queue name"):
         Queue(name, InMemoryBackend())
-
-
-@pytest.mark.parametrize(
-    "module", ["relaymq.task", "relaymq.queue", "relaymq.options", "relaymq.worker"]
-)
-def test_each_producer_module_imports_first_without_a_cycle(module: str) -> None:
-    """Imported first in a fresh interpreter, each module loads (no circular import)."""
-    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-
-
-def test_task_and_queue_do_not_import_each_other_in_a_circle() -> None:
-    import ast
-    import pathlib
-
-    def imports(module: str) -> set[str]:
-        """What ``module`` imports when it runs (not for type checking, not in functions)."""
-        path = pathlib.Path(relaymq.__file__).parent / f"{module}.py"
-        body = ast.parse(path.read_text()).body
-        return {n.module for n in body if isinstance(n, ast.ImportFrom) and n.module}
-
-    assert "relaymq.queue" in imports("task")  # the task builds its Queue
-    assert not {"relaymq.task"} & imports("queue")  # and the queue never needs the task
-    assert not {"relaymq.task", "relaymq.queue"} & imports("options")

@@ -3,11 +3,18 @@ paused queues."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import logging
+import subprocess
+import sys
+from collections.abc import Collection, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+import relaymq
 from relaymq import (
     Call,
     ConfigError,
@@ -15,9 +22,11 @@ from relaymq import (
     JobState,
     Queue,
     ResultTimeoutError,
+    set_default_backend,
     task,
 )
 from relaymq import queue as queue_module
+from relaymq.backends import default_backend
 from relaymq.backends.base import Beat, CancelResult, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from tests import tasks
@@ -145,3 +154,128 @@ async def test_a_queue_paused_elsewhere_is_noticed_after_the_check_interval(
     assert (await queue.add(tasks.add.call(1, 2))).paused is False  # not asked again yet
     monkeypatch.setattr(queue_module, "PAUSE_CHECK_EVERY", 0.0)
     assert (await queue.add(tasks.add.call(1, 2))).paused is True
+
+
+# -- the producer layer imports without a circle --------------------------------------------
+
+PACKAGE = Path(relaymq.__file__).parent
+
+IMPORT_FIRST = """
+import sys, types
+package = types.ModuleType("relaymq")  # the package without running its __init__, which
+package.__path__ = [{path!r}]          # would import every module in one fixed order first
+sys.modules["relaymq"] = package
+import {module}
+print(" ".join(sorted(m for m in sys.modules if m.startswith("relaymq."))))
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["relaymq.task", "relaymq.queue", "relaymq.options", "relaymq.instrumented",
+     "relaymq.backends", "relaymq.settings", "relaymq.worker", "relaymq.cli.app"],
+)  # fmt: skip
+def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_FIRST.format(path=str(PACKAGE), module=module)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert module in loaded
+    if module not in ("relaymq.task", "relaymq.worker", "relaymq.cli.app"):
+        assert "relaymq.task" not in loaded, f"{module} needs the task module"
+    if module in ("relaymq.options", "relaymq.backends", "relaymq.settings"):
+        assert "relaymq.queue" not in loaded, f"{module} needs the queue module"
+
+
+def _runtime_imports(path: Path, name: str, modules: Collection[str]) -> set[str]:
+    """The relaymq modules ``path`` imports when it loads (not for type checking, not inside
+    functions): ``from pkg import sub`` imports the module ``pkg.sub`` when there is one, else
+    a name from ``pkg``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            for alias in node.names:
+                found.add(sub if (sub := f"{base}.{alias.name}") in modules else base)
+    return found & set(modules)
+
+
+def test_no_module_of_the_package_imports_itself_through_a_circle() -> None:
+    """Module-level imports between relaymq's modules (the package root included) form no
+    cycle."""
+    modules: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _runtime_imports(path, name, modules) - {name} for name, path in modules.items()}
+    assert graph["relaymq.task"] >= {"relaymq.queue", "relaymq.options"}  # the graph is read
+    assert "relaymq.events" in graph["relaymq.queue"]  # ``from relaymq import events``
+
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(name) :], name]))
+        if name not in done:
+            for target in sorted(graph[name]):
+                visit(target, [*path, name])
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+# -- the default backend, beside connect() ---------------------------------------------------
+
+
+@pytest.fixture
+def no_default_backend() -> Iterator[None]:
+    set_default_backend(None)
+    yield
+    set_default_backend(None)
+
+
+async def test_enqueue_uses_the_tasks_backend_then_the_default_one(
+    no_default_backend: None,
+) -> None:
+    default, own = InMemoryBackend(), InMemoryBackend()
+    set_default_backend(default)
+    handle = await tasks.add.enqueue(1, 2)
+    assert handle.backend is default and await default.get_job("tests", handle.id) is not None
+    handle = await tasks.add.with_options(backend=own).enqueue(1, 2)
+    assert handle.backend is own and await default.get_job("tests", handle.id) is None
+
+
+async def test_the_default_backend_connects_once_from_the_environment(
+    no_default_backend: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAYMQ_BACKEND", "memory://")
+    first, second = await asyncio.gather(tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4))
+    assert isinstance(first.backend, InMemoryBackend) and first.backend is second.backend
+    assert await default_backend() is first.backend
+    assert (await first.backend.counts("tests"))[JobState.WAITING] == 2
+
+
+def test_the_default_backend_can_be_set_up_again_in_a_later_event_loop(
+    no_default_backend: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two ``asyncio.run`` in one process (scripts, the CLI, tests) each race for the default
+    backend: the guard must not stay bound to the first loop."""
+    monkeypatch.setenv("RELAYMQ_BACKEND", f"sqlite:///{tmp_path / 'default.db'}")
+
+    async def race() -> None:
+        set_default_backend(None)
+        first, second = await asyncio.gather(default_backend(), default_backend())
+        assert first is second  # the second waited for the first one's connect
+        await first.close()
+
+    asyncio.run(race())
+    asyncio.run(race())
