@@ -36,6 +36,10 @@ def backend_class(url: str) -> type[Backend]:
         raise UnknownBackendError(
             f"unknown backend URL {url!r}: the scheme must be one of {supported}"
         )
+    try:
+        urlsplit(url).port  # noqa: B018 - parsing the port is the check
+    except ValueError as e:
+        raise ConfigError(f"bad port in backend URL {url!r}: {e}") from e
     module_name, class_name, extra = BACKENDS[scheme]
     try:
         module = importlib.import_module(module_name)

@@ -1,4 +1,7 @@
-"""The ``relaymq`` command: ``main(argv) -> int``. Every option has a RELAYMQ_* twin."""
+"""The ``relaymq`` command: ``main(argv) -> int``. Every option has a RELAYMQ_* twin.
+
+Exit codes: 0 ok, 1 an error (a job or module not found...), 2 a usage or configuration error,
+3 a backend that cannot be reached, 130 interrupted."""
 
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="relaymq", standalone_mode=False)
     except click.exceptions.Exit as e:
         return e.exit_code
+    except click.UsageError as e:  # one line, not the usage block
+        click.echo(f"Error: {e.format_message()}", err=True)
+        return 2
     except click.ClickException as e:
         e.show()
         return e.exit_code

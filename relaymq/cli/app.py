@@ -9,47 +9,79 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from dataclasses import fields
+from importlib.metadata import version
+from typing import Any, TypeVar
 
 import click
 import orjson
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.table import Table
 
 from relaymq.backends import connect, from_url
 from relaymq.backends.base import Backend
-from relaymq.errors import RelayError
+from relaymq.cli.logs import JSONFormatter, PlainFormatter
+from relaymq.errors import BackendUnavailableError, ConfigError, RelayError
 from relaymq.job import JobState
+from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
 from relaymq.settings import DEFAULT_BACKEND_URL, Settings
-from relaymq.task import REGISTRY
+from relaymq.task import REGISTRY, Task
 from relaymq.worker import Worker
 
 T = TypeVar("T")
-console = Console(stderr=True)
 
 backend_option = click.option(
     "--backend", "-b", envvar="RELAYMQ_BACKEND", default=DEFAULT_BACKEND_URL, show_default=True,
     show_envvar=True, help="Backend URL: memory://, sqlite:///path.db, redis://, postgresql://...",
 )  # fmt: skip
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+json_option = click.option("--json", "as_json", is_flag=True, envvar="RELAYMQ_JSON",
+                           show_envvar=True, help="Print JSON for scripts.")  # fmt: skip
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigProblem(click.ClickException):
+    """A configuration error: one line on stderr, exit code 2 (like a usage error)."""
+
+    exit_code = 2
+
+
+class Unreachable(click.ClickException):
+    """The backend's server cannot be reached: exit code 3."""
+
+    exit_code = 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--log-level", envvar="RELAYMQ_LOG_LEVEL", default="INFO", show_envvar=True)
-def cli(log_level: str) -> None:
+@click.version_option(version("relaymq"), "--version", prog_name="relaymq")
+@click.option("--log-level", envvar="RELAYMQ_LOG_LEVEL", default="INFO", show_envvar=True,
+              show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))  # fmt: skip
+@click.option("--log-format", envvar="RELAYMQ_LOG_FORMAT", default="plain", show_envvar=True,
+              show_default=True, type=click.Choice(("plain", "json")),
+              help="plain: one line per record; json: one object per line.")  # fmt: skip
+def cli(log_level: str, log_format: str) -> None:
     """relaymq: an at-least-once job queue for asyncio Python."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(message)s",
-        handlers=[RichHandler(console=console, show_path=False)],
-    )  # fmt: skip
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter() if log_format == "json" else PlainFormatter())
+    logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
+
+
+def settings_from_env(**overrides: Any) -> Settings:
+    try:
+        return Settings.from_env(**overrides)
+    except ConfigError as e:
+        raise ConfigProblem(str(e)) from e
 
 
 def run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine; relaymq errors become a clear message and exit code 2."""
+    """Run a coroutine; a configuration error exits 2, a backend that cannot be reached 3,
+    any other relaymq error 1, each with one clear line."""
     try:
         return asyncio.run(factory())  # type: ignore[arg-type]
+    except ConfigError as e:
+        raise ConfigProblem(str(e)) from e
+    except BackendUnavailableError as e:
+        raise Unreachable(str(e)) from e
     except RelayError as e:
         raise click.ClickException(str(e)) from e
 
@@ -65,7 +97,12 @@ async def with_backend(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:
 # -- worker ---------------------------------------------------------------------------------
 
 
-@cli.command()
+def _settings_epilog() -> str:
+    names = ", ".join(f"RELAYMQ_{f.name.upper()}" for f in fields(Settings))
+    return f"Every worker setting also comes from the environment: {names}."
+
+
+@cli.command(epilog=_settings_epilog())
 @click.argument("module")
 @click.option("--queue", "-q", "queues", multiple=True, envvar="RELAYMQ_QUEUES",
               show_envvar=True,
@@ -79,23 +116,33 @@ def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
     backend: str,
 ) -> None:  # fmt: skip
-    """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT.
-
-    Settings come from RELAYMQ_* variables: RELAYMQ_STALLED_THRESHOLD,
-    RELAYMQ_HEARTBEAT_INTERVAL, RELAYMQ_STALLED_CHECK_INTERVAL, RELAYMQ_SHUTDOWN_TIMEOUT,
-    RELAYMQ_MAX_STALLED, RELAYMQ_ENABLE_STALLED_CHECK.
-    """
-    sys.path.insert(0, os.getcwd())
-    try:
-        importlib.import_module(module)
-    except ImportError as e:
-        raise click.ClickException(f"cannot import {module!r}: {e}") from e
-    names = list(queues) or sorted({t.options.queue for t in REGISTRY.values()
-                                    if t.name.startswith(module + ":")})  # fmt: skip
-    if not names:
-        raise click.ClickException(f"{module} defines no @task; name queues with -q")
-    settings = Settings.from_env(backend=backend, concurrency=concurrency)
+    """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT."""
+    settings = settings_from_env(backend=backend, concurrency=concurrency)
+    for name in queues:
+        try:
+            validate_queue_name(name)
+        except ConfigError as e:
+            raise ConfigProblem(str(e)) from e
+    names = list(queues) or discover_queues(module)
     run(lambda: _work(settings, names, worker_id))
+
+
+def discover_queues(module_name: str) -> list[str]:
+    """Import ``module_name``; the queues of the tasks that importing it registered (whatever
+    their names) and of the tasks it holds as attributes (re-exported ones too)."""
+    sys.path.insert(0, os.getcwd())
+    known = set(REGISTRY)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise click.ClickException(f"cannot import {module_name!r}: {e}") from e
+    found = [t for name, t in REGISTRY.items() if name not in known]
+    found += [t for t in vars(module).values() if isinstance(t, Task)]
+    found += [t for t in REGISTRY.values() if t.name.startswith(module_name + ":")]
+    names = sorted({t.options.queue for t in found})
+    if not names:
+        raise ConfigProblem(f"{module_name} defines no @task; name queues with -q")
+    return names
 
 
 async def _work(settings: Settings, queues: list[str], worker_id: str | None) -> None:
@@ -128,18 +175,25 @@ async def _work(settings: Settings, queues: list[str], worker_id: str | None) ->
 @backend_option
 @json_option
 def stats(backend: str, as_json: bool) -> None:
-    """Jobs per state in every queue."""
+    """Jobs per state in every queue, and whether it is paused."""
 
-    async def collect(b: Backend) -> dict[str, dict[JobState, int]]:
-        return {name: await Queue(name, b).counts() for name in await b.list_queues()}
+    async def collect(b: Backend) -> dict[str, tuple[dict[JobState, int], bool]]:
+        out = {}
+        for name in await b.list_queues():
+            queue = Queue(name, b)
+            out[name] = (await queue.counts(), await queue.is_paused())
+        return out
 
-    counts = run(lambda: with_backend(backend, collect))
+    found = run(lambda: with_backend(backend, collect))
     if as_json:
-        click.echo(orjson.dumps({q: {s.value: n for s, n in c.items()} for q, c in counts.items()}))
+        click.echo(orjson.dumps({
+            q: {**{s.value: n for s, n in c.items()}, "paused": paused}
+            for q, (c, paused) in found.items()
+        }))  # fmt: skip
         return
-    table = Table("queue", *(s.value for s in JobState))
-    for name, c in counts.items():
-        table.add_row(name, *(str(c[s]) for s in JobState))
+    table = Table("queue", "paused", *(s.value for s in JobState))
+    for name, (c, paused) in found.items():
+        table.add_row(name, "PAUSED" if paused else "", *(str(c[s]) for s in JobState))
     Console().print(table)
 
 
@@ -166,8 +220,10 @@ async def _migrate(url: str) -> list[str] | None:
 
 
 @cli.command("demo")
-@click.option("--jobs", default=2000, show_default=True, help="How many jobs to enqueue.")
-@click.option("--keep", is_flag=True, help="Keep the temporary folder (database, ledgers).")
+@click.option("--jobs", default=2000, show_default=True, envvar="RELAYMQ_DEMO_JOBS",
+              show_envvar=True, help="How many jobs to enqueue.")  # fmt: skip
+@click.option("--keep", is_flag=True, envvar="RELAYMQ_DEMO_KEEP", show_envvar=True,
+              help="Keep the temporary folder (database, ledgers).")  # fmt: skip
 def demo(jobs: int, keep: bool) -> None:
     """Two worker processes on SQLite, one SIGKILLed mid-run; prove nothing is lost."""
     from relaymq.demo.run import run_demo

@@ -26,7 +26,7 @@ def test_help_lists_commands_and_env_twins(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_unknown_backend_scheme_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["stats", "--backend", "mysql://x"]) == 1
+    assert main(["stats", "--backend", "mysql://x"]) == 2  # a configuration error
     err = capsys.readouterr().err
     assert "unknown backend URL" in err and "sqlite://" in err
 
