@@ -20,7 +20,8 @@
 ``ResultTimeoutError`` is also a ``TimeoutError``, so ``except TimeoutError`` still catches it.
 
 Warnings: ``RelayWarning`` (a ``UserWarning``), with ``EvictionPolicyWarning`` for a Redis
-server that may evict keys, which would lose jobs.
+server that may evict keys and ``DurabilityWarning`` for one that keeps nothing on disk, both
+of which would lose jobs.
 """
 
 from __future__ import annotations
@@ -103,3 +104,7 @@ class RelayWarning(UserWarning):
 
 class EvictionPolicyWarning(RelayWarning):
     """The Redis server may evict keys under memory pressure, which would lose jobs."""
+
+
+class DurabilityWarning(RelayWarning):
+    """The server keeps nothing on disk (Redis ``appendonly no``): a restart loses every job."""

@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from relaymq.backends import connect
-from relaymq.backends.redis import EvictionPolicyWarning, RedisBackend
+from relaymq.backends.redis import DurabilityWarning, EvictionPolicyWarning, RedisBackend
 from relaymq.backends.redis.config import parse_url
 from relaymq.errors import ConfigError
 from tests.redis.server import PrivateRedis
@@ -128,3 +128,42 @@ def test_every_script_is_loaded_and_opens_with_its_header() -> None:
         assert header.startswith(f"-- {name}.lua: "), name
         for part in ("KEYS", "ARGV", "Returns"):
             assert f"-- {part}" in header, (name, part)
+
+
+async def test_a_server_that_keeps_nothing_on_disk_is_warned_about_and_not_durable(
+    tmp_path: Path,
+) -> None:
+    server = PrivateRedis(tmp_path / "r", "--appendonly", "no")
+    server.start()
+    try:
+        with pytest.warns(DurabilityWarning, match="appendonly is off"):
+            backend = await connect(server.url)
+        try:
+            assert backend.capabilities.durable is False
+            assert RedisBackend.capabilities.durable is True  # other handles are unaffected
+        finally:
+            await backend.close()
+    finally:
+        server.kill()
+
+
+async def test_a_persisting_server_is_durable_and_quiet(tmp_path: Path) -> None:
+    server = PrivateRedis(tmp_path / "r", "--appendonly", "yes")
+    server.start()
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            backend = await connect(server.url)
+        try:
+            assert backend.capabilities.durable is True
+        finally:
+            await backend.close()
+        assert [w.message for w in seen if issubclass(w.category, DurabilityWarning)] == []
+    finally:
+        server.kill()
+
+
+def test_a_redis_database_must_be_a_number() -> None:
+    with pytest.raises(ConfigError, match="is a number"):
+        parse_url("redis://h:6379/abc")
+    assert parse_url("redis://h:6379/3").client_url == "redis://h:6379/3"

@@ -14,6 +14,7 @@ first NOSCRIPT reply; the event subscription re-subscribes by itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -99,6 +100,8 @@ class RedisBackend(Backend, DeliveryStore):
 
     async def connect(self) -> None:
         await self._t.open()
+        if self._t.durable is False:  # appendonly no: this server keeps nothing on a restart
+            self.capabilities = dataclasses.replace(type(self).capabilities, durable=False)
 
     async def close(self) -> None:
         await self._t.close()

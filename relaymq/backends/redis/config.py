@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from relaymq.errors import ConfigError, EvictionPolicyWarning
+from relaymq.errors import ConfigError, DurabilityWarning, EvictionPolicyWarning
 
 DEFAULT_PREFIX = "relaymq"
 SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
@@ -53,6 +53,8 @@ def parse_url(url: str, prefix: str | None = None) -> RedisOptions:
         netloc = f"{auth}@{first}" if auth else first
         if parts.path.strip("/") not in ("", "0"):
             raise ConfigError(f"Redis Cluster has only database 0: {url!r}")
+    elif not parts.path.strip("/").isdigit() and parts.path.strip("/"):
+        raise ConfigError(f"the database of a Redis URL is a number, not {parts.path!r}: {url!r}")
     client_url = urlunsplit((base_scheme, netloc, parts.path, urlencode(rest), ""))
     return RedisOptions(client_url, cluster, chosen, tuple(nodes))
 
@@ -68,3 +70,17 @@ def check_eviction_policy(policies: dict[str, Any]) -> None:
             EvictionPolicyWarning,
             stacklevel=3,
         )
+
+
+def check_durability(appendonly: dict[str, Any]) -> bool:
+    """Warn when a server keeps nothing on disk (``appendonly``: per node, None where CONFIG
+    was refused); False when some server does not persist."""
+    off = sorted(node for node, value in appendonly.items() if value == "no")
+    if off:
+        warnings.warn(
+            f"Redis appendonly is off ({', '.join(off)}): a restart of the server loses every "
+            "accepted job; set appendonly yes (and appendfsync always to lose nothing on a crash)",
+            DurabilityWarning,
+            stacklevel=3,
+        )
+    return not off

@@ -17,7 +17,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from relaymq.backends.redis.config import RedisOptions, check_eviction_policy
+from relaymq.backends.redis.config import RedisOptions, check_durability, check_eviction_policy
 from relaymq.backends.redis.direct import Link
 from relaymq.backends.redis.errors import translated
 from relaymq.backends.redis.scripts import Scripts
@@ -34,11 +34,13 @@ class Transport:
         self.scripts = Scripts()
         self.client: Any = None
         """The redis-py client (``Redis`` or ``RedisCluster``) once open."""
+        self.durable: bool | None = None
+        """False once connected to a server that keeps nothing on disk."""
         self._link: Link | None = None
         """The pipelined command path (plain Redis only; a cluster client routes by key)."""
 
     async def open(self) -> None:
-        """Connect (idempotent) and check the server's eviction policy."""
+        """Connect (idempotent) and check the server's eviction policy and persistence."""
         if self.client is not None:
             return
         o = self._options
@@ -62,25 +64,28 @@ class Transport:
                 client = Redis.from_url(o.client_url, **kwargs)
             try:
                 await client.ping()
-                policies = await self._eviction_policies(client)
+                policies = await self._server_config(client, "maxmemory-policy")
+                appendonly = await self._server_config(client, "appendonly")
             except BaseException:
                 await client.aclose()
                 raise
         self.client = client
         self._link = None if o.cluster else Link(client)
         check_eviction_policy(policies)
+        self.durable = check_durability(appendonly)
 
-    async def _eviction_policies(self, client: Any) -> dict[str, Any]:
-        """``maxmemory-policy`` per server; empty when CONFIG is not allowed (managed Redis)."""
+    async def _server_config(self, client: Any, name: str) -> dict[str, Any]:
+        """The server setting ``name`` per node; empty when CONFIG is not allowed (managed
+        Redis), in which case nothing is said about it."""
         try:
             if self._options.cluster:
                 found: dict[str, Any] = {}
                 for node in client.get_primaries():
-                    reply = await client.config_get("maxmemory-policy", target_nodes=node)
-                    found[node.name] = _policy(reply)
+                    reply = await client.config_get(name, target_nodes=node)
+                    found[node.name] = _config_value(reply, name)
                 return found
-            reply = await client.config_get("maxmemory-policy")
-            return {self._options.client_url.split("@")[-1]: _policy(reply)}
+            reply = await client.config_get(name)
+            return {self._options.client_url.split("@")[-1]: _config_value(reply, name)}
         except rex.ResponseError:
             return {}
 
@@ -165,15 +170,15 @@ class Transport:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _policy(reply: Any) -> str | None:
-    """The ``maxmemory-policy`` value out of a CONFIG GET reply (bytes or str keys)."""
+def _config_value(reply: Any, name: str) -> str | None:
+    """The value of ``name`` out of a CONFIG GET reply (bytes or str keys, nested per node)."""
     if isinstance(reply, dict):
         for key, value in reply.items():
             k = key.decode() if isinstance(key, bytes) else str(key)
-            if k == "maxmemory-policy":
+            if k == name:
                 return value.decode() if isinstance(value, bytes) else str(value)
             if isinstance(value, dict):
-                found = _policy(value)
+                found = _config_value(value, name)
                 if found:
                     return found
     return None
