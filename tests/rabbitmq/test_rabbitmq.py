@@ -130,3 +130,15 @@ def test_from_url_builds_the_metadata_store_and_the_backend_never_reaches_the_re
         tree = ast.parse(path.read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "relaymq.backends" not in imported, f"{path.name} imports the backend registry"
+
+
+async def test_wrong_credentials_are_a_clear_error(tmp_path: Path) -> None:
+    store_url = f"sqlite:///{tmp_path}/meta.db"
+    backend = from_url(f"amqp://nobody:wrong@127.0.0.1:5672/?store={quote(store_url, safe='')}")
+    with pytest.raises(ConfigError) as e:
+        await backend.connect()
+    await backend.close()
+    assert str(e.value) == (
+        "RabbitMQ at 127.0.0.1:5672 refused the login of user 'nobody': check the user name "
+        "and password in the URL"
+    )

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import aio_pika
 import aiormq
@@ -20,7 +21,7 @@ from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from relaymq.backends.rabbitmq import topology
 from relaymq.backends.rabbitmq.config import Options
 from relaymq.backends.rabbitmq.errors import guarded
-from relaymq.errors import BackendUnavailableError
+from relaymq.errors import BackendUnavailableError, ConfigError
 
 T = TypeVar("T")
 
@@ -53,8 +54,18 @@ class Publisher:
                 self.options.broker_url, reconnect_interval=1.0
             )
             channel = await self.connection.channel(publisher_confirms=True, on_return_raises=True)
+        except (
+            aiormq.exceptions.AuthenticationError,
+            aiormq.exceptions.ProbableAuthenticationError,
+        ) as e:
+            raise ConfigError(
+                f"RabbitMQ at {self._where()} refused the login of user {self._user()!r}: "
+                "check the user name and password in the URL"
+            ) from e
         except (aiormq.exceptions.AMQPError, ConnectionError, OSError) as e:
-            raise BackendUnavailableError(f"cannot reach RabbitMQ: {e!r}") from e
+            raise BackendUnavailableError(
+                f"cannot reach RabbitMQ at {self._where()}: {type(e).__name__}: {e}"
+            ) from e
         assert isinstance(channel, aio_pika.RobustChannel)
         self._channel = channel
         self.connection.reconnect_callbacks.add(self._on_reconnect)
@@ -66,6 +77,13 @@ class Publisher:
             with contextlib.suppress(Exception):
                 await self.connection.close()
             self.connection = None
+
+    def _where(self) -> str:
+        parts = urlsplit(self.options.broker_url)
+        return f"{parts.hostname or 'localhost'}:{parts.port or 5672}"
+
+    def _user(self) -> str:
+        return unquote(urlsplit(self.options.broker_url).username or "guest")
 
     @property
     def unpublished(self) -> int:
