@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from redis.asyncio import Redis
 from relaymq.backends import connect
 from relaymq.backends.redis import DurabilityWarning, EvictionPolicyWarning, RedisBackend
 from relaymq.backends.redis.config import parse_url
-from relaymq.errors import ConfigError
+from relaymq.errors import BackendUnavailableError, ConfigError
+from relaymq.job import JobState
 from tests.redis.server import PrivateRedis
 from tests.support.jobs import new_job, queue_name
 from tests.support.waiting import poll_until
@@ -167,3 +171,28 @@ def test_a_redis_database_must_be_a_number() -> None:
     with pytest.raises(ConfigError, match="is a number"):
         parse_url("redis://h:6379/abc")
     assert parse_url("redis://h:6379/3").client_url == "redis://h:6379/3"
+
+
+async def test_a_server_that_stops_answering_fails_calls_within_the_deadline(
+    tmp_path: Path,
+) -> None:
+    server = PrivateRedis(tmp_path / "r")
+    server.start()
+    assert server.proc is not None
+    backend = await connect(server.url.replace("/0", "/0?timeout=1"))
+    q = queue_name("frozen")
+    try:
+        await backend.enqueue([new_job(q, "a")])
+        os.kill(server.proc.pid, signal.SIGSTOP)  # the server holds its sockets and says nothing
+        try:
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailableError, match="did not answer within 1s"):
+                async with asyncio.timeout(10):  # the backend's own deadline must come first
+                    await backend.counts(q)
+            assert time.monotonic() - started < 5
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert (await backend.counts(q))[JobState.WAITING] == 1  # and it recovers
+    finally:
+        await backend.close()
+        server.kill()

@@ -116,6 +116,7 @@ class MongoDBBackend(Backend):
             server_selection_timeout=server_selection_timeout, client_options=client_options,
         )  # fmt: skip
         self.database_name = self.options.database
+        self.where = self.options.where
         self._client_options = self.options.client_options
         self._now = tx.Now(clock)
         self._wait_poll = wait_poll_interval

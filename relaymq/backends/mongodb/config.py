@@ -21,6 +21,8 @@ class Options:
     database: str
     client_options: dict[str, Any]
     """Keyword options for ``AsyncMongoClient`` (the URL's own options are in the URL)."""
+    where: str = ""
+    """The URL's hosts (``host:port,...``), for messages."""
 
 
 def parse(
@@ -44,4 +46,4 @@ def parse(
         options["journal"] = journal
     if "serverselectiontimeoutms" not in given:
         options["serverSelectionTimeoutMS"] = round(server_selection_timeout * 1000)
-    return Options(name, options | client_options)
+    return Options(name, options | client_options, parts.netloc.rpartition("@")[2])

@@ -25,7 +25,11 @@ def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any,
         except RelayError:
             raise
         except ConnectionFailure as e:  # refused, reset, timed out, no server selected
-            raise BackendUnavailableError(f"MongoDB server unreachable: {e}") from e
+            where = getattr(args[0], "where", "") if args else ""
+            reason = str(e).split(", Topology Description")[0]  # the rest is a driver dump
+            raise BackendUnavailableError(
+                f"MongoDB server {where} unreachable: {reason}".replace("  ", " ")
+            ) from e
         except BSONError as e:
             raise CorruptRecordError(f"MongoDB returned an unreadable document: {e}") from e
         except PyMongoError as e:

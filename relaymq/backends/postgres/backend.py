@@ -96,9 +96,11 @@ class PostgresBackend(Backend, DeliveryStore):
                     min_size=1,
                     max_size=self.options.pool_size,
                     server_settings=server_settings(self.options),
+                    timeout=self.options.timeout,
+                    command_timeout=self.options.command_timeout,
                 )
             except DRIVER_ERRORS as e:
-                raise translate(e) from e
+                raise translate(e, self.options.where) from e
             try:
                 async with pool.acquire() as con:
                     if self.options.migrate:
@@ -108,7 +110,7 @@ class PostgresBackend(Backend, DeliveryStore):
             except BaseException as e:
                 await pool.close()
                 if isinstance(e, DRIVER_ERRORS):
-                    raise translate(e) from e
+                    raise translate(e, self.options.where) from e
                 raise
             self._pool = pool
 
@@ -153,7 +155,7 @@ class PostgresBackend(Backend, DeliveryStore):
                 async with pool.acquire() as con:
                     return await getattr(con, method)(Q[name], *args)
             except DRIVER_ERRORS as e:
-                error = translate(e)
+                error = translate(e, self.options.where)
                 if attempt == 1 and name in _READS and isinstance(error, BackendUnavailableError):
                     continue
                 raise error from e
@@ -352,7 +354,7 @@ class PostgresBackend(Backend, DeliveryStore):
                 await con.execute(Q["obliterate_jobs"], queue)
                 await con.execute(Q["obliterate_queue"], queue)
         except DRIVER_ERRORS as e:
-            raise translate(e) from e
+            raise translate(e, self.options.where) from e
 
     async def list_queues(self) -> list[str]:
         return [r["name"] for r in await self._fetch("list_queues")]
@@ -401,7 +403,7 @@ class PostgresBackend(Backend, DeliveryStore):
                     await con.execute(Q["prune_events"], STORED_EVENTS_KEEP)
                     await con.execute(Q["publish"], channel, notes)
         except DRIVER_ERRORS as e:
-            raise translate(e) from e
+            raise translate(e, self.options.where) from e
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
         if not await self._listener.ready(within=10.0):  # starts it

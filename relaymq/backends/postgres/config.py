@@ -4,8 +4,10 @@ URL: ``postgresql://user@host:port/db?schema=NAME&migrate=true&retention=SECONDS
 (``postgres://`` works too). ``schema`` (default ``public``) is where the tables live: every
 connection gets it as its ``search_path``. ``migrate=true`` applies pending migrations on
 connect. ``retention`` is how long finished jobs are kept (seconds, default 7 days, ``0`` keeps
-them for ever). Every other query parameter goes to the driver unchanged. Keyword arguments of
-the same names override the URL.
+them for ever). ``timeout`` is how long connecting may take (seconds, default 10) and
+``command_timeout`` how long one statement may (default 60): a server that accepts but never
+answers fails then, naming the server. Every other query parameter goes to the driver
+unchanged. Keyword arguments of the same names override the URL.
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ class Options:
     migrate: bool = False
     retention: float = DEFAULT_RETENTION
     pool_size: int = 10
+    timeout: float = 10.0
+    command_timeout: float = 60.0
+
+    @property
+    def where(self) -> str:
+        """``host:port`` of the server, for messages."""
+        parts = urlsplit(self.dsn)
+        return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
 
     @property
     def quoted_schema(self) -> str:
@@ -45,11 +55,11 @@ def parse(url: str, overrides: dict[str, Any]) -> Options:
     ours: dict[str, Any] = {}
     rest: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in ("schema", "migrate", "retention", "pool_size"):
+        if key in _OURS:
             ours[key] = value
         else:
             rest.append((key, value))
-    unknown = set(overrides) - {"schema", "migrate", "retention", "pool_size"}
+    unknown = set(overrides) - set(_OURS)
     if unknown:
         raise ConfigError(f"unknown PostgresBackend options: {sorted(unknown)}")
     ours.update(overrides)
@@ -60,11 +70,17 @@ def parse(url: str, overrides: dict[str, Any]) -> Options:
     try:
         retention = float(ours.get("retention", DEFAULT_RETENTION))
         pool_size = int(ours.get("pool_size", 10))
+        timeout = float(ours.get("timeout", 10.0))
+        command_timeout = float(ours.get("command_timeout", 60.0))
     except ValueError as e:
         raise ConfigError(f"bad PostgresBackend option in {url!r}: {e}") from e
-    if retention < 0 or pool_size < 1:
-        raise ConfigError("retention must be >= 0 and pool_size >= 1")
-    return Options(dsn, schema, _flag(ours.get("migrate", False)), retention, pool_size)
+    if retention < 0 or pool_size < 1 or timeout <= 0 or command_timeout <= 0:
+        raise ConfigError("retention must be >= 0, pool_size >= 1, timeouts > 0")
+    migrate = _flag(ours.get("migrate", False))
+    return Options(dsn, schema, migrate, retention, pool_size, timeout, command_timeout)
+
+
+_OURS = ("schema", "migrate", "retention", "pool_size", "timeout", "command_timeout")
 
 
 def _flag(value: object) -> bool:

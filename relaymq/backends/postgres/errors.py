@@ -10,18 +10,28 @@ from relaymq.errors import BackendError, BackendUnavailableError
 _UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
 
 
-def translate(e: BaseException) -> BackendError:
-    """The ``relaymq.errors`` exception for a driver or socket error (raise it ``from e``)."""
-    if isinstance(e, OSError | TimeoutError | asyncpg.exceptions.InterfaceError):
-        return BackendUnavailableError(f"PostgreSQL unreachable: {e}")
+def translate(e: BaseException, where: str = "") -> BackendError:
+    """The ``relaymq.errors`` exception for a driver or socket error (raise it ``from e``);
+    ``where`` (``host:port``) names the server. The message always says what happened."""
+    at = f" at {where}" if where else ""
+    if isinstance(e, TimeoutError):
+        return BackendUnavailableError(f"PostgreSQL{at} did not answer in time")
+    if isinstance(e, OSError | asyncpg.exceptions.InterfaceError):
+        return BackendUnavailableError(f"PostgreSQL{at} unreachable: {_reason(e)}")
     if isinstance(e, asyncpg.exceptions.PostgresConnectionError):
-        return BackendUnavailableError(f"PostgreSQL connection lost: {e}")
+        return BackendUnavailableError(f"PostgreSQL{at} connection lost: {_reason(e)}")
     if isinstance(e, asyncpg.PostgresError):
         state = getattr(e, "sqlstate", "") or ""
         if state.startswith(_UNAVAILABLE_STATES):
-            return BackendUnavailableError(f"PostgreSQL unavailable: {e}")
-        return BackendError(f"PostgreSQL error {state}: {e}")
-    return BackendError(f"PostgreSQL driver error: {e!r}")
+            return BackendUnavailableError(f"PostgreSQL{at} unavailable: {_reason(e)}")
+        return BackendError(f"PostgreSQL error {state}: {_reason(e)}")
+    return BackendError(f"PostgreSQL driver error: {_reason(e)}")
+
+
+def _reason(e: BaseException) -> str:
+    """``e``'s message, or its type when it has none (never an empty reason)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (

@@ -46,7 +46,7 @@ async def apply(con: asyncpg.Connection, options: Options) -> list[str]:
 async def connect_one(options: Options) -> asyncpg.Connection:
     """One connection on the options' schema (for migrations and the LISTEN connection)."""
     con: asyncpg.Connection = await asyncpg.connect(
-        options.dsn, server_settings=server_settings(options)
+        options.dsn, server_settings=server_settings(options), timeout=options.timeout
     )
     return con
 
@@ -91,4 +91,4 @@ async def migrate(url: str, **options: Any) -> list[str]:
         finally:
             await con.close()
     except DRIVER_ERRORS as e:
-        raise translate(e) from e
+        raise translate(e, opts.where) from e

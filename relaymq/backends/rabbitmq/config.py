@@ -12,6 +12,7 @@ Options (query parameters; every other parameter is passed on to aio-pika):
 ``queue_expires``   ``x-expires`` in milliseconds for the broker queues (default unset;
                     tests use it as a safety net for queues a crashed test left behind)
 ``promote_interval``  seconds between two promotions of due delayed jobs per queue (0.5)
+``timeout``         seconds the broker may take to accept the connection (10)
 ``reconcile_after``  seconds a job may wait at the head of its queue, with nothing ready on the
                     broker, before maintenance republishes its delivery (60)
 """
@@ -37,6 +38,7 @@ class Options:
     queue_expires: int | None = None
     promote_interval: float = 0.5
     reconcile_after: float = 60.0
+    timeout: float = 10.0
 
 
 def parse(url: str) -> Options:
@@ -61,6 +63,7 @@ def parse(url: str) -> Options:
             queue_expires=int(ours["queue_expires"]) if "queue_expires" in ours else None,
             promote_interval=float(ours.get("promote_interval", 0.5)),
             reconcile_after=float(ours.get("reconcile_after", 60.0)),
+            timeout=float(ours.get("timeout", 10.0)),
         )
     except ValueError as e:
         raise ConfigError(f"bad option in RabbitMQ URL {url!r}: {e}") from e
@@ -75,5 +78,5 @@ def parse(url: str) -> Options:
 
 _FIELDS = {
     "store", "prefix", "max_priority", "prefetch", "queue_expires", "promote_interval",
-    "reconcile_after",
+    "reconcile_after", "timeout",
 }  # fmt: skip

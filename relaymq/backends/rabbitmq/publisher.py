@@ -51,7 +51,7 @@ class Publisher:
             return
         try:
             self.connection = await aio_pika.connect_robust(
-                self.options.broker_url, reconnect_interval=1.0
+                self.options.broker_url, reconnect_interval=1.0, timeout=self.options.timeout
             )
             channel = await self.connection.channel(publisher_confirms=True, on_return_raises=True)
         except (
@@ -63,8 +63,9 @@ class Publisher:
                 "check the user name and password in the URL"
             ) from e
         except (aiormq.exceptions.AMQPError, ConnectionError, OSError) as e:
+            reason = f"{type(e).__name__}: {e}" if str(e) else f"no answer ({type(e).__name__})"
             raise BackendUnavailableError(
-                f"cannot reach RabbitMQ at {self._where()}: {type(e).__name__}: {e}"
+                f"cannot reach RabbitMQ at {self._where()}: {reason}"
             ) from e
         assert isinstance(channel, aio_pika.RobustChannel)
         self._channel = channel

@@ -10,6 +10,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from relaymq.errors import ConfigError, DurabilityWarning, EvictionPolicyWarning
 
 DEFAULT_PREFIX = "relaymq"
+DEFAULT_TIMEOUT = 10.0
+OURS = ("prefix", "timeout")
 SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 
 
@@ -23,17 +25,29 @@ class RedisOptions:
     prefix: str
     startup_nodes: tuple[tuple[str, int], ...] = ()
     """For cluster URLs: every ``host:port`` listed (comma separated) in the URL."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds a server may take to answer a call (beyond any blocking time the call asks
+    for) before the backend gives up on it: a server that accepts but never answers."""
+    where: str = ""
+    """``host:port`` (of the first node) for messages."""
 
 
 def parse_url(url: str, prefix: str | None = None) -> RedisOptions:
-    """Read ``redis[s][+cluster]://[user:pass@]host:port[,host:port...][/db][?prefix=...]``."""
+    """Read ``redis[s][+cluster]://[user:pass@]host:port[,host:port...][/db][?prefix=...]``
+    (``?timeout=`` seconds: how long a server may take to answer; 10 by default)."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise ConfigError(f"not a Redis URL: {url!r} (schemes: {', '.join(SCHEMES)})")
     query = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k == "prefix"}
-    rest = [(k, v) for k, v in query if k != "prefix"]
+    ours = {k: v for k, v in query if k in OURS}
+    rest = [(k, v) for k, v in query if k not in OURS]
+    try:
+        timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
+    except ValueError as e:
+        raise ConfigError(f"bad timeout in Redis URL {url!r}: {e}") from e
+    if timeout <= 0:
+        raise ConfigError(f"timeout must be > 0 in Redis URL {url!r}")
     chosen = prefix if prefix is not None else ours.get("prefix", DEFAULT_PREFIX)
     cluster = scheme.endswith("+cluster")
     base_scheme = scheme.removesuffix("+cluster")
@@ -56,7 +70,8 @@ def parse_url(url: str, prefix: str | None = None) -> RedisOptions:
     elif not parts.path.strip("/").isdigit() and parts.path.strip("/"):
         raise ConfigError(f"the database of a Redis URL is a number, not {parts.path!r}: {url!r}")
     client_url = urlunsplit((base_scheme, netloc, parts.path, urlencode(rest), ""))
-    return RedisOptions(client_url, cluster, chosen, tuple(nodes))
+    where = netloc.rpartition("@")[2] or "localhost:6379"
+    return RedisOptions(client_url, cluster, chosen, tuple(nodes), timeout, where)
 
 
 def check_eviction_policy(policies: dict[str, Any]) -> None:

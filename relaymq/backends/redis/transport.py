@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from redis import exceptions as rex
@@ -21,7 +21,7 @@ from relaymq.backends.redis.config import RedisOptions, check_durability, check_
 from relaymq.backends.redis.direct import Link
 from relaymq.backends.redis.errors import translated
 from relaymq.backends.redis.scripts import Scripts
-from relaymq.errors import BackendError
+from relaymq.errors import BackendError, BackendUnavailableError
 
 MIN_BLOCK = 0.01
 """BLPOP rounds timeouts to milliseconds and 0 blocks forever: shorter blocks return at once."""
@@ -63,9 +63,10 @@ class Transport:
             else:
                 client = Redis.from_url(o.client_url, **kwargs)
             try:
-                await client.ping()
-                policies = await self._server_config(client, "maxmemory-policy")
-                appendonly = await self._server_config(client, "appendonly")
+                async with self._deadline("connect", o.timeout):
+                    await client.ping()
+                    policies = await self._server_config(client, "maxmemory-policy")
+                    appendonly = await self._server_config(client, "appendonly")
             except BaseException:
                 await client.aclose()
                 raise
@@ -95,6 +96,18 @@ class Transport:
             with contextlib.suppress(rex.RedisError, OSError):
                 await client.aclose()
 
+    @contextlib.asynccontextmanager
+    async def _deadline(self, what: str, seconds: float) -> AsyncIterator[None]:
+        """Give up on a call after ``seconds``: a server that accepted the connection but
+        does not answer must not hang the caller for ever."""
+        try:
+            async with asyncio.timeout(seconds):
+                yield
+        except TimeoutError as e:
+            raise BackendUnavailableError(
+                f"Redis at {self._options.where} did not answer within {seconds:g}s ({what})"
+            ) from e
+
     def evalsha(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The command that runs script ``name`` (see scripts/*.lua)."""
         return ("EVALSHA", self.scripts.sha[name], len(keys), *keys, *args)
@@ -118,6 +131,13 @@ class Transport:
             raise BackendError("the Redis backend is not connected (call connect())")
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
+        async with self._deadline(what, self._options.timeout):
+            await self._run(commands, what, replies, todo)
+        return replies
+
+    async def _run(
+        self, commands: Sequence[tuple[Any, ...]], what: str, replies: list[Any], todo: list[int]
+    ) -> None:
         with translated(what):
             for attempt in range(2):
                 if self._link is not None:
@@ -144,7 +164,6 @@ class Transport:
                     break
                 await self._load_scripts()
                 todo = again
-        return replies
 
     async def block(self, lists: Sequence[Sequence[str]], seconds: float) -> None:
         """Block until a token can be popped from one of ``lists`` or ``seconds`` pass.
@@ -155,6 +174,10 @@ class Transport:
         if seconds < MIN_BLOCK:
             return
         seconds = round(seconds, 3)
+        async with self._deadline("wait", seconds + self._options.timeout):
+            await self._block(lists, seconds)
+
+    async def _block(self, lists: Sequence[Sequence[str]], seconds: float) -> None:
         with translated("wait"):
             if len(lists) == 1:
                 await self.client.blpop(lists[0], timeout=seconds)
