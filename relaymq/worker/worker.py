@@ -332,6 +332,10 @@ class Worker:
     def _record(self, r: RunningJob, s: Settle, applied: bool) -> None:
         job, extra = r.job, r.log_extra
         where = f"job {job.queue}/{job.id} ({job.task}, attempt {job.attempts})"
+        if not applied and s.outcome is Outcome.CANCEL:  # cancelling ended the claim itself
+            self._count("cancelled", 1)
+            log.warning("%s cancelled by request", where, extra=extra)
+            return
         if not applied:
             self._count("lost", 1)
             log.warning("%s: the claim (token %s) was lost; outcome %s dropped", where,

@@ -99,8 +99,9 @@ async def test_undecodable_payload_fails_and_others_go_on(
 
 
 async def test_expired_job_goes_to_the_dlq_without_running(
-    backend: Backend, clock: FakeClock, q: str, run_worker: RunWorker
-) -> None:
+    backend: Backend, clock: FakeClock, q: str, run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     # ``backend`` (on the test clock) is made before ``run_worker``'s own handle: the case's
     # handles share one state, and the backend's clock is what decides expiry
     queue = Queue(q, backend)
@@ -115,6 +116,8 @@ async def test_expired_job_goes_to_the_dlq_without_running(
     job = await handle.job()
     assert job.state is JobState.EXPIRED and job.attempts == 1
     assert [j.id for j in await queue.list_jobs(JobState.EXPIRED)] == [handle.id]
+    [logged] = [r for r in caplog.records if getattr(r, "job_id", None) == handle.id]
+    assert logged.levelno == logging.WARNING and "expired" in logged.getMessage()
 
 
 async def test_cancelled_waiting_job_never_starts(queue: Queue, run_worker: RunWorker) -> None:
@@ -130,7 +133,7 @@ async def test_cancelled_waiting_job_never_starts(queue: Queue, run_worker: RunW
 
 
 async def test_cancelling_an_active_job_stops_its_handler(
-    queue: Queue, run_worker: RunWorker
+    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
     k = key()
     async with run_worker() as worker:
@@ -143,6 +146,9 @@ async def test_cancelling_an_active_job_stops_its_handler(
             await worker.wait_idle()
     assert tasks.RUNNING[k] == 0 and tasks.LEDGER[k] == 1
     assert (await handle.job()).state is JobState.CANCELLED
+    assert worker.stats.cancelled == 1
+    [logged] = [r for r in caplog.records if getattr(r, "job_id", None) == handle.id]
+    assert logged.levelno == logging.WARNING and "cancelled" in logged.getMessage()
 
 
 async def test_timeout_counts_as_a_failed_attempt(queue: Queue, run_worker: RunWorker) -> None:
