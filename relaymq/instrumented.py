@@ -125,6 +125,10 @@ class Instrumented:
         self._report(reported)
         return applied
 
+    async def is_paused(self, queue: str) -> bool:
+        with self._call("is_paused"):
+            return await self.backend.is_paused(queue)
+
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         with self._call("wait"):
             await self.backend.wait(queues, timeout)

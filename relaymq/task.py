@@ -12,11 +12,10 @@ arguments given to ``enqueue``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from relaymq.backends import default_backend
@@ -158,7 +157,14 @@ def task(
     backend: Backend | None = None,
 ) -> _Decorator:
     """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``,
-    so a worker can import it on demand."""
+    so a worker can import it on demand (a task defined in a script run as ``__main__`` needs
+    an importable module, or an explicit ``name``).
+
+    ``timeout`` limits one attempt, counted as a failed attempt (retried while ``retries``
+    remain). An async handler is cancelled when it passes. A plain function runs in one of
+    the worker's threads, which cannot be stopped: it is told through ``JobContext.cancelled``
+    and keeps its slot and its claim (still renewed) until it returns, and only then is the
+    attempt settled as failed, so the next attempt never runs beside an overrunning one."""
     options = Options(
         queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
         priority=priority, backend=backend,
@@ -197,11 +203,3 @@ def resolve(name: str) -> Task[Any, Any]:
     if not isinstance(obj, Task):
         raise TaskNotFoundError(f"unknown task {name!r}: {module_name} has no @task {attr!r}")
     return obj
-
-
-async def invoke(t: Task[Any, Any], args: list[Any], kw: dict[str, Any]) -> Any:
-    """Run the handler: awaited when async, in the default thread pool when plain."""
-    if t.is_async:
-        coro: Awaitable[Any] = t.fn(*args, **kw)
-        return await coro
-    return await asyncio.to_thread(t.fn, *args, **kw)

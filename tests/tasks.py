@@ -16,6 +16,10 @@ PEAK: Counter[str] = Counter()
 ORDER: dict[str, list[str]] = {}
 GATES: dict[str, asyncio.Event] = {}
 STARTED: dict[str, asyncio.Event] = {}
+SPANS: dict[str, list[tuple[int, str, float]]] = {}
+BARRIERS: dict[str, threading.Barrier] = {}
+THREAD_GATES: dict[str, threading.Event] = {}
+THREAD_STARTED: dict[str, threading.Event] = {}
 _lock = threading.Lock()
 
 
@@ -27,6 +31,18 @@ def gate(key: str) -> asyncio.Event:
 def started(key: str) -> asyncio.Event:
     """Set once a ``wait_for_gate`` job with ``key`` has started (in this process)."""
     return STARTED.setdefault(key, asyncio.Event())
+
+
+def thread_gate(key: str) -> threading.Event:
+    """An event a test sets to let ``block_thread`` jobs return."""
+    with _lock:
+        return THREAD_GATES.setdefault(key, threading.Event())
+
+
+def thread_started(key: str) -> threading.Event:
+    """Set once a ``block_thread`` job with ``key`` runs in its thread."""
+    with _lock:
+        return THREAD_STARTED.setdefault(key, threading.Event())
 
 
 @task(queue="tests")
@@ -110,3 +126,33 @@ def hang_first_attempt(ctx: JobContext, marker: str) -> int:
     if ctx.attempt == 1:
         time.sleep(3600)
     return ctx.attempt
+
+
+@task(queue="tests", timeout=0.2, retries=1, backoff=0.01)
+def overrun_timeout(ctx: JobContext, key: str, seconds: float) -> int:
+    """A plain function that overruns its timeout on its first attempt; records (attempt,
+    "start" or "end", monotonic time) in ``SPANS[key]``."""
+    SPANS.setdefault(key, []).append((ctx.attempt, "start", time.monotonic()))
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    SPANS[key].append((ctx.attempt, "end", time.monotonic()))
+    return ctx.attempt
+
+
+@task(queue="tests")
+def meet(key: str, parties: int) -> int:
+    """A plain function that returns once ``parties`` of them run at the same time; fails
+    (``BrokenBarrierError``) if that does not happen within 5 s."""
+    with _lock:
+        barrier = BARRIERS.setdefault(key, threading.Barrier(parties, timeout=5))
+    return barrier.wait()
+
+
+@task(queue="tests")
+def block_thread(key: str) -> str:
+    """A plain function that blocks its thread until the test sets ``thread_gate(key)``."""
+    LEDGER[key] += 1
+    thread_started(key).set()
+    if not thread_gate(key).wait(30):
+        raise TimeoutError("the test never opened the gate")
+    return key

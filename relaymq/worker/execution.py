@@ -8,19 +8,23 @@ here (expire, cancel, unknown task, retry or fail); the backend only stores the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
 from relaymq.job import Job
-from relaymq.retry import Backoff, next_delay
+from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
-from relaymq.task import JobContext, invoke, resolve
+from relaymq.task import JobContext, Task, resolve
 from relaymq.worker.running import RunningJob, StopReason
+from relaymq.worker.threads import ThreadPool
 
 log = logging.getLogger("relaymq.worker")
 
@@ -34,6 +38,21 @@ def failure(job: Job, backoff: Backoff | float, error: str) -> Settle:
             job.claim, Outcome.RETRY, error=error, delay=next_delay(backoff, job.attempts)
         )
     return Settle(job.claim, Outcome.FAIL, error=error)
+
+
+def unknown_task(job: Job, e: TaskNotFoundError) -> str:
+    """The error of a job whose task this worker does not know, with how to fix it."""
+    text = f"{e} (retried while attempts remain: another worker may know it)"
+    if job.task.startswith("__main__:"):
+        text += (
+            "; a task defined in a script run as __main__ has a name no worker can import: "
+            "define it in an importable module, or give it @task(name=...)"
+        )
+    return text
+
+
+class Overran(Exception):
+    """A plain handler ran past its timeout; raised once its thread has returned."""
 
 
 def after_stop(r: RunningJob) -> Settle | None:
@@ -61,7 +80,7 @@ def describe(e: BaseException) -> str:
 class Execution:
     """Runs attempts. ``still_held`` is the fenced start check (RELIABILITY F12), asked for
     claims older than ``fresh_for`` seconds; younger ones rely on the last heartbeat.
-    ``report`` receives a handler's progress values."""
+    ``report`` receives a handler's progress values; plain handlers run on ``pool``."""
 
     def __init__(
         self,
@@ -69,11 +88,14 @@ class Execution:
         still_held: Callable[[RunningJob], Awaitable[bool]],
         report: Callable[[RunningJob, Any], None],
         fresh_for: float,
+        pool: Executor | None = None,
     ) -> None:
         self.serializer = serializer
         self.still_held = still_held
         self.report = report
         self.fresh_for = fresh_for
+        self.pool = pool or ThreadPool(4)
+        """Where plain handlers run (the worker gives its own, sized to its concurrency)."""
 
     async def run(self, r: RunningJob, now: float) -> Settle | None:
         """One attempt; ``now`` is the backend's clock at the claim. It always ends in an
@@ -87,9 +109,10 @@ class Execution:
                 return after_stop(r)
             if isinstance(e, BackendError):  # the start check could not ask: run it later
                 log.warning("could not check the claim on %s/%s (%s); releasing it",
-                            r.job.queue, r.job.id, e)  # fmt: skip
+                            r.job.queue, r.job.id, e, extra=r.log_extra)  # fmt: skip
                 return Settle(r.claim, Outcome.RELEASE)
-            log.exception("job %s/%s failed outside its handler", r.job.queue, r.job.id)
+            log.exception("job %s/%s failed outside its handler", r.job.queue, r.job.id,
+                          extra=r.log_extra)  # fmt: skip
             return Settle(r.claim, Outcome.FAIL, error=describe(e))
 
     async def _attempt(self, r: RunningJob, now: float) -> Settle | None:
@@ -101,8 +124,8 @@ class Execution:
             return after_stop(r)
         try:
             t = resolve(job.task)
-        except TaskNotFoundError as e:
-            return Settle(claim, Outcome.FAIL, error=str(e))
+        except TaskNotFoundError as e:  # the job's own backoff is its task's: use the default
+            return failure(job, DEFAULT_BACKOFF, unknown_task(job, e))
         try:
             data = self.serializer.loads(job.payload)
             args, kwargs = list(data["args"]), dict(data["kwargs"])
@@ -115,20 +138,62 @@ class Execution:
             r.ctx = JobContext(job.id, job.queue, job.task, job.attempts,
                                lambda value: self.report(r, value))  # fmt: skip
             args.insert(0, r.ctx)
+        log.debug("job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task,
+                  job.attempts, extra=r.log_extra)  # fmt: skip
+        value: Any = None
+        settle: Settle | None = None  # the handler failed
+        backoff = t.options.backoff
         try:
-            if job.timeout is None and t.is_async:
+            if not t.is_async:
+                value = await self._in_thread(r, t, args, kwargs)
+            elif job.timeout is None:
                 value = await t.fn(*args, **kwargs)  # the common case, without a wrapper
             else:
                 async with asyncio.timeout(job.timeout):
-                    value = await invoke(t, args, kwargs)
+                    value = await t.fn(*args, **kwargs)
+        except Overran as e:
+            settle = failure(job, backoff, str(e))
         except TimeoutError:
-            return failure(job, t.options.backoff, f"TimeoutError: timed out after {job.timeout}s")
+            settle = failure(job, backoff, f"TimeoutError: timed out after {job.timeout}s")
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            return failure(job, t.options.backoff, describe(e))
+            settle = failure(job, backoff, describe(e))
+        if r.stop_reason in (StopReason.LOST, StopReason.CANCELLED):
+            return after_stop(r)  # a thread that ended after it was told to stop
+        if settle is not None:
+            return settle
         try:
             result = self.serializer.dumps(value)
         except SerializationError as e:
             return Settle(claim, Outcome.FAIL, error=f"the result cannot be serialized: {e}")
         return Settle(claim, Outcome.COMPLETE, result=result)
+
+    async def _in_thread(
+        self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run a plain handler on the pool and return what it returned. A thread cannot be
+        stopped: past the job's timeout it is told (``JobContext.cancelled``) and still
+        awaited, so the job keeps its slot and its claim (renewed by the heartbeats) and the
+        next attempt never starts beside this one; then ``Overran`` is raised."""
+        began = time.monotonic()
+        r.thread = self.pool.submit(contextvars.copy_context().run, t.fn, *args, **kwargs)
+        done = asyncio.wrap_future(r.thread)
+        limit = asyncio.timeout(r.job.timeout)
+        try:
+            async with limit:
+                return await asyncio.shield(done)
+        except TimeoutError:
+            if not limit.expired():
+                raise  # the handler's own TimeoutError
+        if r.ctx is not None:
+            r.ctx._cancelled = True
+        log.warning("job %s/%s (%s, attempt %d) overran its timeout of %ss: a plain function "
+                    "cannot be stopped, so it keeps its slot and claim until it returns",
+                    r.job.queue, r.job.id, r.job.task, r.job.attempts, r.job.timeout,
+                    extra=r.log_extra)  # fmt: skip
+        with contextlib.suppress(Exception):  # overran: what it returned or raised is moot
+            await done
+        raise Overran(f"TimeoutError: the handler overran its timeout of {r.job.timeout}s and "
+                      f"returned after {time.monotonic() - began:.1f}s (a plain function cannot "
+                      "be stopped: the next attempt waited for it)")  # fmt: skip

@@ -52,9 +52,13 @@ class Heartbeats:
         for r, result in zip(held, results, strict=True):
             if result.held or r.settling:  # settled meanwhile: its own write says how it went
                 continue
+            if r.stop_reason is not None:  # told already (a thread runs on until it returns)
+                continue
             reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
             if reason is StopReason.LOST:
-                log.warning("lost the claim on %s/%s; stopping its handler", r.job.queue, r.job.id)
+                log.warning("job %s/%s (%s, attempt %d): lost the claim; stopping its handler",
+                            r.job.queue, r.job.id, r.job.task, r.job.attempts,
+                            extra=r.log_extra)  # fmt: skip
             r.stop(reason)
 
     async def check(self, r: RunningJob) -> bool:

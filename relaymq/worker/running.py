@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ class StopReason(enum.Enum):
     LOST = "lost"  # another worker owns the job now: write nothing
     CANCELLED = "cancelled"  # an operator cancelled it: acknowledge the cancellation
     SHUTDOWN = "shutdown"  # this worker is stopping: release the job to run again at once
+    # (a handler still running in a thread is waited for, never released while it runs)
 
 
 @dataclass(eq=False, slots=True)
@@ -30,6 +32,8 @@ class RunningJob:
     ctx: JobContext | None = None
     """Made only for handlers that take one."""
     task: asyncio.Task[Any] | None = None
+    thread: Future[Any] | None = None
+    """A plain handler's call in the worker's thread pool, once submitted."""
     stop_reason: StopReason | None = None
     progress: bytes | None = None
     """Progress reported since the last heartbeat, stored by the next one."""
@@ -39,6 +43,17 @@ class RunningJob:
     """The outcome is written or being written: heartbeats leave the claim alone."""
 
     @property
+    def in_thread(self) -> bool:
+        """A plain handler is running in a thread, which nothing can stop from outside."""
+        return self.thread is not None and not self.thread.done()
+
+    @property
+    def log_extra(self) -> dict[str, Any]:
+        """The fields every log line about this job carries (``extra=``)."""
+        job = self.job
+        return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+
+    @property
     def key(self) -> tuple[str, str, int]:
         """One attempt: the same job claimed again (after this claim was recovered as stalled)
         is another ``RunningJob``, and each is renewed, stopped and dropped on its own."""
@@ -46,12 +61,14 @@ class RunningJob:
 
     def stop(self, reason: StopReason, *, interrupt: bool = True) -> None:
         """Stop the job: the first reason given is the one its outcome follows. ``interrupt``
-        cancels its asyncio task (not wanted from inside that task, which returns by itself)."""
+        cancels its asyncio task (not wanted from inside that task, which returns by itself).
+        A handler running in a thread is only told (``JobContext.cancelled``): its task goes on
+        waiting for the thread, so the job keeps its slot and claim until the thread ends."""
         if self.stop_reason is None:
             self.stop_reason = reason
         if self.ctx is not None:
             self.ctx._cancelled = True
-        if interrupt and self.task is not None and not self.task.done():
+        if interrupt and not self.in_thread and self.task is not None and not self.task.done():
             self.task.cancel()
 
 

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -37,11 +38,15 @@ from relaymq.worker.execution import Execution
 from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.settling import Settler
+from relaymq.worker.threads import ThreadPool
 
 log = logging.getLogger("relaymq.worker")
 
 IDLE_WAIT = 1.0
 """Longest single ``backend.wait``; blocking backends are woken earlier by new work."""
+
+PAUSE_CHECK_INTERVAL = 5.0
+"""Seconds between asking whether idle queues are paused (to log it once, and its end)."""
 
 _OUTCOME_COUNTER = {
     Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
@@ -94,13 +99,17 @@ class Worker:
         self._hurry = asyncio.Event()
         self._changed = asyncio.Event()
         self._claims = Claims()
+        self._pool = ThreadPool(self.settings.concurrency)
+        """Plain handlers' threads, one per slot (asyncio's default pool stops at CPU + 4)."""
+        self._paused: set[str] = set()
+        self._next_pause_check = 0.0
         self._settler = Settler(self.ops, self._claims, self._record)
         self._heartbeats = Heartbeats(
             self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
         )
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
-            fresh_for=self.settings.heartbeat_interval,
+            fresh_for=self.settings.heartbeat_interval, pool=self._pool,
         )  # fmt: skip
         self._rotation = 0
         self._maintenance = Maintenance(self.ops, self.queues, self.settings, self.id)
@@ -109,7 +118,14 @@ class Worker:
 
     def stop(self, *, now: bool = False) -> None:
         """Ask the worker to stop: no new claims; running jobs get ``shutdown_timeout``
-        (``now=True``: none), then the unfinished ones are released to run again at once."""
+        (``now=True``: none), then the unfinished ones are released to run again at once.
+
+        A plain handler still running in a thread cannot be stopped, so it is never released
+        while it runs: it is told (``JobContext.cancelled``) and the worker waits for it,
+        renewing its claim, and settles what it did. ``stop(now=True)`` (again) ends that wait:
+        the worker returns and leaves the thread running with its claim unreleased and no
+        longer renewed, so the job is recovered as stalled after ``stalled_threshold``; its
+        threads are daemons and do not keep the process alive."""
         self._stopping.set()
         self._claims.slot_free.set()
         if now:
@@ -148,6 +164,8 @@ class Worker:
                 helpers.append(
                     asyncio.create_task(self._maintenance.run(), name="relaymq-recovery")
                 )
+            with contextlib.suppress(BackendError):  # only a log line: tried again when idle
+                await self._check_paused(self.queues)
             self.started.set()
             log.info("worker %s started on %s", self.id, ", ".join(self.queues))
             try:
@@ -161,17 +179,28 @@ class Worker:
         log.info("worker %s stopped", self.id)
 
     async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
-        """Give running jobs ``shutdown_timeout`` (less when hurried), stop the rest, then
-        settle every outcome, the releases included."""
+        """Give running jobs ``shutdown_timeout`` (less when hurried), stop the rest, wait for
+        handlers still running in threads (unless hurried), then settle every outcome, the
+        releases included."""
         tasks = [r.task for r in self._claims.running_jobs() if r.task is not None]
         if tasks:
             await self._until(asyncio.wait(tasks), also=self._hurry,
                               timeout=self.settings.shutdown_timeout)  # fmt: skip
             for r in self._claims.running_jobs():
-                r.stop(StopReason.SHUTDOWN)
-            pending = [t for t in tasks if not t.done()]
-            if pending:
-                await asyncio.wait(pending)
+                r.stop(StopReason.SHUTDOWN)  # cancels async handlers; threads are only told
+            running = self._claims.running_jobs()
+            cancelled = [r.task for r in running if not r.in_thread and r.task is not None]
+            if cancelled:  # async handlers end at once: their jobs are released
+                await asyncio.wait(cancelled)
+            threads = [r.task for r in running if r.in_thread and r.task is not None]
+            if threads and not self._hurry.is_set():
+                log.warning("waiting for %d plain handlers still running in threads; their "
+                            "jobs stay claimed until they return (stop again to exit now and "
+                            "leave them to stalled recovery)", len(threads))  # fmt: skip
+                await self._until(asyncio.wait(threads), also=self._hurry)
+            for r in self._claims.running_jobs():
+                self._abandon(r)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         async with self._settler.lock:  # never cancel the settle loop in the middle of a settle
             for helper in helpers:
                 helper.cancel()
@@ -181,6 +210,16 @@ class Worker:
         except BackendError as e:
             log.error("could not settle %d outcomes at shutdown (%s): they will be recovered "
                       "as stalled jobs", len(self._settler), e)  # fmt: skip
+
+    def _abandon(self, r: RunningJob) -> None:
+        """Exit without a handler whose thread still runs: its claim is neither released (it
+        would run twice at once) nor renewed any more, so it is recovered as stalled."""
+        log.warning("job %s/%s (%s, attempt %d) is still running in a thread; leaving it "
+                    "claimed, to be recovered as stalled", r.job.queue, r.job.id, r.job.task,
+                    r.job.attempts, extra=r.log_extra)  # fmt: skip
+        self._claims.drop(r)
+        if r.task is not None:
+            r.task.cancel()
 
     @property
     def _registry_ttl(self) -> float:
@@ -209,8 +248,13 @@ class Worker:
                 await self._until(asyncio.sleep(min(5.0, 0.1 * 2**failures)))
                 continue
             failures = 0
+            if self._paused:
+                self._resumed({j.queue for j in batch.jobs})
             if not batch.jobs:
                 self._count("empty_claims", 1)
+                if time.monotonic() >= self._next_pause_check:
+                    with contextlib.suppress(BackendError):  # only a log line: try again later
+                        await self._check_paused(self.queues)
                 try:
                     await self._until(self.ops.wait(self.queues, IDLE_WAIT))
                 except BackendError as e:
@@ -220,6 +264,22 @@ class Worker:
             self._count("claimed", len(batch.jobs))
             for job in batch.jobs:
                 self._start(job, batch.now)
+
+    async def _check_paused(self, queues: Sequence[str]) -> None:
+        """Log once when a queue is found paused (and once when resumed): a paused queue
+        otherwise looks like an empty one."""
+        self._next_pause_check = time.monotonic() + PAUSE_CHECK_INTERVAL
+        paused = {q for q in queues if await self.ops.is_paused(q)}
+        for q in sorted(paused - self._paused):
+            log.warning("queue %s is paused: its jobs wait until it is resumed", q,
+                        extra={"queue": q})  # fmt: skip
+        self._resumed(set(queues) - paused)
+        self._paused |= paused
+
+    def _resumed(self, queues: set[str]) -> None:
+        for q in sorted(self._paused & queues):
+            log.info("queue %s was resumed", q, extra={"queue": q})
+        self._paused -= queues
 
     def _queue_order(self) -> list[str]:
         """Rotate the queue order on every claim so no queue starves the others."""
@@ -254,7 +314,7 @@ class Worker:
             settle = await self._execution.run(r, now)
         finally:
             self._claims.handler_ended(r)
-        if settle is None:
+        if settle is None or not self._claims.holds(r):
             self._claims.drop(r)  # the claim is lost: another worker owns the job; write nothing
         else:
             self._settler.add(r, settle)
@@ -270,12 +330,32 @@ class Worker:
     # -- outcomes ---------------------------------------------------------------------------
 
     def _record(self, r: RunningJob, s: Settle, applied: bool) -> None:
-        if applied:
-            self._count(_OUTCOME_COUNTER[s.outcome], 1)
+        job, extra = r.job, r.log_extra
+        where = f"job {job.queue}/{job.id} ({job.task}, attempt {job.attempts})"
+        if not applied and s.outcome is Outcome.CANCEL:  # cancelling ended the claim itself
+            self._count("cancelled", 1)
+            log.warning("%s cancelled by request", where, extra=extra)
             return
-        self._count("lost", 1)
-        log.warning("claim on %s/%s (token %s) was lost; outcome %s dropped",
-                    r.job.queue, r.job.id, r.claim.token, s.outcome.value)  # fmt: skip
+        if not applied:
+            self._count("lost", 1)
+            log.warning("%s: the claim (token %s) was lost; outcome %s dropped", where,
+                        r.claim.token, s.outcome.value, extra=extra)  # fmt: skip
+            return
+        self._count(_OUTCOME_COUNTER[s.outcome], 1)
+        error = s.error or ""
+        summary = error.strip().splitlines()[-1] if error.strip() else ""
+        if s.outcome is Outcome.COMPLETE:
+            log.debug("%s completed", where, extra=extra)
+        elif s.outcome is Outcome.RETRY:
+            log.warning("%s failed; retrying in %.1fs: %s", where, s.delay, summary, extra=extra)
+        elif s.outcome is Outcome.FAIL:
+            log.error("%s failed for good (into the DLQ): %s", where, error, extra=extra)
+        elif s.outcome is Outcome.EXPIRE:
+            log.warning("%s %s", where, error, extra=extra)
+        elif s.outcome is Outcome.CANCEL:
+            log.warning("%s cancelled: %s", where, error, extra=extra)
+        else:
+            log.info("%s released: it runs again at once", where, extra=extra)
 
     def _count(self, field: str, n: int) -> None:
         setattr(self.stats, field, getattr(self.stats, field) + n)

@@ -89,9 +89,31 @@ async def test_a_fresh_claim_starts_without_a_round_trip() -> None:
     assert asked == []
 
 
-async def test_an_unknown_task_fails_naming_it() -> None:
-    settle = await run(claimed("tests.nowhere:ghost", max_attempts=5))
-    assert settle.outcome is Outcome.FAIL and "tests.nowhere:ghost" in settle.error
+async def test_an_unknown_task_is_retried_with_backoff_then_fails_naming_it() -> None:
+    first = await run(claimed("tests.nowhere:ghost", attempts=1, max_attempts=5))
+    assert first.outcome is Outcome.RETRY and first.delay >= 1.0  # the default backoff
+    assert "tests.nowhere:ghost" in first.error and "another worker" in first.error
+    last = await run(claimed("tests.nowhere:ghost", attempts=5, max_attempts=5))
+    assert last.outcome is Outcome.FAIL and "tests.nowhere:ghost" in last.error
+    assert "__main__" not in last.error
+
+
+async def test_an_unknown_main_task_says_to_define_it_in_an_importable_module() -> None:
+    settle = await run(claimed("__main__:ghost"))
+    assert settle.outcome is Outcome.FAIL and "'__main__:ghost'" in settle.error
+    assert "importable module" in settle.error and "@task(name=...)" in settle.error
+
+
+async def test_a_plain_handler_past_its_timeout_is_settled_only_once_it_returned() -> None:
+    k = "exec-overrun"
+    job = claimed(tasks.overrun_timeout.name, f'{{"args":["{k}",0.4],"kwargs":{{}}}}'.encode(),
+                  timeout=0.1, max_attempts=2)  # fmt: skip
+    r = RunningJob(job, job.claim)
+    settle = await execution()[0].run(r, NOW)
+    assert tasks.SPANS[k][-1][1] == "end"  # the thread had returned before the outcome
+    assert r.thread is not None and r.thread.done()
+    assert settle is not None and settle.outcome is Outcome.RETRY
+    assert "overran its timeout of 0.1s" in settle.error
 
 
 async def test_an_undecodable_payload_fails_with_the_reason() -> None:

@@ -1,8 +1,12 @@
 """The worker's pieces on the in-memory backend and a test clock, without a running worker: the
-rule linking running jobs and held claims, batched settling, heartbeats."""
+rule linking running jobs and held claims, batched settling, heartbeats, the thread pool."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+from concurrent.futures import CancelledError
 from typing import Any
 
 import pytest
@@ -17,6 +21,7 @@ from relaymq.testing import FakeClock
 from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.settling import Settler
+from relaymq.worker.threads import ThreadPool
 from tests.support.jobs import new_job
 
 
@@ -158,3 +163,39 @@ async def test_the_fenced_start_check_stops_a_lost_claim_without_interrupting_it
     beats = Heartbeats(Instrumented(backend), claims, 1.0, noop)
     assert await beats.check(a) is True and a.stop_reason is None
     assert await beats.check(b) is False and b.stop_reason is StopReason.LOST
+
+
+def test_the_thread_pool_runs_size_calls_at_once_and_queues_the_rest() -> None:
+    pool = ThreadPool(3)
+    gate, barrier = threading.Event(), threading.Barrier(3, timeout=5)
+    running = [pool.submit(lambda: (barrier.wait(), gate.wait(5))[1]) for _ in range(3)]
+    queued = pool.submit(lambda: True)
+    assert not queued.done()  # three threads, all busy: nothing for a fourth call yet
+    gate.set()
+    assert all(f.result(timeout=5) for f in running) and queued.result(timeout=5)
+    pool.shutdown()
+
+
+def test_a_thread_pool_shut_down_without_waiting_cancels_queued_calls() -> None:
+    pool = ThreadPool(1)
+    gate = threading.Event()
+    busy = pool.submit(gate.wait, 5)
+    queued = pool.submit(lambda: True)
+    pool.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(CancelledError):
+        queued.result(timeout=5)
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(lambda: True)
+    gate.set()
+    assert busy.result(timeout=5)
+
+
+def test_a_handler_that_never_returns_does_not_keep_the_process_alive() -> None:
+    code = (
+        "import time\n"
+        "from relaymq.worker.threads import ThreadPool\n"
+        "pool = ThreadPool(2)\n"
+        "pool.submit(time.sleep, 60)\n"
+        "pool.shutdown(wait=False, cancel_futures=True)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=20)  # not the 60 s sleep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 
 import pytest
@@ -20,7 +21,7 @@ from relaymq.errors import PayloadTooLargeError
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.support.jobs import new_job
-from tests.support.waiting import watch
+from tests.support.waiting import poll_until, watch
 from tests.worker.conftest import RunWorker
 
 
@@ -74,14 +75,14 @@ async def test_exhausted_retries_fail_into_the_dlq(queue: Queue, run_worker: Run
     assert [j.id for j in await queue.list_jobs(JobState.FAILED)] == [handle.id]
 
 
-async def test_unknown_task_fails_into_the_dlq_naming_it(
+async def test_unknown_task_is_retried_then_fails_into_the_dlq_naming_it(
     live: Backend, q: str, run_worker: RunWorker
 ) -> None:
-    await live.enqueue([new_job(q, "ghost", task="tests.nowhere:missing", max_attempts=5)])
+    await live.enqueue([new_job(q, "ghost", task="tests.nowhere:missing", max_attempts=2)])
     async with run_worker():
-        await wait_state(live, q, "ghost", JobState.FAILED)
+        await wait_state(live, q, "ghost", JobState.FAILED)  # after a backoff of 1-1.2 s
     job = await live.get_job(q, "ghost")
-    assert job is not None and job.attempts == 1  # no requeue loop
+    assert job is not None and job.attempts == 2  # retried (a rolling deploy), then failed
     assert job.error is not None and "tests.nowhere:missing" in job.error
 
 
@@ -98,8 +99,9 @@ async def test_undecodable_payload_fails_and_others_go_on(
 
 
 async def test_expired_job_goes_to_the_dlq_without_running(
-    backend: Backend, clock: FakeClock, q: str, run_worker: RunWorker
-) -> None:
+    backend: Backend, clock: FakeClock, q: str, run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     # ``backend`` (on the test clock) is made before ``run_worker``'s own handle: the case's
     # handles share one state, and the backend's clock is what decides expiry
     queue = Queue(q, backend)
@@ -114,6 +116,8 @@ async def test_expired_job_goes_to_the_dlq_without_running(
     job = await handle.job()
     assert job.state is JobState.EXPIRED and job.attempts == 1
     assert [j.id for j in await queue.list_jobs(JobState.EXPIRED)] == [handle.id]
+    [logged] = [r for r in caplog.records if getattr(r, "job_id", None) == handle.id]
+    assert logged.levelno == logging.WARNING and "expired" in logged.getMessage()
 
 
 async def test_cancelled_waiting_job_never_starts(queue: Queue, run_worker: RunWorker) -> None:
@@ -129,7 +133,7 @@ async def test_cancelled_waiting_job_never_starts(queue: Queue, run_worker: RunW
 
 
 async def test_cancelling_an_active_job_stops_its_handler(
-    queue: Queue, run_worker: RunWorker
+    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
     k = key()
     async with run_worker() as worker:
@@ -142,6 +146,9 @@ async def test_cancelling_an_active_job_stops_its_handler(
             await worker.wait_idle()
     assert tasks.RUNNING[k] == 0 and tasks.LEDGER[k] == 1
     assert (await handle.job()).state is JobState.CANCELLED
+    assert worker.stats.cancelled == 1
+    [logged] = [r for r in caplog.records if getattr(r, "job_id", None) == handle.id]
+    assert logged.levelno == logging.WARNING and "cancelled" in logged.getMessage()
 
 
 async def test_timeout_counts_as_a_failed_attempt(queue: Queue, run_worker: RunWorker) -> None:
@@ -327,3 +334,69 @@ async def test_stop_now_releases_running_jobs_without_waiting(
             await worker.wait_idle()
     job = await handle.job()
     assert job.state is JobState.WAITING and job.attempts == 0
+
+
+async def test_plain_functions_run_as_many_at_once_as_the_concurrency(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    k = key()
+    async with run_worker(concurrency=12):  # more than asyncio's default pool (CPU + 4)
+        handles = await queue.add_bulk([tasks.meet.call(k, 12) for _ in range(12)])
+        # each returns only once all 12 wait on the barrier together (else it breaks in 5 s)
+        assert sorted([await h.result(timeout=15) for h in handles]) == list(range(12))
+
+
+async def test_the_next_attempt_never_starts_while_an_overrunning_thread_runs(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    k = key()
+    async with run_worker():
+        handle = await queue.add(tasks.overrun_timeout.call(k, 0.6))  # timeout=0.2
+        assert await handle.result(timeout=10) == 2
+    spans = {(attempt, what): at for attempt, what, at in tasks.SPANS[k]}
+    assert spans[1, "start"] < spans[1, "end"] <= spans[2, "start"]
+    job = await handle.job()
+    assert job.error is not None and "overran its timeout of 0.2s" in job.error
+
+
+async def test_shutdown_never_releases_a_job_whose_thread_still_runs(
+    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="relaymq.worker")
+    k = key()
+    async with run_worker(shutdown_timeout=0.1) as worker:
+        handle = await queue.add(tasks.block_thread.call(k))
+        assert await asyncio.to_thread(tasks.thread_started(k).wait, 10)
+        claimed = await handle.job()
+        worker.stop()  # past shutdown_timeout the thread still runs: its job stays claimed
+        await poll_until(lambda: "waiting for 1 plain handlers" in caplog.text, "the wait")
+        job = await handle.job()
+        assert (job.state, job.token) == (JobState.ACTIVE, claimed.token)
+        assert worker.stopping and worker.stats.released == 0
+        before = job.heartbeat_at or 0.0
+
+        async def renewed() -> bool:
+            return ((await handle.job()).heartbeat_at or 0.0) > before
+
+        await poll_until(renewed, "a heartbeat renewing the claim while the thread runs")
+        tasks.thread_gate(k).set()  # the thread returns: its own outcome is settled
+    job = await handle.job()
+    assert (job.state, job.attempts, tasks.LEDGER[k]) == (JobState.COMPLETED, 1, 1)
+
+
+async def test_stop_now_exits_without_releasing_a_job_whose_thread_still_runs(
+    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    k = key()
+    try:
+        async with run_worker(shutdown_timeout=60) as worker:
+            handle = await queue.add(tasks.block_thread.call(k))
+            assert await asyncio.to_thread(tasks.thread_started(k).wait, 10)
+            claimed = await handle.job()
+            worker.stop(now=True)  # the run_worker exit awaits the worker: it must return
+        job = await handle.job()  # still claimed, no longer renewed: recovered as stalled
+        assert (job.state, job.token) == (JobState.ACTIVE, claimed.token)
+        assert worker.stats.released == 0
+        assert "still running in a thread; leaving it claimed" in caplog.text
+    finally:
+        tasks.thread_gate(k).set()
