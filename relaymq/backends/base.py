@@ -187,6 +187,9 @@ class Backend(abc.ABC):
 
     capabilities: Capabilities
     url: str = ""
+    create_missing: bool = True
+    """Whether ``connect`` may create missing storage (a database file). Read-only tools set it
+    to False so that a mistyped location is an error, not a new empty queue store."""
     retention: float | None = None
     """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
     maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""

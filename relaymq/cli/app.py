@@ -87,7 +87,14 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
 
 
 async def with_backend(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:
-    backend = await connect(url)
+    """Run ``fn`` on the backend at ``url``; a missing store is an error, never created."""
+    backend = from_url(url)
+    backend.create_missing = False
+    try:
+        await backend.connect()
+    except BaseException:
+        await backend.close()
+        raise
     try:
         return await fn(backend)
     finally:

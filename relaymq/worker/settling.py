@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from relaymq.backends.base import Settle
+from relaymq.backends.base import Beat, Settle
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
 from relaymq.worker.running import Claims, RunningJob
@@ -42,6 +42,15 @@ class Settler:
         self._outbox.append((r, settle))
         self._wanted.set()
 
+    async def _store_progress(self, batch: list[tuple[RunningJob, Settle]]) -> None:
+        """Progress reported since the last heartbeat is stored before the outcome (a short
+        job may end before any heartbeat): one fenced renewal, only when there is some."""
+        beats = [Beat(r.claim, r.progress) for r, _ in batch if r.progress is not None]
+        if beats:
+            await self.ops.heartbeat(beats)
+            for r, _ in batch:
+                r.progress = None
+
     async def run(self) -> None:
         while True:
             await self._wanted.wait()
@@ -65,6 +74,7 @@ class Settler:
             if not batch:
                 return
             try:
+                await self._store_progress(batch)
                 applied = await self.ops.settle([(r.job, s) for r, s in batch])
             except BaseException:
                 self._outbox[:0] = batch  # keep them for the next try

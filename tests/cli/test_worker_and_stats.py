@@ -99,3 +99,12 @@ def test_the_cli_installs_the_chosen_format(fmt: str, kind: type) -> None:
     finally:
         root.handlers[:], _ = saved
         root.setLevel(saved[1])
+
+
+def test_stats_on_a_mistyped_sqlite_path_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo.db"
+    assert main(["stats", "--backend", f"sqlite:///{missing}"]) == 2
+    assert f"no SQLite database at {missing}" in capsys.readouterr().err
+    assert not missing.exists()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from relaymq.backends import from_url
 from relaymq.backends.base import Backend, CancelResult, Outcome, Settle, WorkerInfo
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
+from tests.support.cases import BackendCase
 from tests.support.jobs import new_job
 
 
@@ -156,3 +159,19 @@ async def test_manual_retry_replays_expired_and_cancelled_jobs_at_the_back(
     assert stored is not None and stored.state is JobState.WAITING and stored.attempts == 0
     # a replay goes through the FIFO allocator: behind the job that was waiting all along
     assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["next", "ended"]
+
+
+async def test_a_read_only_handle_opens_existing_storage(
+    case: BackendCase, make_backend: MakeBackend, tmp_path: Path, q: str
+) -> None:
+    if case.url is None:
+        pytest.skip(f"{case.name} has no URL other handles could open")
+    writer = await make_backend()
+    await writer.enqueue([new_job(q, "a")])
+    reader = from_url(case.url(tmp_path))
+    reader.create_missing = False  # what read-only tools set: never create, only open
+    await reader.connect()
+    try:
+        assert (await reader.counts(q))[JobState.WAITING] == 1
+    finally:
+        await reader.close()

@@ -400,3 +400,14 @@ async def test_stop_now_exits_without_releasing_a_job_whose_thread_still_runs(
         assert "still running in a thread; leaving it claimed" in caplog.text
     finally:
         tasks.thread_gate(k).set()
+
+
+async def test_progress_of_a_job_shorter_than_a_heartbeat_is_stored(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    async with run_worker(heartbeat_interval=30, stalled_threshold=120):  # no heartbeat happens
+        handle = await queue.add(tasks.with_context.call("quick"))
+        await handle.result(timeout=10)
+    job = await handle.job()
+    assert job.progress is not None
+    assert queue.serializer.loads(job.progress) == {"label": "quick", "pct": 50}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -131,6 +132,8 @@ class SQLiteBackend(Backend, DeliveryStore):
                 f"SQLiteBackend needs SQLite >= 3.35 (RETURNING); this Python has "
                 f"{sqlite3.sqlite_version}"
             )
+        if not self.create_missing and not os.path.exists(self.path):
+            raise ConfigError(f"no SQLite database at {os.path.abspath(self.path)}")
         conn = sqlite3.connect(
             self.path,
             timeout=self.options.busy_timeout,
