@@ -5,6 +5,7 @@ Real broker (127.0.0.1:5672), SQLite metadata store, a queue prefix per test.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
@@ -16,7 +17,7 @@ from relaymq.backends import connect, from_url
 from relaymq.backends.rabbitmq import RabbitMQBackend
 from relaymq.backends.rabbitmq.config import parse
 from relaymq.backends.sqlite import SQLiteBackend
-from relaymq.errors import ConfigError
+from relaymq.errors import BackendUnavailableError, ConfigError
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
 from tests.rabbitmq import support
@@ -142,3 +143,12 @@ async def test_wrong_credentials_are_a_clear_error(tmp_path: Path) -> None:
         "RabbitMQ at 127.0.0.1:5672 refused the login of user 'nobody': check the user name "
         "and password in the URL"
     )
+
+
+async def test_a_broker_operation_that_never_answers_fails_within_its_deadline() -> None:
+    from relaymq.backends.rabbitmq.errors import guarded
+
+    never = asyncio.get_running_loop().create_future()  # a reply that never comes
+    with pytest.raises(BackendUnavailableError, match=r"did not answer within 0\.2s"):
+        async with asyncio.timeout(5):  # the deadline inside must come first
+            await guarded(never, 0.2)

@@ -2,7 +2,8 @@
 
 ``mongodb://host:port/database?...``: the database defaults to ``relaymq``; every query option
 goes to PyMongo. Unless the URL says otherwise, writes use write concern ``majority`` with
-journal and server selection gives up after 5 s.
+journal, server selection gives up after 5 s and a call whose server stops answering after 60 s
+(``socketTimeoutMS``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from relaymq.errors import ConfigError
 
 DEFAULT_DATABASE: Final = "relaymq"
+SOCKET_TIMEOUT_MS: Final = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,4 +48,6 @@ def parse(
         options["journal"] = journal
     if "serverselectiontimeoutms" not in given:
         options["serverSelectionTimeoutMS"] = round(server_selection_timeout * 1000)
+    if "sockettimeoutms" not in given:  # a server that stops answering fails the call
+        options["socketTimeoutMS"] = SOCKET_TIMEOUT_MS
     return Options(name, options | client_options, parts.netloc.rpartition("@")[2])

@@ -157,7 +157,7 @@ class RabbitMQBackend(Backend):
         now = self._now()
         while len(claimed) < limit:
             want = limit - len(claimed)
-            await guarded(consumer.fill(want))
+            await guarded(consumer.fill(want), self.options.call_timeout)
             taken = consumer.take(want)
             if not taken:
                 break
@@ -309,7 +309,10 @@ class RabbitMQBackend(Backend):
         await self.store.obliterate(queue)
         name = self._broker.name(queue)
         if name in self._broker.declared:
-            await guarded(self._broker.on_side_channel(lambda ch: ch.queue_purge(name)))
+            await guarded(
+                self._broker.on_side_channel(lambda ch: ch.queue_purge(name)),
+                self.options.call_timeout,
+            )
 
     async def list_queues(self) -> list[str]:
         return await self.store.list_queues()
@@ -350,7 +353,7 @@ class RabbitMQBackend(Backend):
             async def delete(channel: aiormq.abc.AbstractChannel, name: str = name) -> None:
                 await channel.queue_delete(name)
 
-            await guarded(self._broker.on_side_channel(delete))
+            await guarded(self._broker.on_side_channel(delete), self.options.call_timeout)
         self._broker.declared.clear()
 
     async def _consumer(self, queue: str, limit: int) -> Consumer:
@@ -359,9 +362,11 @@ class RabbitMQBackend(Backend):
             async with self._consumer_lock:
                 consumer = self._consumers.get(queue)
                 if consumer is None:
-                    consumer = await guarded(self._start_consumer(queue, limit))
+                    consumer = await guarded(
+                        self._start_consumer(queue, limit), self.options.call_timeout
+                    )
         elif limit > consumer.prefetch:
-            await guarded(consumer.grow(limit))
+            await guarded(consumer.grow(limit), self.options.call_timeout)
         return consumer
 
     async def _start_consumer(self, queue: str, limit: int) -> Consumer:

@@ -40,6 +40,11 @@ class Options:
     reconcile_after: float = 60.0
     timeout: float = 10.0
 
+    @property
+    def call_timeout(self) -> float:
+        """Seconds one broker operation (a batch of publishes, a declare) may take."""
+        return 3 * self.timeout
+
 
 def parse(url: str) -> Options:
     parts = urlsplit(url)

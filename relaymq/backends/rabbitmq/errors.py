@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -21,12 +22,17 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 """Errors that mean the broker is not reachable right now."""
 
 
-async def guarded(operation: Awaitable[T]) -> T:
-    """Await a broker operation, translating driver errors (the cause is kept)."""
+async def guarded(operation: Awaitable[T], within: float) -> T:
+    """Await a broker operation for at most ``within`` seconds (a broker that holds the
+    connection but stopped answering must not hang the caller), translating driver errors (the
+    cause is kept)."""
     try:
-        return await operation
+        async with asyncio.timeout(within):
+            return await operation
     except (ConfigError, BackendError):
         raise
+    except TimeoutError as e:
+        raise BackendUnavailableError(f"RabbitMQ did not answer within {within:g}s") from e
     except UNAVAILABLE as e:
         raise BackendUnavailableError(f"RabbitMQ unavailable: {e!r}") from e
     except aiormq.exceptions.AMQPError as e:

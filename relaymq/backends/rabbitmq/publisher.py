@@ -109,7 +109,8 @@ class Publisher:
         ok = await guarded(
             self.on_side_channel(
                 lambda ch: ch.queue_declare(name, durable=True, arguments=self.arguments)
-            )
+            ),
+            self.options.call_timeout,
         )
         self.declared.add(name)
         return int(ok.message_count or 0)
@@ -131,7 +132,7 @@ class Publisher:
         if not todo:
             return
         try:
-            await guarded(self._publish_now(todo))
+            await guarded(self._publish_now(todo), self.options.call_timeout)
         except BackendUnavailableError:
             self._pending = todo[-MAX_PENDING:]
 
