@@ -66,7 +66,7 @@ class Heartbeats:
         """A fenced start, right before the handler: is ``r``'s claim still held and its job
         not cancelled? (RELIABILITY F12; the spec's second cancellation check.) The checks
         asked for in one turn of the event loop share one round trip."""
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         if not self._asked:
             asyncio.get_running_loop().call_soon(self._check_asked)
         self._asked.append((r, future))
