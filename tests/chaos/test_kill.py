@@ -26,8 +26,15 @@ THRESHOLDS = {
 }
 
 
-async def start_worker(url: str, queue: str, concurrency: int = 2) -> asyncio.subprocess.Process:
+async def start_worker(
+    url: str, queue: str, concurrency: int = 2, heartbeat_interval: float | None = None
+) -> asyncio.subprocess.Process:
+    """A worker process on the short thresholds (``heartbeat_interval``: its own, with a
+    stalled threshold twice as long, as the settings require)."""
     env = {**os.environ, **THRESHOLDS, "PYTHONPATH": str(ROOT), "RELAYMQ_LOG_LEVEL": "WARNING"}
+    if heartbeat_interval is not None:
+        env["RELAYMQ_HEARTBEAT_INTERVAL"] = str(heartbeat_interval)
+        env["RELAYMQ_STALLED_THRESHOLD"] = str(2 * heartbeat_interval)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", queue,
         "-c", str(concurrency), "--backend", url, cwd=ROOT, env=env,
@@ -85,3 +92,44 @@ async def _kill_and_recover(backend: Backend, url: str, tmp_path: Path) -> None:
 
 def _lines(marker: Path) -> list[str]:
     return marker.read_text().split() if marker.exists() else []
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_before_its_first_heartbeat_is_recovered_from_its_claim(
+    shared_case: BackendCase, tmp_path: Path
+) -> None:
+    """Killed right after the claim, before any heartbeat: only ``claimed_at`` says how old the
+    claim is, and recovery must go by it (the spec's active-claim timestamp)."""
+    case = shared_case
+    assert case.url is not None
+    backend: Backend = await case.make(None, tmp_path)
+    q = queue_name("kill-early")
+    marker = tmp_path / "marker"
+    queue = Queue(q, backend)
+    # heartbeats far apart: the kill comes long before the first one
+    proc = await start_worker(case.url(tmp_path), q, heartbeat_interval=30.0)
+    try:
+        async with watch(backend) as w:
+            handle = await queue.add(tasks.hang_first_attempt.call(str(marker)))
+            await w.until(lambda: _lines(marker) == ["1"], "the first attempt's side effect")
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        first = await handle.job()
+        # claim time is the only heartbeat it has (every backend sets both at the claim)
+        assert first.state is JobState.ACTIVE and first.heartbeat_at == first.claimed_at, first
+        settings = Settings(stalled_threshold=1.0, heartbeat_interval=0.2,
+                            stalled_check_interval=0.2)  # fmt: skip
+        rescuer = Worker(backend, [q], settings=settings)
+        running = asyncio.create_task(rescuer.run())
+        try:
+            assert await handle.result(timeout=30) == 2
+        finally:
+            rescuer.stop()
+            await running
+        done = await handle.job()
+        assert (done.state, done.stalls, done.token > first.token) == (JobState.COMPLETED, 1, True)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await backend.close()
