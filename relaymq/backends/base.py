@@ -334,7 +334,8 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def retry_job(self, queue: str, job_id: str) -> bool:
         """Operator retry: move a failed, expired or cancelled job back to ``waiting`` with its
-        attempts reset, through the FIFO allocator. False when the job is not in such a state."""
+        attempts and stalls reset, through the FIFO allocator, with ``created_at = now`` so its
+        TTL counts from the replay. False when the job is not in such a state."""
 
     @abc.abstractmethod
     async def remove_job(self, queue: str, job_id: str) -> bool:
