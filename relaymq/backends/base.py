@@ -343,15 +343,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``cancel`` for a batch of distinct ids, in one round trip (per chunk of a very
-        large batch): per id, True when the job is now
-        cancelled (it was waiting, delayed or active); False when it had ended or is absent."""
+        """``cancel`` for a batch of distinct ids, in one round trip: per id, True when the
+        job is now cancelled (it was waiting, delayed or active); False when it had ended or
+        is absent."""
 
     @abc.abstractmethod
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         """``retry_job`` for a batch of distinct ids, in one round trip: per id, True when
-        the job is waiting
-        again; the retried jobs join the back of the line in the order given."""
+        the job is waiting again, as ``retry_job`` leaves it (``created_at = now``); the
+        retried jobs join the back of the line in the order given."""
 
     @abc.abstractmethod
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:

@@ -72,12 +72,16 @@ async def test_cancel_jobs_cancels_live_jobs_only(backend: Backend, q: str) -> N
     assert await backend.cancel_jobs(q, []) == []
 
 
-async def test_retry_jobs_replays_ended_jobs_in_the_order_given(backend: Backend, q: str) -> None:
+async def test_retry_jobs_replays_ended_jobs_in_the_order_given(
+    backend: Backend, q: str, clock: FakeClock
+) -> None:
     await one_of_each(backend, q)
+    replayed_at = clock.advance(30)
     asked = ["cancelled", "completed", "expired", "waiting", "failed", "active", "missing"]
     assert await backend.retry_jobs(q, asked) == [True, False, True, False, True, False, False]
     again = await backend.get_jobs(q, ["cancelled", "expired", "failed"])
     assert all(j is not None and j.state is JobState.WAITING and j.attempts == 0 for j in again)
+    assert all(j is not None and j.created_at == pytest.approx(replayed_at) for j in again)
     counts = await backend.counts(q)
     assert (counts[JobState.WAITING], counts[JobState.FAILED], counts[JobState.EXPIRED]) == (
         4, 0, 0,

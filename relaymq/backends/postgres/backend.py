@@ -331,7 +331,7 @@ class PostgresBackend(Backend, DeliveryStore):
         return await self._batch("cancel_jobs", queue, ids, self._now())
 
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("retry_jobs", queue, ids)
+        return await self._batch("retry_jobs", queue, ids, self._now())
 
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._batch("remove_jobs", queue, ids)

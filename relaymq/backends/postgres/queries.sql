@@ -347,8 +347,8 @@ RETURNING j.id;
 
 -- name: retry_jobs
 -- retry_job for a batch: each failed, expired or cancelled job of $2 goes back to waiting with
--- its attempts and stalls reset and a new seq, given in the order of $2.
--- in:  $1 queue, $2 ids text[]
+-- its attempts and stalls reset, a new seq (given in the order of $2) and created_at = now.
+-- in:  $1 queue, $2 ids text[], $3 now float8|NULL
 -- out: id of each job retried now.
 WITH picked AS (
     SELECT j.id, u.ord FROM relaymq_jobs j
@@ -363,7 +363,8 @@ numbered AS (
 )
 UPDATE relaymq_jobs j
 SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = false,
-    finished_at = NULL, run_at = NULL, seq = n.seq
+    finished_at = NULL, run_at = NULL, seq = n.seq,
+    created_at = coalesce(to_timestamp($3::float8), now())
 FROM numbered n
 WHERE j.queue = $1 AND j.id = n.id
 RETURNING j.id;

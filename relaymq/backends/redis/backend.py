@@ -331,7 +331,7 @@ class RedisBackend(Backend, DeliveryStore):
         return await self._batch("cancel_jobs", queue, [self._now()], ids)
 
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("retry_jobs", queue, [], ids)
+        return await self._batch("retry_jobs", queue, [self._now()], ids)
 
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._batch("remove_jobs", queue, [], ids)
