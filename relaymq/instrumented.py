@@ -196,6 +196,35 @@ class Instrumented:
             await self._announce_one(events.JOB_REMOVED, queue, job_id)
         return done
 
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """Cancel a batch; one ``job:cancelled`` per job cancelled, in one publish."""
+        with self._call("cancel_jobs"):
+            done = await self.backend.cancel_jobs(queue, ids)
+        await self._announce_batch(events.JOB_CANCELLED, queue, ids, done, {})
+        return done
+
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """Retry a batch; one ``job:waiting`` (a replay) per job retried, in one publish."""
+        with self._call("retry_jobs"):
+            done = await self.backend.retry_jobs(queue, ids)
+        await self._announce_batch(events.JOB_WAITING, queue, ids, done, {"replay": True})
+        return done
+
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """Remove a batch; one ``job:removed`` per job deleted, in one publish."""
+        with self._call("remove_jobs"):
+            done = await self.backend.remove_jobs(queue, ids)
+        await self._announce_batch(events.JOB_REMOVED, queue, ids, done, {})
+        return done
+
+    async def _announce_batch(
+        self, name: str, queue: str, ids: Sequence[str], done: Sequence[bool],
+        data: dict[str, Any],
+    ) -> None:  # fmt: skip
+        now = time.time()
+        await self._announce([events.Event(name, queue, now, job_id, dict(data))
+                              for job_id, ok in zip(ids, done, strict=True) if ok])  # fmt: skip
+
     async def pause(self, queue: str) -> None:
         with self._call("pause"):
             await self.backend.pause(queue)

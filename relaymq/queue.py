@@ -11,10 +11,10 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from relaymq import events
+from relaymq import bulk, events
 from relaymq.backends.base import Backend, CancelResult
 from relaymq.errors import (
     ConfigError,
@@ -27,7 +27,7 @@ from relaymq.errors import (
     ResultTimeoutError,
 )
 from relaymq.instrumented import Instrumented
-from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
 from relaymq.options import Call, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
@@ -259,8 +259,20 @@ class Queue:
         """The job's current record, or None when there is no such job."""
         return await self.backend.get_job(self.name, job_id)
 
-    async def list_jobs(self, state: JobState, offset: int = 0, limit: int = 100) -> list[Job]:
-        return await self.backend.list_jobs(self.name, state, offset, limit)
+    async def get_jobs(self, job_ids: Sequence[str]) -> list[Job | None]:
+        """The current records of ``job_ids`` in one backend call, None for absent ones."""
+        return await self.backend.get_jobs(self.name, job_ids)
+
+    async def list_jobs(
+        self, state: JobState, offset: int = 0, limit: int = 100, *,
+        task: str | None = None, older_than: float | None = None, now: float | None = None,
+    ) -> list[Job]:  # fmt: skip
+        """A page of jobs in ``state`` (waiting in claim order, delayed by run time, others
+        oldest first). ``task`` and ``older_than`` (seconds since the job finished, or was
+        created when it has not) narrow it; ``offset`` and ``limit`` then count matching jobs,
+        and the listing reads pages of the state until it has ``limit`` of them."""
+        selection = bulk.Selection.of(task=task, older_than=older_than, now=now)
+        return await bulk.find(self.backend, self.name, state, selection, offset, limit)
 
     async def counts(self) -> dict[JobState, int]:
         return await self.backend.counts(self.name)
@@ -292,6 +304,48 @@ class Queue:
         if not await self._ops.remove_job(self.name, job_id):
             raise _not_found(self.name, job_id)
 
+    # Bulk actions select jobs by ``job_ids`` and/or ``state`` (one or several), narrowed by
+    # ``task`` and ``older_than`` (seconds since a job finished, or was created when it has
+    # not; measured from ``now``, default this machine's clock). They go a page at a time (see
+    # relaymq.bulk): per page one listing and one batch call. Each returns how many jobs it
+    # changed and announces the same events as its one-job form.
+
+    async def retry_jobs(
+        self, job_ids: Iterable[str] | None = None, *,
+        state: JobState | Iterable[JobState] | None = None, task: str | None = None,
+        older_than: float | None = None, now: float | None = None,
+    ) -> int:  # fmt: skip
+        """Manual retry / DLQ replay of every selected failed, expired or cancelled job (all
+        three when no state is given); how many are waiting again."""
+        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        return await bulk.apply(self.backend, self.name, selection, _RETRYABLE,
+                                lambda ids: self._ops.retry_jobs(self.name, ids))  # fmt: skip
+
+    async def cancel_jobs(
+        self, job_ids: Iterable[str] | None = None, *,
+        state: JobState | Iterable[JobState] | None = None, task: str | None = None,
+        older_than: float | None = None, now: float | None = None,
+    ) -> int:  # fmt: skip
+        """Cancel every selected waiting, delayed or active job (all three when no state is
+        given); how many are now cancelled."""
+        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        return await bulk.apply(self.backend, self.name, selection, _LIVE,
+                                lambda ids: self._ops.cancel_jobs(self.name, ids))  # fmt: skip
+
+    async def remove_jobs(
+        self, job_ids: Iterable[str] | None = None, *,
+        state: JobState | Iterable[JobState] | None = None, task: str | None = None,
+        older_than: float | None = None, now: float | None = None,
+    ) -> int:  # fmt: skip
+        """Delete every selected job, in any state when no state is given; how many were
+        deleted. Selecting nothing at all is a ``ConfigError`` (``obliterate`` empties a
+        queue)."""
+        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        if selection.empty:
+            raise ConfigError("remove_jobs needs job ids, a state, a task or an age")
+        return await bulk.apply(self.backend, self.name, selection, tuple(JobState),
+                                lambda ids: self._ops.remove_jobs(self.name, ids))  # fmt: skip
+
     async def pause(self) -> None:
         """Stop workers everywhere from claiming this queue's jobs; enqueues still succeed."""
         await self._ops.pause(self.name)
@@ -319,6 +373,10 @@ class Queue:
     async def obliterate(self) -> None:
         """Delete the queue and everything in it."""
         await self.backend.obliterate(self.name)
+
+
+_RETRYABLE = (*sorted(DLQ_STATES), JobState.CANCELLED)
+_LIVE = (JobState.WAITING, JobState.DELAYED, JobState.ACTIVE)
 
 
 def _not_found(queue: str, job_id: str) -> JobNotFoundError:

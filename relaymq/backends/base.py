@@ -310,6 +310,11 @@ class Backend(abc.ABC):
         """The job's current record, or None. Raises ``CorruptRecordError`` for unreadable ones."""
 
     @abc.abstractmethod
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        """The current records of ``ids``, in the order given, None for each absent one; one
+        round trip for the batch. Raises ``CorruptRecordError`` when one is unreadable."""
+
+    @abc.abstractmethod
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -338,6 +343,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def remove_job(self, queue: str, job_id: str) -> bool:
         """Delete a job in any state; an active job's claim is lost. False when absent."""
+
+    @abc.abstractmethod
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """``cancel`` for a batch of distinct ids, in one round trip: per id, True when the
+        job is now cancelled (it was waiting, delayed or active); False when it had ended or
+        is absent."""
+
+    @abc.abstractmethod
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """``retry_job`` for a batch of distinct ids, in one round trip: per id, True when
+        the job is waiting again, as ``retry_job`` leaves it (``created_at = now``); the
+        retried jobs join the back of the line in the order given."""
+
+    @abc.abstractmethod
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """``remove_job`` for a batch of distinct ids, in one round trip: per id, True when
+        it was deleted."""
 
     @abc.abstractmethod
     async def pause(self, queue: str) -> None:

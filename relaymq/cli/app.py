@@ -8,48 +8,33 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from importlib.metadata import version
-from typing import Any, TypeVar
 
 import click
-import orjson
-from rich.console import Console
-from rich.table import Table
 
 from relaymq.backends import connect, from_url
-from relaymq.backends.base import Backend
+from relaymq.cli.common import (
+    ConfigProblem,
+    Unreachable,
+    backend_option,
+    json_option,
+    run,
+    settings_from_env,
+    with_backend,
+)
+from relaymq.cli.dlq import dlq_group
+from relaymq.cli.jobs import job_group
 from relaymq.cli.logs import JSONFormatter, PlainFormatter
-from relaymq.errors import BackendUnavailableError, ConfigError, RelayError
-from relaymq.job import JobState
+from relaymq.cli.queues import queue_group
+from relaymq.cli.workers import stats, workers
+from relaymq.errors import ConfigError
 from relaymq.options import validate_queue_name
-from relaymq.queue import Queue
-from relaymq.settings import DEFAULT_BACKEND_URL, Settings
+from relaymq.settings import Settings
 from relaymq.task import REGISTRY, Task
 from relaymq.worker import Worker
 
-T = TypeVar("T")
-
-backend_option = click.option(
-    "--backend", "-b", envvar="RELAYMQ_BACKEND", default=DEFAULT_BACKEND_URL, show_default=True,
-    show_envvar=True, help="Backend URL: memory://, sqlite:///path.db, redis://, postgresql://...",
-)  # fmt: skip
-json_option = click.option("--json", "as_json", is_flag=True, envvar="RELAYMQ_JSON",
-                           show_envvar=True, help="Print JSON for scripts.")  # fmt: skip
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-class ConfigProblem(click.ClickException):
-    """A configuration error: one line on stderr, exit code 2 (like a usage error)."""
-
-    exit_code = 2
-
-
-class Unreachable(click.ClickException):
-    """The backend's server cannot be reached: exit code 3."""
-
-    exit_code = 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,41 +49,6 @@ def cli(log_level: str, log_format: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if log_format == "json" else PlainFormatter())
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
-
-
-def settings_from_env(**overrides: Any) -> Settings:
-    try:
-        return Settings.from_env(**overrides)
-    except ConfigError as e:
-        raise ConfigProblem(str(e)) from e
-
-
-def run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine; a configuration error exits 2, a backend that cannot be reached 3,
-    any other relaymq error 1, each with one clear line."""
-    try:
-        return asyncio.run(factory())  # type: ignore[arg-type]
-    except ConfigError as e:
-        raise ConfigProblem(str(e)) from e
-    except BackendUnavailableError as e:
-        raise Unreachable(str(e)) from e
-    except RelayError as e:
-        raise click.ClickException(str(e)) from e
-
-
-async def with_backend(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:
-    """Run ``fn`` on the backend at ``url``; a missing store is an error, never created."""
-    backend = from_url(url)
-    backend.create_missing = False
-    try:
-        await backend.connect()
-    except BaseException:
-        await backend.close()
-        raise
-    try:
-        return await fn(backend)
-    finally:
-        await backend.close()
 
 
 # -- worker ---------------------------------------------------------------------------------
@@ -175,35 +125,6 @@ async def _work(settings: Settings, queues: list[str], worker_id: str | None) ->
         await backend.close()
 
 
-# -- observation ----------------------------------------------------------------------------
-
-
-@cli.command("stats")
-@backend_option
-@json_option
-def stats(backend: str, as_json: bool) -> None:
-    """Jobs per state in every queue, and whether it is paused."""
-
-    async def collect(b: Backend) -> dict[str, tuple[dict[JobState, int], bool]]:
-        out = {}
-        for name in await b.list_queues():
-            queue = Queue(name, b)
-            out[name] = (await queue.counts(), await queue.is_paused())
-        return out
-
-    found = run(lambda: with_backend(backend, collect))
-    if as_json:
-        click.echo(orjson.dumps({
-            q: {**{s.value: n for s, n in c.items()}, "paused": paused}
-            for q, (c, paused) in found.items()
-        }))  # fmt: skip
-        return
-    table = Table("queue", "paused", *(s.value for s in JobState))
-    for name, (c, paused) in found.items():
-        table.add_row(name, "PAUSED" if paused else "", *(str(c[s]) for s in JobState))
-    Console().print(table)
-
-
 @cli.command("migrate")
 @backend_option
 def migrate(backend: str) -> None:
@@ -238,3 +159,9 @@ def demo(jobs: int, keep: bool) -> None:
     code = run_demo(jobs=jobs, keep=keep)
     if code:
         raise click.exceptions.Exit(code)
+
+
+for command in (queue_group, job_group, dlq_group, workers, stats):
+    cli.add_command(command)
+
+__all__ = ["ConfigProblem", "Unreachable", "backend_option", "json_option", "run", "with_backend"]

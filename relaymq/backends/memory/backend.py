@@ -218,6 +218,10 @@ class InMemoryBackend(Backend, DeliveryStore):
         row = self._find(queue, job_id)[1]
         return row.freeze() if row is not None else None
 
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        rows = [self._find(queue, i)[1] for i in ids]
+        return [row.freeze() if row is not None else None for row in rows]
+
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -260,6 +264,15 @@ class InMemoryBackend(Backend, DeliveryStore):
     async def remove_job(self, queue: str, job_id: str) -> bool:
         q = self._queues.get(queue)
         return q is not None and q.remove(job_id) is not None
+
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return [await self.cancel(queue, i) is CancelResult.CANCELLED for i in ids]
+
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return [await self.retry_job(queue, i) for i in ids]
+
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return [await self.remove_job(queue, i) for i in ids]
 
     async def pause(self, queue: str) -> None:
         self._queue(queue).paused = True

@@ -426,6 +426,14 @@ class MongoDBBackend(Backend):
         return None if doc is None else to_job(doc)
 
     @translated
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        if not ids:
+            return []
+        cursor = self._jobs.find({"queue": queue, "id": {"$in": list(ids)}})
+        found = {doc["id"]: to_job(doc) async for doc in cursor}
+        return [found.get(i) for i in ids]
+
+    @translated
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -473,6 +481,56 @@ class MongoDBBackend(Backend):
     async def remove_job(self, queue: str, job_id: str) -> bool:
         result = await self._jobs.delete_one({"queue": queue, "id": job_id})
         return result.deleted_count == 1
+
+    @translated
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._stamped(queue, ids, {"state": {"$in": tx.LIVE}},
+                                   lambda _: tx.cancel_update(self._now))  # fmt: skip
+
+    @translated
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        if not ids:
+            return []
+        first, _ = await self._sequences(queue, len(ids))
+        done = await self._stamped(
+            queue, ids, {"state": {"$in": tx.RETRYABLE}},
+            lambda n: tx.manual_retry_update(first + n, self._now),
+        )  # fmt: skip
+        if any(done):
+            self._wakeup.notify()
+        return done
+
+    async def _stamped(
+        self, queue: str, ids: Sequence[str], condition: Document, update: Any
+    ) -> list[bool]:
+        """One ``bulk_write`` of conditional updates (``update(n)`` for the n-th id), each
+        stamping a fresh write id; per id, whether its update applied. When some did not
+        match, one read of the stamp tells which did."""
+        if not ids:
+            return []
+        write_id = uuid.uuid4().hex
+        stamp = {"$set": {"write_id": tx.literal(write_id)}}
+        ops = [
+            UpdateOne({"queue": queue, "id": job_id, **condition}, [*update(n), stamp])
+            for n, job_id in enumerate(ids)
+        ]
+        result = await self._jobs.bulk_write(ops, ordered=False)
+        if result.modified_count == len(ids):
+            return [True] * len(ids)
+        query = {"queue": queue, "id": {"$in": list(ids)}, "write_id": write_id}
+        applied = {doc["id"] async for doc in self._jobs.find(query, {"id": 1})}
+        return [i in applied for i in ids]
+
+    @translated
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        if not ids:
+            return []
+        query = {"queue": queue, "id": {"$in": list(ids)}}
+        present = {doc["id"]: doc["_id"] async for doc in self._jobs.find(query, {"id": 1})}
+        # Deleted by _id: a job removed meanwhile by another process is answered True here
+        # too (it is gone either way); a job enqueued meanwhile under one of the ids is kept.
+        await self._jobs.delete_many({"_id": {"$in": list(present.values())}})
+        return [i in present for i in ids]
 
     @translated
     async def pause(self, queue: str) -> None:

@@ -294,6 +294,12 @@ class PostgresBackend(Backend, DeliveryStore):
         row = await self._fetchrow("get_job", queue, job_id)
         return to_job(row) if row is not None else None
 
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        if not ids:
+            return []
+        found = {r["id"]: to_job(r) for r in await self._fetch("get_jobs", queue, list(ids))}
+        return [found.get(i) for i in ids]
+
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -320,6 +326,22 @@ class PostgresBackend(Backend, DeliveryStore):
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         return await self._fetchrow("remove_job", queue, job_id) is not None
+
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._batch("cancel_jobs", queue, ids, self._now())
+
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._batch("retry_jobs", queue, ids, self._now())
+
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._batch("remove_jobs", queue, ids)
+
+    async def _batch(self, query: str, queue: str, ids: Sequence[str], *args: Any) -> list[bool]:
+        """One statement over ``ids``; per id, whether it was among the rows changed."""
+        if not ids:
+            return []
+        changed = {r["id"] for r in await self._fetch(query, queue, list(ids), *args)}
+        return [i in changed for i in ids]
 
     async def pause(self, queue: str) -> None:
         await self._execute("pause", queue, self._now())

@@ -271,6 +271,10 @@ DELETE FROM relaymq_leases WHERE name = $1 AND owner = $2;
 -- in: $1 queue, $2 id. out: every column of the job, or no row.
 SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = $2;
 
+-- name: get_jobs
+-- in: $1 queue, $2 ids text[]. out: every column of each of those jobs that exists, any order.
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]);
+
 -- name: list_waiting
 -- in: $1 queue, $2 offset, $3 limit. out: waiting jobs in claim order (the claim index).
 SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'waiting'
@@ -327,6 +331,47 @@ RETURNING id;
 -- name: remove_job
 -- in: $1 queue, $2 id. out: one row when a job was deleted.
 DELETE FROM relaymq_jobs WHERE queue = $1 AND id = $2 RETURNING id;
+
+-- name: cancel_jobs
+-- cancel for a batch: each waiting, delayed or active job of $2 becomes cancelled (an active
+-- one keeps cancel_requested so its worker's heartbeat learns why).
+-- in:  $1 queue, $2 ids text[], $3 now float8|NULL
+-- out: id of each job cancelled now.
+WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now)
+UPDATE relaymq_jobs j
+SET state = 'cancelled', cancel_requested = (j.state = 'active'),
+    error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
+FROM t
+WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state IN ('waiting', 'delayed', 'active')
+RETURNING j.id;
+
+-- name: retry_jobs
+-- retry_job for a batch: each failed, expired or cancelled job of $2 goes back to waiting with
+-- its attempts and stalls reset, a new seq (given in the order of $2) and created_at = now.
+-- in:  $1 queue, $2 ids text[], $3 now float8|NULL
+-- out: id of each job retried now.
+WITH picked AS (
+    SELECT j.id, u.ord FROM relaymq_jobs j
+    JOIN unnest($2::text[]) WITH ORDINALITY AS u(id, ord) ON j.id = u.id
+    WHERE j.queue = $1 AND j.state IN ('failed', 'expired', 'cancelled')
+    ORDER BY u.ord
+    FOR UPDATE OF j
+),
+numbered AS (
+    SELECT s.id, nextval('relaymq_job_seq') AS seq
+    FROM (SELECT id FROM picked ORDER BY ord) s
+)
+UPDATE relaymq_jobs j
+SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = false,
+    finished_at = NULL, run_at = NULL, seq = n.seq,
+    created_at = coalesce(to_timestamp($3::float8), now())
+FROM numbered n
+WHERE j.queue = $1 AND j.id = n.id
+RETURNING j.id;
+
+-- name: remove_jobs
+-- in: $1 queue, $2 ids text[]. out: id of each job deleted.
+DELETE FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]) RETURNING id;
 
 -- name: pause
 -- in: $1 queue, $2 now float8|NULL.

@@ -283,6 +283,9 @@ class RabbitMQBackend(Backend):
     async def get_job(self, queue: str, job_id: str) -> Job | None:
         return await self.store.get_job(queue, job_id)
 
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        return await self.store.get_jobs(queue, ids)
+
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -309,6 +312,26 @@ class RabbitMQBackend(Backend):
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         return await self.store.remove_job(queue, job_id)
+
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self.store.cancel_jobs(queue, ids)  # their deliveries are stale now
+
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._shielded(self._retry_jobs(queue, ids))
+
+    async def _retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """As ``_retry_job``, per batch: one store call, one read of the retried jobs' tokens,
+        one publish of their deliveries."""
+        done = await self.store.retry_jobs(queue, ids)
+        retried = [job_id for job_id, ok in zip(ids, done, strict=True) if ok]
+        if retried:
+            jobs = [j for j in await self.store.get_jobs(queue, retried) if _waiting(j)]
+            await self._broker.publish([(queue, j.id, j.token, j.priority)
+                                        for j in jobs if j is not None])  # fmt: skip
+        return done
+
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self.store.remove_jobs(queue, ids)
 
     async def pause(self, queue: str) -> None:
         await self.store.pause(queue)

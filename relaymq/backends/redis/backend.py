@@ -282,6 +282,22 @@ class RedisBackend(Backend, DeliveryStore):
             return None
         return parse_job(queue, job_id, values)
 
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        if not ids:
+            return []
+        try:  # one pipeline: one round trip (a queue's keys share one slot on a cluster)
+            replies = await self._run(
+                [("HMGET", self._keys.job(queue, i), *JOB_FIELDS) for i in ids], "get_jobs"
+            )
+        except BackendError as e:
+            if wrong_type(e):
+                raise CorruptRecordError(f"a job of {queue!r} is not a hash") from e
+            raise
+        return [
+            None if all(v is None for v in values) else parse_job(queue, i, values)
+            for i, values in zip(ids, replies, strict=True)
+        ]
+
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -310,6 +326,28 @@ class RedisBackend(Backend, DeliveryStore):
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         return bool(await self._script("remove_job", [self._keys.base(queue)], [job_id]))
+
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._batch("cancel_jobs", queue, [self._now()], ids)
+
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._batch("retry_jobs", queue, [self._now()], ids)
+
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._batch("remove_jobs", queue, [], ids)
+
+    async def _batch(
+        self, script: str, queue: str, head: list[Any], ids: Sequence[str]
+    ) -> list[bool]:
+        """One admin script over ``ids`` (chunks of ``SETTLE_CHUNK`` in one pipeline)."""
+        if not ids:
+            return []
+        base = self._keys.base(queue)
+        chunks = [list(ids[at : at + SETTLE_CHUNK]) for at in range(0, len(ids), SETTLE_CHUNK)]
+        replies = await self._run(
+            [self._evalsha(script, [base], [*head, *chunk]) for chunk in chunks], script
+        )
+        return [code == 1 for reply in replies for code in reply]
 
     async def pause(self, queue: str) -> None:
         await self._run(

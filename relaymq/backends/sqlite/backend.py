@@ -288,6 +288,11 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def get_job(self, queue: str, job_id: str) -> Job | None:
         return await self._read(ops.get_job, queue, job_id)
 
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        if not ids:
+            return []
+        return await self._read(ops.get_jobs, queue, ids)
+
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
@@ -307,6 +312,20 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         return await self._write(ops.remove_job, queue, job_id)
+
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._write(ops.cancel_jobs, queue, ids) if ids else []
+
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        if not ids:
+            return []
+        done = await self._write(ops.retry_jobs, queue, ids)
+        if any(done):
+            self._wakeup.notify()
+        return done
+
+    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return await self._write(ops.remove_jobs, queue, ids) if ids else []
 
     async def pause(self, queue: str) -> None:
         await self._write(ops.pause, queue)

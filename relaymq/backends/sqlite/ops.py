@@ -247,6 +247,12 @@ def get_job(conn: Conn, now: float, queue: str, job_id: str) -> Job | None:
     return None if row is None else records.to_job(row)
 
 
+def get_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[Job | None]:
+    p = {"queue": queue, "ids": json.dumps(list(ids))}
+    found = {row[1]: records.to_job(row) for row in conn.execute(Q["get_jobs"], p)}
+    return [found.get(i) for i in ids]
+
+
 _LISTINGS = {
     JobState.WAITING: "list_waiting",
     JobState.DELAYED: "list_delayed",
@@ -289,6 +295,28 @@ def retry_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
 
 def remove_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
     return conn.execute(Q["remove_job"], {"queue": queue, "id": job_id}).rowcount == 1
+
+
+# The batch forms run the one-job operations above inside the caller's ONE transaction: one
+# round trip to the database thread and one commit per batch, and the same rules as one job.
+
+
+def cancel_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
+    out: list[bool] = []
+    for job_id in ids:
+        try:
+            out.append(cancel(conn, now, queue, job_id) is CancelResult.CANCELLED)
+        except CorruptRecordError:  # raised before anything was written for this job
+            out.append(False)
+    return out
+
+
+def retry_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
+    return [retry_job(conn, now, queue, job_id) for job_id in ids]
+
+
+def remove_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
+    return [remove_job(conn, now, queue, job_id) for job_id in ids]
 
 
 def pause(conn: Conn, now: float, queue: str) -> None:

@@ -184,6 +184,13 @@ SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, 
        progress, result, error, finished_at, rowid
 FROM jobs WHERE queue = :queue AND id = :id;
 
+-- name: get_jobs
+-- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, rowid
+FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
+
 -- name: list_waiting
 -- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,

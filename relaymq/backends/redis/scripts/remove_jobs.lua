@@ -1,0 +1,25 @@
+-- remove_jobs.lua: delete a batch of jobs in any state (remove_job.lua, once per id).
+-- KEYS[1]  base of the queue
+-- ARGV[1..] job ids
+-- Returns  one number per id: 1 when a record was deleted, 0 when there was none.
+local base = KEYS[1]
+local out = {}
+for i = 1, #ARGV do
+  local id = ARGV[i]
+  local jk = job_key(base, id)
+  local r = read(jk, 'state')
+  if r and not r[1] then
+    out[#out + 1] = 0
+  else
+    if r then
+      redis.call('ZREM', base .. ':' .. r[1], id)
+    else -- unreadable: it may sit in any set
+      for _, s in ipairs({'waiting', 'delayed', 'active', 'completed', 'failed', 'expired', 'cancelled'}) do
+        redis.call('ZREM', base .. ':' .. s, id)
+      end
+    end
+    redis.call('DEL', jk)
+    out[#out + 1] = 1
+  end
+end
+return out

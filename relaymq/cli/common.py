@@ -1,0 +1,153 @@
+"""What every command shares: its options, its exit codes and how it reaches a backend.
+
+Exit codes: 0 ok, 1 an error (a queue or job not found, an action refused or declined), 2 a
+usage or configuration error, 3 a backend that cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from relaymq.backends import from_url
+from relaymq.backends.base import Backend
+from relaymq.errors import BackendUnavailableError, ConfigError, RelayError
+from relaymq.job import JobState
+from relaymq.queue import Queue
+from relaymq.settings import DEFAULT_BACKEND_URL, Settings
+
+T = TypeVar("T")
+
+backend_option = click.option(
+    "--backend", "-b", envvar="RELAYMQ_BACKEND", default=DEFAULT_BACKEND_URL, show_default=True,
+    show_envvar=True, help="Backend URL: memory://, sqlite:///path.db, redis://, postgresql://...",
+)  # fmt: skip
+json_option = click.option("--json", "as_json", is_flag=True, envvar="RELAYMQ_JSON",
+                           show_envvar=True, help="Print JSON for scripts.")  # fmt: skip
+yes_option = click.option("--yes", "-y", is_flag=True, envvar="RELAYMQ_YES", show_envvar=True,
+                          help="Do not ask for confirmation.")  # fmt: skip
+
+
+class ConfigProblem(click.ClickException):
+    """A configuration error: one line on stderr, exit code 2 (like a usage error)."""
+
+    exit_code = 2
+
+
+class Unreachable(click.ClickException):
+    """The backend's server cannot be reached: exit code 3."""
+
+    exit_code = 3
+
+
+class NotFound(click.ClickException):
+    """No such queue or job (exit code 1)."""
+
+
+def settings_from_env(**overrides: Any) -> Settings:
+    try:
+        return Settings.from_env(**overrides)
+    except ConfigError as e:
+        raise ConfigProblem(str(e)) from e
+
+
+def run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine; a configuration error exits 2, a backend that cannot be reached 3,
+    any other relaymq error 1, each with one clear line."""
+    try:
+        return asyncio.run(factory())  # type: ignore[arg-type]
+    except ConfigError as e:
+        raise ConfigProblem(str(e)) from e
+    except BackendUnavailableError as e:
+        raise Unreachable(str(e)) from e
+    except RelayError as e:
+        raise click.ClickException(str(e)) from e
+
+
+async def with_backend(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:
+    """Run ``fn`` on the backend at ``url``; a missing store is an error, never created."""
+    backend = from_url(url)
+    backend.create_missing = False
+    try:
+        await backend.connect()
+    except BaseException:
+        await backend.close()
+        raise
+    try:
+        return await fn(backend)
+    finally:
+        await backend.close()
+
+
+async def known_queue(backend: Backend, name: str) -> Queue:
+    """The handle of queue ``name``; ``NotFound`` unless it holds jobs or is paused (so a
+    mistyped name changes nothing)."""
+    queue = Queue(name, backend)  # validates the name first: a bad one is a usage error
+    names = await backend.list_queues()
+    if name not in names:
+        known = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise NotFound(f"no queue {name!r}" + (f" (queues: {known})" if names else ""))
+    return queue
+
+
+def with_queue(url: str, name: str, fn: Callable[[Queue], Awaitable[T]]) -> T:
+    """Run ``fn`` on the existing queue ``name`` of the backend at ``url``."""
+
+    async def go(backend: Backend) -> T:
+        return await fn(await known_queue(backend, name))
+
+    return run(lambda: with_backend(url, go))
+
+
+# -- filters --------------------------------------------------------------------------------
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """Seconds, written ``90``, ``30s``, ``15m``, ``2h``, ``7d`` or ``1w``."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float | int):
+            return float(value)
+        found = _DURATION.match(str(value).lower())
+        if found is None:
+            self.fail(f"{value!r} is not a duration (e.g. 90, 30s, 15m, 2h, 7d)", param, ctx)
+        return float(found[1]) * _UNITS[found[2]]
+
+
+def state_option(
+    states: tuple[JobState, ...], help: str, default: str | None = None, multiple: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--state", "-s", "states" if multiple else "state", multiple=multiple, default=default,
+        type=click.Choice([s.value for s in states]), envvar="RELAYMQ_STATE", show_envvar=True,
+        show_default=default is not None, help=help,
+    )  # fmt: skip
+
+
+task_option = click.option("--task", "-t", envvar="RELAYMQ_TASK", show_envvar=True,
+                           help="Only jobs of this task name.")  # fmt: skip
+older_than_option = click.option(
+    "--older-than", type=Duration(), envvar="RELAYMQ_OLDER_THAN", show_envvar=True,
+    help="Only jobs that finished (or, not finished, were created) longer ago: 90, 30s, 15m, "
+    "2h, 7d.",
+)  # fmt: skip
+offset_option = click.option("--offset", type=click.IntRange(min=0), default=0,
+                             show_default=True, envvar="RELAYMQ_OFFSET", show_envvar=True,
+                             help="Skip this many matching jobs.")  # fmt: skip
+limit_option = click.option("--limit", type=click.IntRange(min=1, max=10_000), default=50,
+                            show_default=True, envvar="RELAYMQ_LIMIT", show_envvar=True,
+                            help="Show at most this many jobs.")  # fmt: skip
+all_option = click.option("--all", "everything", is_flag=True, envvar="RELAYMQ_ALL",
+                          show_envvar=True,
+                          help="Select every job the action applies to.")  # fmt: skip

@@ -1,0 +1,149 @@
+"""``relaymq queue list|info|pause|resume|drain|clean|obliterate``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from relaymq.backends.base import Backend
+from relaymq.cli.common import (
+    backend_option,
+    json_option,
+    older_than_option,
+    run,
+    state_option,
+    with_backend,
+    with_queue,
+    yes_option,
+)
+from relaymq.cli.output import ask, console, counts_json, counts_table, done, emit_json
+from relaymq.job import TERMINAL, JobState
+from relaymq.queue import Queue
+
+
+@click.group("queue")
+def queue_group() -> None:
+    """See and administer queues."""
+
+
+@queue_group.command("list")
+@backend_option
+@json_option
+def queue_list(backend: str, as_json: bool) -> None:
+    """Every queue that holds jobs or is paused, with its jobs per state."""
+
+    async def collect(b: Backend) -> dict[str, tuple[dict[JobState, int], bool]]:
+        out = {}
+        for name in await b.list_queues():
+            q = Queue(name, b)
+            out[name] = (await q.counts(), await q.is_paused())
+        return out
+
+    found = run(lambda: with_backend(backend, collect))
+    if as_json:
+        emit_json([{"queue": name, **counts_json(c, p)} for name, (c, p) in found.items()])
+    else:
+        console().print(counts_table(found))
+
+
+@queue_group.command("info")
+@click.argument("queue")
+@backend_option
+@json_option
+def queue_info(queue: str, backend: str, as_json: bool) -> None:
+    """QUEUE's jobs per state, whether it is paused, and the workers serving it."""
+
+    async def collect(q: Queue) -> dict[str, Any]:
+        counts, paused = await q.counts(), await q.is_paused()
+        workers = [w for w in await q.backend.list_workers() if q.name in w.queues]
+        return {
+            "queue": q.name, **counts_json(counts, paused),
+            "workers": [{"id": w.id, "host": w.host, "pid": w.pid,
+                         "concurrency": w.concurrency} for w in workers],
+        }  # fmt: skip
+
+    info = with_queue(backend, queue, collect)
+    if as_json:
+        emit_json(info)
+        return
+    out = console()
+    out.print(f"queue [bold]{queue}[/bold]" + (" [red]PAUSED[/red]" if info["paused"] else ""))
+    out.print("  " + "  ".join(f"{s.value}={info[s.value]}" for s in JobState))
+    names = ", ".join(f"{w['id']} ({w['concurrency']})" for w in info["workers"]) or "none"
+    out.print(f"  workers: {names}")
+
+
+@queue_group.command("pause")
+@click.argument("queue")
+@backend_option
+@json_option
+def queue_pause(queue: str, backend: str, as_json: bool) -> None:
+    """Stop workers everywhere from claiming QUEUE's jobs (enqueues still succeed)."""
+    with_queue(backend, queue, lambda q: q.pause())
+    done(as_json, f"queue {queue!r} paused", queue=queue, paused=True)
+
+
+@queue_group.command("resume")
+@click.argument("queue")
+@backend_option
+@json_option
+def queue_resume(queue: str, backend: str, as_json: bool) -> None:
+    """Let workers claim QUEUE's jobs again."""
+    with_queue(backend, queue, lambda q: q.resume())
+    done(as_json, f"queue {queue!r} resumed", queue=queue, paused=False)
+
+
+@queue_group.command("drain")
+@click.argument("queue")
+@backend_option
+@yes_option
+@json_option
+def queue_drain(queue: str, backend: str, yes: bool, as_json: bool) -> None:
+    """Delete every waiting and delayed job of QUEUE (asks first unless --yes)."""
+
+    async def go(q: Queue) -> int:
+        await ask(f"Delete every waiting and delayed job of queue {queue!r}?", yes)
+        return await q.drain()
+
+    n = with_queue(backend, queue, go)
+    done(as_json, f"deleted {n} waiting and delayed jobs of {queue!r}", queue=queue, removed=n)
+
+
+@queue_group.command("clean")
+@click.argument("queue")
+@state_option(tuple(s for s in JobState if s in TERMINAL), "Which finished jobs to delete.",
+              default=JobState.COMPLETED.value)  # fmt: skip
+@older_than_option
+@backend_option
+@yes_option
+@json_option
+def queue_clean(
+    queue: str, state: str, older_than: float | None, backend: str, yes: bool, as_json: bool
+) -> None:
+    """Delete QUEUE's jobs in a finished state (asks first unless --yes)."""
+    age = older_than or 0.0
+
+    async def go(q: Queue) -> int:
+        since = f" that finished more than {age:g}s ago" if age else ""
+        await ask(f"Delete the {state} jobs of queue {queue!r}{since}?", yes)
+        return await q.clean(JobState(state), age)
+
+    n = with_queue(backend, queue, go)
+    done(as_json, f"deleted {n} {state} jobs of {queue!r}", queue=queue, state=state, removed=n)
+
+
+@queue_group.command("obliterate")
+@click.argument("queue")
+@backend_option
+@yes_option
+@json_option
+def queue_obliterate(queue: str, backend: str, yes: bool, as_json: bool) -> None:
+    """Delete QUEUE and every job in it, in every state (asks first unless --yes)."""
+
+    async def go(q: Queue) -> None:
+        await ask(f"Delete queue {queue!r} and every job in it, running ones too?", yes)
+        await q.obliterate()
+
+    with_queue(backend, queue, go)
+    done(as_json, f"queue {queue!r} obliterated", queue=queue, obliterated=True)

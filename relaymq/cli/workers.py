@@ -1,0 +1,121 @@
+"""``relaymq workers`` and ``relaymq stats [--watch]``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import click
+from rich.live import Live
+from rich.table import Table
+
+from relaymq.backends.base import Backend
+from relaymq.cli.common import backend_option, json_option, run, with_backend
+from relaymq.cli.output import age, console, counts_json, counts_table, emit_json, worker_dict
+from relaymq.job import JobState
+from relaymq.queue import Queue
+
+ACTIVE_PAGE = 1000
+"""Active jobs read per call when counting each worker's running jobs (the active set is
+bounded by the workers' concurrency)."""
+
+
+async def collect_workers(backend: Backend) -> list[dict[str, Any]]:
+    """Every live worker with the number of jobs it is running now."""
+    workers = await backend.list_workers()
+    running: Counter[str] = Counter()
+    for name in sorted({q for w in workers for q in w.queues}):
+        queue, offset = Queue(name, backend), 0
+        while True:
+            page = await queue.list_jobs(JobState.ACTIVE, offset, ACTIVE_PAGE)
+            running.update(j.worker_id for j in page if j.worker_id)
+            if len(page) < ACTIVE_PAGE:
+                break
+            offset += len(page)
+    now = time.time()
+    return [worker_dict(w, running[w.id], now) for w in sorted(workers, key=lambda w: w.id)]
+
+
+@click.command("workers")
+@backend_option
+@json_option
+def workers(backend: str, as_json: bool) -> None:
+    """The live workers: host, pid, queues, concurrency, running jobs, last heartbeat."""
+    found = run(lambda: with_backend(backend, collect_workers))
+    if as_json:
+        emit_json(found)
+        return
+    table = Table("worker", "host", "pid", "queues", "concurrency", "running", "heartbeat",
+                  "up")  # fmt: skip
+    now = time.time()
+    for w in found:
+        table.add_row(w["id"], w["host"], str(w["pid"]), ", ".join(w["queues"]),
+                      str(w["concurrency"]), str(w["running"]),
+                      f"{w['heartbeat_age']:.0f}s ago", age(w["started_at"], now))  # fmt: skip
+    console().print(table)
+
+
+async def collect_counts(backend: Backend) -> dict[str, tuple[dict[JobState, int], bool]]:
+    out = {}
+    for name in await backend.list_queues():
+        queue = Queue(name, backend)
+        out[name] = (await queue.counts(), await queue.is_paused())
+    return out
+
+
+@click.command("stats")
+@click.option("--watch", "-w", is_flag=True, envvar="RELAYMQ_WATCH", show_envvar=True,
+              help="Keep the table up to date until Ctrl-C.")  # fmt: skip
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              envvar="RELAYMQ_STATS_INTERVAL", show_envvar=True,
+              help="Seconds between two refreshes with --watch.")  # fmt: skip
+@click.option("--count", type=click.IntRange(min=0), default=0, envvar="RELAYMQ_STATS_COUNT",
+              show_envvar=True,
+              help="With --watch, stop after this many refreshes (0: never).")  # fmt: skip
+@backend_option
+@json_option
+def stats(watch: bool, interval: float, count: int, backend: str, as_json: bool) -> None:
+    """Jobs per state in every queue, and whether it is paused; --watch keeps it live (with
+    --json, one JSON line per refresh)."""
+    if not watch:
+        found = run(lambda: with_backend(backend, collect_counts))
+        if as_json:
+            emit_json({q: counts_json(c, p) for q, (c, p) in found.items()})
+        else:
+            console().print(counts_table(found))
+        return
+    try:
+        run(lambda: with_backend(backend, lambda b: _watch(b, interval, count, as_json)))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends a watch: that is how it is meant to stop
+
+
+async def _watch(backend: Backend, interval: float, count: int, as_json: bool) -> None:
+    refreshes = 0
+    with Live(auto_refresh=False, console=console()) if not as_json else _NoLive() as live:
+        while True:
+            found = await collect_counts(backend)
+            if as_json:
+                queues = {q: counts_json(c, p) for q, (c, p) in found.items()}
+                emit_json({"at": time.time(), "queues": queues})
+            else:
+                table = counts_table(found)
+                table.caption = f"{time.strftime('%H:%M:%S')}, every {interval:g}s (Ctrl-C ends)"
+                live.update(table, refresh=True)
+            refreshes += 1
+            if count and refreshes >= count:
+                return
+            await asyncio.sleep(interval)  # the refresh rate an operator asked for
+
+
+class _NoLive:
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        return None
