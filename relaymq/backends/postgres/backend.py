@@ -322,10 +322,12 @@ class PostgresBackend(Backend, DeliveryStore):
         return CancelResult.ALREADY_TERMINAL if row["found"] else CancelResult.NOT_FOUND
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
-        return await self._fetchrow("retry_job", queue, job_id, self._now()) is not None
+        [retried] = await self.retry_jobs(queue, [job_id])
+        return retried
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
-        return await self._fetchrow("remove_job", queue, job_id) is not None
+        [removed] = await self.remove_jobs(queue, [job_id])
+        return removed
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._batch("cancel_jobs", queue, ids, self._now())

@@ -315,31 +315,36 @@ class RedisBackend(Backend, DeliveryStore):
         return {JobState(s): int(n) for s, n in zip(STATE_SUFFIXES, replies, strict=True)}
 
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        answer = await self._script("cancel", [self._keys.base(queue)], [self._now(), job_id])
+        [answer] = await self._script(
+            "cancel_jobs", [self._keys.base(queue)], [self._now(), job_id]
+        )
         if answer == b"unreadable":
             raise CorruptRecordError(f"job {job_id!r} of {queue!r} is unreadable")
         return CancelResult(answer.decode())
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
-        base = self._keys.base(queue)
-        return bool(await self._script("retry_job", [base], [job_id, self._now()]))
+        [retried] = await self.retry_jobs(queue, [job_id])
+        return retried
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
-        return bool(await self._script("remove_job", [self._keys.base(queue)], [job_id]))
+        [removed] = await self.remove_jobs(queue, [job_id])
+        return removed
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("cancel_jobs", queue, [self._now()], ids)
+        answers = await self._batch("cancel_jobs", queue, [self._now()], ids)
+        return [a == b"cancelled" for a in answers]
 
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("retry_jobs", queue, [self._now()], ids)
+        return [a == 1 for a in await self._batch("retry_jobs", queue, [self._now()], ids)]
 
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("remove_jobs", queue, [], ids)
+        return [a == 1 for a in await self._batch("remove_jobs", queue, [], ids)]
 
     async def _batch(
         self, script: str, queue: str, head: list[Any], ids: Sequence[str]
-    ) -> list[bool]:
-        """One admin script over ``ids`` (chunks of ``SETTLE_CHUNK`` in one pipeline)."""
+    ) -> list[Any]:
+        """One admin script over ``ids`` (chunks of ``SETTLE_CHUNK`` in one pipeline): its
+        answer per id."""
         if not ids:
             return []
         base = self._keys.base(queue)
@@ -347,7 +352,7 @@ class RedisBackend(Backend, DeliveryStore):
         replies = await self._run(
             [self._evalsha(script, [base], [*head, *chunk]) for chunk in chunks], script
         )
-        return [code == 1 for reply in replies for code in reply]
+        return [answer for reply in replies for answer in reply]
 
     async def pause(self, queue: str) -> None:
         await self._run(

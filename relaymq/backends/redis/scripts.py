@@ -12,7 +12,7 @@ from importlib.resources import files
 
 NAMES = (
     "enqueue", "claim", "heartbeat", "settle", "wait_check", "recover", "lock", "unlock",
-    "page", "cancel", "retry_job", "remove_job", "cancel_jobs", "retry_jobs", "remove_jobs",
+    "page", "cancel_jobs", "retry_jobs", "remove_jobs",
     "purge", "register_worker", "list_workers",
     "claim_delivered", "promote_due",
 )  # fmt: skip

@@ -1,9 +1,9 @@
--- cancel_jobs.lua: an operator cancels a batch of jobs (cancel.lua, once per id).
+-- cancel_jobs.lua: an operator cancels waiting, delayed or active jobs (one or a batch).
 -- KEYS[1]  base of the queue
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2..] job ids
--- Returns  one number per id: 1 when the job was waiting, delayed or active and is now
---          cancelled; 0 when it had ended, is absent or is unreadable.
+-- Returns  one answer per id: 'cancelled', 'already_terminal', 'not_found' or 'unreadable'.
+-- An active job's claim is lost at once; cancel_requested tells its worker's heartbeat.
 local base = KEYS[1]
 local _, nows = clock(ARGV[1])
 local out = {}
@@ -12,7 +12,13 @@ for i = 2, #ARGV do
   local jk = job_key(base, id)
   local r = read(jk, 'state')
   local state = r and r[1]
-  if state and not TERMINAL[state] then
+  if r == nil then
+    out[#out + 1] = 'unreadable'
+  elseif not state then
+    out[#out + 1] = 'not_found'
+  elseif TERMINAL[state] then
+    out[#out + 1] = 'already_terminal'
+  else
     finish(base, jk, id, state, 'cancelled', nows)
     redis.call('HSET', jk, 'error', 'cancelled by request')
     if state == 'active' then
@@ -20,9 +26,7 @@ for i = 2, #ARGV do
     else
       redis.call('HDEL', jk, 'cancel_requested')
     end
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+    out[#out + 1] = 'cancelled'
   end
 end
 return out

@@ -1,4 +1,4 @@
--- remove_jobs.lua: delete a batch of jobs in any state (remove_job.lua, once per id).
+-- remove_jobs.lua: delete one job or a batch, in any state (an active job's claim is lost).
 -- KEYS[1]  base of the queue
 -- ARGV[1..] job ids
 -- Returns  one number per id: 1 when a record was deleted, 0 when there was none.

@@ -1,4 +1,4 @@
--- retry_jobs.lua: operator retry / DLQ replay of a batch of jobs (retry_job.lua, per id).
+-- retry_jobs.lua: operator retry / DLQ replay of one job or a batch.
 -- KEYS[1]  base of the queue
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2..] job ids, in the order they join the back of the line
