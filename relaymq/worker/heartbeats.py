@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from relaymq.backends.base import Beat
 from relaymq.errors import BackendError
-from relaymq.instrumented import Instrumented
+from relaymq.instrumented import Instrumented, claim_lost
 from relaymq.worker.running import Claims, RunningJob, StopReason
 
 log = logging.getLogger("relaymq.worker")
@@ -56,6 +56,7 @@ class Heartbeats:
                 continue
             reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
             if reason is StopReason.LOST:
+                claim_lost(r.job)
                 log.warning("job %s/%s (%s, attempt %d): lost the claim; stopping its handler",
                             r.job.queue, r.job.id, r.job.task, r.job.attempts,
                             extra=r.log_extra)  # fmt: skip
@@ -66,5 +67,7 @@ class Heartbeats:
         [result] = await self.ops.heartbeat([Beat(r.claim)])
         if not result.held:
             reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
+            if reason is StopReason.LOST and r.stop_reason is None:
+                claim_lost(r.job)
             r.stop(reason, interrupt=False)  # called from the job's own task
         return result.held
