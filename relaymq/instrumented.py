@@ -42,6 +42,7 @@ from relaymq.job import Job, JobState, NewJob
 
 log = logging.getLogger("relaymq.events")
 recovery_log = logging.getLogger("relaymq.recovery")
+observer_log = logging.getLogger("relaymq.observers")
 
 EVENT_WINDOW = 0.05
 """Seconds worker events wait to be published together."""
@@ -142,16 +143,32 @@ def around(
     observers = HOOKS.observers
     if not observers:
         return _UNOBSERVED
-    contexts = [c for o in observers if (c := make(o)) is not None]
+    contexts = []
+    for o in observers:
+        try:
+            if (c := make(o)) is not None:
+                contexts.append(c)
+        except Exception:
+            observer_log.exception("observer %r failed", o)
     if not contexts:
         return _UNOBSERVED
     return contexts[0] if len(contexts) == 1 else _around(contexts)
 
 
+def tell(hook: Callable[[Observer], object]) -> None:
+    """Run ``hook(observer)`` for every installed observer: one that raises is logged, never
+    raised into the core (a metric must not fail a job)."""
+    for o in HOOKS.observers:
+        try:
+            hook(o)
+        except Exception:
+            observer_log.exception("observer %r failed", o)
+
+
 def claim_lost(job: Job) -> None:
     """Tell the observers a worker found ``job``'s claim lost."""
-    for o in HOOKS.observers:
-        o.claim_lost(job)
+    if HOOKS.observers:
+        tell(lambda o: o.claim_lost(job))
 
 
 class Instrumented:
@@ -178,16 +195,20 @@ class Instrumented:
         """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
         observers = HOOKS.observers
         for o in observers:
-            jobs = o.enqueuing(jobs)
+            try:
+                jobs = o.enqueuing(jobs)
+            except Exception:
+                observer_log.exception("observer %r failed", o)
         try:
             with self._call("enqueue"):
                 answers = await self.backend.enqueue(jobs)
         except BaseException as e:
-            for o in observers:
-                o.enqueued(jobs, None, e)
+            refused = e
+            if observers:
+                tell(lambda o: o.enqueued(jobs, None, refused))
             raise
-        for o in observers:
-            o.enqueued(jobs, answers, None)
+        if observers:
+            tell(lambda o: o.enqueued(jobs, answers, None))
         now = time.time()
         announced = [
             events.Event(
@@ -206,8 +227,8 @@ class Instrumented:
         with self._call("claim"):
             batch = await self.backend.claim(queues, worker_id, limit)
         if batch.jobs:
-            for o in HOOKS.observers:
-                o.claimed(batch.jobs)
+            if HOOKS.observers:
+                tell(lambda o: o.claimed(batch.jobs))
             now = time.time()
             self._report(
                 events.Event(events.JOB_ACTIVE, j.queue, now, j.id,
@@ -226,9 +247,9 @@ class Instrumented:
             applied = await self.backend.settle([s for _, s in outcomes])
         now = time.time()
         reported = []
-        for o in HOOKS.observers:
+        if HOOKS.observers:
             for (job, s), ok in zip(outcomes, applied, strict=True):
-                o.settled(job, s, ok)
+                tell(lambda o: o.settled(job, s, ok))  # noqa: B023 - called at once
         for (job, s), ok in zip(outcomes, applied, strict=True):
             data: dict[str, Any] = {"attempt": job.attempts}
             if not ok:
@@ -261,8 +282,8 @@ class Instrumented:
         """One recovery pass over ``queue``; every job it moved is logged and announced."""
         with self._call("recover_stalled"):
             found = await self.backend.recover_stalled(queue, threshold, max_stalled)
-        for o in HOOKS.observers:
-            o.recovered(queue, found)
+        if HOOKS.observers:
+            tell(lambda o: o.recovered(queue, found))
         for job_id in found.requeued:
             recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
         for job_id in found.failed:

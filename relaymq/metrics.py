@@ -58,7 +58,7 @@ from relaymq.backends.base import Backend, Enqueued, Outcome, Recovered, Settle
 from relaymq.instrumented import Observer, observe, unobserve
 from relaymq.job import Job, JobState, NewJob
 
-__all__ = ["Metrics", "QueueGauges", "asgi_app"]
+__all__ = ["Metrics", "QueueGauges", "asgi_app", "process_metrics"]
 
 log = logging.getLogger("relaymq.metrics")
 
@@ -264,6 +264,18 @@ class Metrics(Observer):
             self.stalled.labels(queue, "requeued").inc(len(found.requeued))
         if found.failed:
             self.stalled.labels(queue, "failed").inc(len(found.failed))
+
+
+_process_metrics: Metrics | None = None
+
+
+def process_metrics() -> Metrics:
+    """This process's ``Metrics`` on prometheus_client's default registry, made on first use
+    (a registry takes each name once); not installed until ``install()``."""
+    global _process_metrics
+    if _process_metrics is None:
+        _process_metrics = Metrics()
+    return _process_metrics
 
 
 Snapshot = tuple[dict[str, dict[JobState, int]], dict[str, bool], bool]

@@ -19,7 +19,7 @@ from typing import Any
 
 from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
-from relaymq.instrumented import HOOKS, around
+from relaymq.instrumented import HOOKS, around, tell
 from relaymq.job import Job
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
@@ -54,8 +54,8 @@ def unknown_task(job: Job, e: TaskNotFoundError) -> str:
 
 
 def _raised(job: Job, e: BaseException) -> None:
-    for o in HOOKS.observers:
-        o.handler_raised(job, e)
+    if HOOKS.observers:
+        tell(lambda o: o.handler_raised(job, e))
 
 
 class Overran(Exception):
@@ -117,8 +117,7 @@ class Execution:
                 return await self._run(r, now)
             with around(lambda o: o.attempt(r.job)):
                 settle = await self._run(r, now)
-                for o in HOOKS.observers:
-                    o.attempt_ended(r.job, settle, r.ran_for)
+                tell(lambda o: o.attempt_ended(r.job, settle, r.ran_for))
                 return settle
         finally:
             logcontext.CURRENT.reset(token)
