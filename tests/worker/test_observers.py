@@ -3,7 +3,6 @@ logged, and the job ends as it would have."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
