@@ -274,7 +274,8 @@ class Queue:
         return result
 
     async def retry_job(self, job_id: str) -> bool:
-        """Manual retry / DLQ replay: run a failed, expired or cancelled job again.
+        """Manual retry / DLQ replay: run a failed, expired or cancelled job again, with a
+        fresh TTL window (``created_at`` becomes the time of the replay).
 
         True when it is waiting again; False when it is not in one of those states (it has not
         ended, or it completed); ``JobNotFoundError`` when there is no such job.

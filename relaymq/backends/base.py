@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relaymq.job import Claim, Job, JobState, NewJob
+from relaymq.options import MAX_PRIORITY
 
 Clock = Callable[[], float]
 """Returns seconds since the epoch. Given to a backend, it replaces the server's clock (tests)."""
@@ -54,6 +55,8 @@ class Capabilities:
     """The backend also implements ``DeliveryStore`` (it can hold a broker's job metadata)."""
     migrations: bool = False
     """The backend's storage has versioned migrations that ``migrate`` applies."""
+    max_priority: int = MAX_PRIORITY
+    """The largest priority ``enqueue`` accepts; every priority from 0 to it keeps its order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +332,8 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def retry_job(self, queue: str, job_id: str) -> bool:
         """Operator retry: move a failed, expired or cancelled job back to ``waiting`` with its
-        attempts reset, through the FIFO allocator. False when the job is not in such a state."""
+        attempts and stalls reset, through the FIFO allocator, with ``created_at = now`` so its
+        TTL counts from the replay. False when the job is not in such a state."""
 
     @abc.abstractmethod
     async def remove_job(self, queue: str, job_id: str) -> bool:

@@ -32,6 +32,14 @@ log = logging.getLogger("relaymq.worker")
 
 MAX_ERROR_CHARS = 4000
 
+START_CHECK_AFTER = 0.05
+"""A handler that starts this many seconds or more after its claim is checked again first
+(claim held, job not cancelled), in one round trip shared with the other jobs starting then.
+One that starts sooner relies on the claim itself, which skipped cancelled jobs atomically."""
+
+NOT_STARTED: Any = object()
+"""What a plain handler's thread returns when the check right before the handler stopped it."""
+
 
 def failure(job: Job, backoff: Backoff | float, error: str) -> Settle:
     """The retry decision: retry with backoff while attempts remain, else fail into the DLQ."""
@@ -85,16 +93,18 @@ def describe(e: BaseException) -> str:
 
 
 class Execution:
-    """Runs attempts. ``still_held`` is the fenced start check (RELIABILITY F12), asked for
-    claims older than ``fresh_for`` seconds; younger ones rely on the last heartbeat.
-    ``report`` receives a handler's progress values; plain handlers run on ``pool``."""
+    """Runs attempts. ``still_held`` is the fenced start check (RELIABILITY F12, and the spec's
+    cancellation check immediately before the handler), asked for claims older than
+    ``fresh_for`` seconds when their handler starts. ``report`` receives a handler's progress
+    values; plain handlers run on ``pool``, and are checked on their thread, after waiting
+    for it."""
 
     def __init__(
         self,
         serializer: Serializer,
         still_held: Callable[[RunningJob], Awaitable[bool]],
         report: Callable[[RunningJob, Any], None],
-        fresh_for: float,
+        fresh_for: float = START_CHECK_AFTER,
         pool: Executor | None = None,
     ) -> None:
         self.serializer = serializer
@@ -153,8 +163,7 @@ class Execution:
             args, kwargs = list(data["args"]), dict(data["kwargs"])
         except (SerializationError, KeyError, TypeError, ValueError) as e:
             return Settle(claim, Outcome.FAIL, error=f"cannot decode the job's payload: {e}")
-        fresh = time.monotonic() - r.claimed_mono < self.fresh_for
-        if r.stop_reason is not None or not (fresh or await self.still_held(r)):
+        if t.is_async and not await self._still_to_run(r):
             return after_stop(r)
         if t.takes_context:
             r.ctx = JobContext(job.id, job.queue, job.task, job.attempts,
@@ -169,6 +178,8 @@ class Execution:
         try:
             if not t.is_async:
                 value = await self._in_thread(r, t, args, kwargs)
+                if value is NOT_STARTED:
+                    return after_stop(r) if r.stop_reason else Settle(claim, Outcome.RELEASE)
             elif job.timeout is None:
                 value = await t.fn(*args, **kwargs)  # the common case, without a wrapper
             else:
@@ -197,6 +208,16 @@ class Execution:
             return Settle(claim, Outcome.FAIL, error=f"the result cannot be serialized: {e}")
         return Settle(claim, Outcome.COMPLETE, result=result)
 
+    def _starts_late(self, r: RunningJob) -> bool:
+        return time.monotonic() - r.claimed_mono >= self.fresh_for
+
+    async def _still_to_run(self, r: RunningJob) -> bool:
+        """The check right before a handler: False when the job was stopped (cancelled, lost,
+        shutdown); asks the backend when the claim is ``fresh_for`` old or older."""
+        if r.stop_reason is None and self._starts_late(r):
+            await self.still_held(r)
+        return r.stop_reason is None
+
     async def _in_thread(
         self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> Any:
@@ -205,7 +226,21 @@ class Execution:
         awaited, so the job keeps its slot and its claim (renewed by the heartbeats) and the
         next attempt never starts beside this one; then ``Overran`` is raised."""
         began = time.monotonic()
-        r.thread = self.pool.submit(contextvars.copy_context().run, t.fn, *args, **kwargs)
+        loop = asyncio.get_running_loop()
+
+        def checked_call() -> Any:  # on the handler's thread, once it has one
+            if self._starts_late(r):
+                try:
+                    asyncio.run_coroutine_threadsafe(self._still_to_run(r), loop).result()
+                except Exception as e:
+                    log.warning("could not check the claim on %s/%s (%s); releasing it",
+                                r.job.queue, r.job.id, e, extra=r.log_extra)  # fmt: skip
+                    return NOT_STARTED
+            if r.stop_reason is not None:
+                return NOT_STARTED
+            return t.fn(*args, **kwargs)
+
+        r.thread = self.pool.submit(contextvars.copy_context().run, checked_call)
         done = asyncio.wrap_future(r.thread)
         limit = asyncio.timeout(r.job.timeout)
         try:

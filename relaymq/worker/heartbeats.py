@@ -29,6 +29,7 @@ class Heartbeats:
         self.claims = claims
         self.interval = interval
         self.also = also
+        self._asked: list[tuple[RunningJob, asyncio.Future[bool]]] = []
 
     async def run(self) -> None:
         while True:
@@ -63,11 +64,37 @@ class Heartbeats:
             r.stop(reason)
 
     async def check(self, r: RunningJob) -> bool:
-        """A fenced start: is ``r``'s claim still held right now? (RELIABILITY F12)"""
-        [result] = await self.ops.heartbeat([Beat(r.claim)])
-        if not result.held:
-            reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
-            if reason is StopReason.LOST and r.stop_reason is None:
-                claim_lost(r.job)
-            r.stop(reason, interrupt=False)  # called from the job's own task
-        return result.held
+        """A fenced start, right before the handler: is ``r``'s claim still held and its job
+        not cancelled? (RELIABILITY F12; the spec's second cancellation check.) The checks
+        asked for in one turn of the event loop share one round trip."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if not self._asked:
+            asyncio.get_running_loop().call_soon(self._check_asked)
+        self._asked.append((r, future))
+        return await future
+
+    def _check_asked(self) -> None:
+        asked, self._asked = self._asked, []
+        task = asyncio.ensure_future(self._check(asked))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # handled in _check
+
+    async def _check(self, asked: list[tuple[RunningJob, asyncio.Future[bool]]]) -> None:
+        try:
+            results = await self.ops.heartbeat([Beat(r.claim) for r, _ in asked])
+        except asyncio.CancelledError:
+            for _, future in asked:
+                future.cancel()
+            raise
+        except Exception as e:
+            for _, future in asked:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        for (r, future), result in zip(asked, results, strict=True):
+            if not result.held:
+                reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
+                if reason is StopReason.LOST and r.stop_reason is None:
+                    claim_lost(r.job)
+                r.stop(reason, interrupt=False)  # its own task is waiting for this answer
+            if not future.done():
+                future.set_result(result.held)

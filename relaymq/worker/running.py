@@ -52,7 +52,10 @@ class RunningJob:
 
     @property
     def log_extra(self) -> dict[str, Any]:
-        """The fields every log line about this job carries (``extra=``)."""
+        """The fields every log line about this job carries (``extra=``); empty inside the
+        job's own context, where every record gets them already (``logcontext``)."""
+        if logcontext.CURRENT.get() is self.job:
+            return {}
         return logcontext.fields(self.job)
 
     @property

@@ -109,7 +109,7 @@ class Worker:
         )
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
-            fresh_for=self.settings.heartbeat_interval, pool=self._pool,
+            pool=self._pool,
         )  # fmt: skip
         self._rotation = 0
         self._maintenance = Maintenance(self.ops, self.queues, self.settings, self.id)

@@ -26,11 +26,11 @@ THRESHOLDS = {
 }
 
 
-async def start_worker(url: str, queue: str) -> asyncio.subprocess.Process:
+async def start_worker(url: str, queue: str, concurrency: int = 2) -> asyncio.subprocess.Process:
     env = {**os.environ, **THRESHOLDS, "PYTHONPATH": str(ROOT), "RELAYMQ_LOG_LEVEL": "WARNING"}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", queue, "-c", "2",
-        "--backend", url, cwd=ROOT, env=env,
+        sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", queue,
+        "-c", str(concurrency), "--backend", url, cwd=ROOT, env=env,
     )  # fmt: skip
 
 

@@ -161,6 +161,23 @@ async def test_manual_retry_replays_expired_and_cancelled_jobs_at_the_back(
     assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["next", "ended"]
 
 
+async def test_a_replayed_job_gets_a_fresh_ttl_window(
+    backend: Backend, q: str, clock: FakeClock
+) -> None:
+    await backend.enqueue([new_job(q, "stale", ttl=10)])
+    created = (await backend.get_job(q, "stale")).created_at  # type: ignore[union-attr]
+    replayed_at = clock.advance(60)
+    [job] = (await backend.claim([q], "w", 1)).jobs
+    assert job.expired_at(replayed_at)
+    assert await backend.settle([Settle(job.claim, Outcome.EXPIRE, error="ttl")]) == [True]
+    assert await backend.retry_job(q, "stale")
+    [again] = (await backend.claim([q], "w", 1)).jobs
+    # the TTL counts from the replay, not from the first creation: it runs, not expire again
+    assert again.created_at == pytest.approx(replayed_at, abs=0.01) and created < replayed_at
+    assert not again.expired_at(replayed_at + 9)
+    assert again.expired_at(replayed_at + 10)
+
+
 async def test_a_read_only_handle_opens_existing_storage(
     case: BackendCase, make_backend: MakeBackend, tmp_path: Path, q: str
 ) -> None:

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 
 from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.errors import ConfigError
 from relaymq.job import JobState
+from relaymq.options import MAX_PRIORITY
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
-from tests.support.cases import BackendCase
 from tests.support.jobs import new_job
 
 
@@ -97,36 +98,31 @@ async def test_duplicate_of_finished_job_is_still_suppressed(backend: Backend, q
     assert again.duplicate
 
 
-BROKER_LEVELS = pytest.mark.xfail(
-    strict=True,
-    reason="RabbitMQ: priorities from max_priority (10) up share the broker's lowest level; a "
-    "claim of one (prefetch 1) takes them in broker arrival order, so 255 can precede 100",
-)
-
-
-async def test_claims_priority_first_then_fifo(backend: Backend, q: str) -> None:
-    spec = [("low-1", 5), ("high-1", 1), ("low-2", 5), ("mid-1", 3), ("high-2", 1)]
-    for job_id, priority in spec:  # one by one: FIFO across separate enqueue calls too
-        await backend.enqueue([new_job(q, job_id, priority=priority)])
-    first = await backend.claim([q], "w", 3)
-    rest = await backend.claim([q], "w", 10)
-    assert [j.id for j in first.jobs] == ["high-1", "high-2", "mid-1"]
-    assert [j.id for j in rest.jobs] == ["low-1", "low-2"]
-
-
 async def test_claims_the_whole_priority_range_in_order_one_claim_at_a_time(
-    backend: Backend, q: str, case: BackendCase, request: pytest.FixtureRequest
+    backend: Backend, q: str
 ) -> None:
-    if case.name.startswith("rabbitmq"):
-        request.applymarker(BROKER_LEVELS)
-    # 0 to 255, not only 0 to 5; lowest and highest last in the batch, equal priorities apart
-    spec = [("p255-a", 255), ("p100-a", 100), ("p7-a", 7), ("p0-a", 0)]
-    spec += [("p100-b", 100), ("p255-b", 255), ("p7-b", 7), ("p0-b", 0)]
+    # every priority the backend accepts (0 to 255, or RabbitMQ's max_priority), not only 0 to
+    # 5; lowest and highest last in the batch, equal priorities apart
+    top = backend.capabilities.max_priority
+    mid, low = top * 2 // 5, min(7, top // 4)
+    spec = [("top-a", top), ("mid-a", mid), ("low-a", low), ("p0-a", 0)]
+    spec += [("mid-b", mid), ("top-b", top), ("low-b", low), ("p0-b", 0)]
     await backend.enqueue([new_job(q, job_id, priority=p) for job_id, p in spec])
     order: list[str] = []
     while batch := (await backend.claim([q], "w", 1)).jobs:
         order += [j.id for j in batch]
-    assert order == ["p0-a", "p0-b", "p7-a", "p7-b", "p100-a", "p100-b", "p255-a", "p255-b"]
+    assert order == ["p0-a", "p0-b", "low-a", "low-b", "mid-a", "mid-b", "top-a", "top-b"]
+
+
+async def test_a_priority_past_the_backends_range_is_refused_and_nothing_is_stored(
+    backend: Backend, q: str
+) -> None:
+    top = backend.capabilities.max_priority
+    if top >= MAX_PRIORITY:
+        pytest.skip("the backend accepts every priority a job can have")
+    with pytest.raises(ConfigError, match=f"max_priority={top}"):
+        await backend.enqueue([new_job(q, "ok", priority=top), new_job(q, "no", priority=top + 1)])
+    assert await backend.get_job(q, "ok") is None and await backend.get_job(q, "no") is None
 
 
 async def test_claim_marks_job_active_with_new_token(backend: Backend, q: str) -> None:

@@ -52,9 +52,9 @@ class TestRabbitMQBackend(RabbitMQBackend):
             for other in _closed.pop(self.options.prefix, []):
                 names |= other
             self._broker.declared = names
-            for consumer in self._consumers.values():
-                await consumer.close()
-            self._consumers.clear()
+            if self._inbox is not None:
+                await self._inbox.close()
+                self._inbox = None
             try:
                 await self.delete_broker_queues()
             finally:

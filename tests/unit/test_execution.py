@@ -15,7 +15,9 @@ from relaymq.job import Job, JobState
 from relaymq.serializers import DEFAULT_SERIALIZER
 from relaymq.worker.execution import MAX_ERROR_CHARS, Execution, describe, failure
 from relaymq.worker.running import RunningJob, StopReason
+from relaymq.worker.threads import ThreadPool
 from tests import tasks
+from tests.support.waiting import poll_until
 
 NOW = 1_800_000_000.0
 
@@ -211,3 +213,52 @@ async def test_a_serializer_raising_its_own_error_fails_the_job() -> None:
     settle = await ex.run(RunningJob(job, job.claim), NOW)
     assert settle is not None and settle.outcome is Outcome.FAIL
     assert settle.error is not None and "too big for me" in settle.error
+
+
+async def test_a_plain_job_cancelled_while_it_waits_for_a_thread_never_runs() -> None:
+    """The check right before a plain handler happens on its thread, after the wait for one."""
+    key = "exec-thread-queue"
+    pool = ThreadPool(1)
+    ex = Execution(DEFAULT_SERIALIZER, _never_asked, lambda r, v: None, pool=pool)
+    try:
+        blocker = claimed(tasks.block_thread.name, f'{{"args":["{key}-a"],"kwargs":{{}}}}'.encode())
+        queued = claimed(tasks.block_thread.name, f'{{"args":["{key}-b"],"kwargs":{{}}}}'.encode(),
+                         token=4)  # fmt: skip
+        first = asyncio.create_task(ex.run(RunningJob(blocker, blocker.claim), NOW))
+        await asyncio.to_thread(tasks.thread_started(f"{key}-a").wait, 5)
+        r = RunningJob(queued, queued.claim)
+        second = asyncio.create_task(ex.run(r, NOW))
+        await poll_until(lambda: r.thread is not None, "the second job to queue for the thread")
+        r.stop(StopReason.CANCELLED)  # what a heartbeat does when it hears of the cancel
+        tasks.thread_gate(f"{key}-a").set()
+        settle = await asyncio.wait_for(second, 5)
+        assert settle is not None and settle.outcome is Outcome.CANCEL
+        assert tasks.LEDGER[f"{key}-b"] == 0 and tasks.LEDGER[f"{key}-a"] == 1
+        assert (await first).outcome is Outcome.COMPLETE
+    finally:
+        pool.shutdown(wait=False)
+
+
+async def test_an_old_plain_claim_is_checked_on_its_thread_and_a_lost_one_never_runs() -> None:
+    key = "exec-thread-lost"
+    job = claimed(tasks.block_thread.name, f'{{"args":["{key}"],"kwargs":{{}}}}'.encode())
+    ex, asked = execution(held=False, fresh_for=0.0)
+    assert await ex.run(RunningJob(job, job.claim), NOW) is None  # lost: write nothing
+    assert asked == ["j1"] and tasks.LEDGER[key] == 0
+
+
+async def test_a_plain_start_check_that_cannot_reach_the_backend_releases_the_job() -> None:
+    key = "exec-thread-unreachable"
+
+    async def unreachable(r: RunningJob) -> bool:
+        raise BackendUnavailableError("down")
+
+    job = claimed(tasks.block_thread.name, f'{{"args":["{key}"],"kwargs":{{}}}}'.encode())
+    ex = Execution(DEFAULT_SERIALIZER, unreachable, lambda r, v: None, fresh_for=0.0)
+    settle = await ex.run(RunningJob(job, job.claim), NOW)
+    assert settle is not None and settle.outcome is Outcome.RELEASE
+    assert tasks.LEDGER[key] == 0
+
+
+async def _never_asked(r: RunningJob) -> bool:
+    raise AssertionError("a fresh claim needs no round trip")

@@ -3,6 +3,7 @@ rule linking running jobs and held claims, batched settling, heartbeats, the thr
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -163,6 +164,28 @@ async def test_the_fenced_start_check_stops_a_lost_claim_without_interrupting_it
     beats = Heartbeats(Instrumented(backend), claims, 1.0, noop)
     assert await beats.check(a) is True and a.stop_reason is None
     assert await beats.check(b) is False and b.stop_reason is StopReason.LOST
+
+
+class CountingBackend(InMemoryBackend):
+    """The in-memory backend, counting its heartbeat round trips."""
+
+    heartbeats = 0
+
+    async def heartbeat(self, beats: Any) -> Any:
+        self.heartbeats += 1
+        return await super().heartbeat(beats)
+
+
+async def test_start_checks_asked_in_one_loop_turn_share_one_round_trip(clock: FakeClock) -> None:
+    backend = CountingBackend(clock=clock)
+    jobs = await claim(backend, 3)
+    await backend.cancel("q", jobs[2].id)
+    claims = Claims()
+    running = [claims.add(j) for j in jobs]
+    beats = Heartbeats(Instrumented(backend), claims, 1.0, noop)
+    answers = await asyncio.gather(*(beats.check(r) for r in running))
+    assert answers == [True, True, False] and backend.heartbeats == 1
+    assert running[2].stop_reason is StopReason.CANCELLED
 
 
 def test_the_thread_pool_runs_size_calls_at_once_and_queues_the_rest() -> None:

@@ -252,6 +252,7 @@ class InMemoryBackend(Backend, DeliveryStore):
         row.attempts = row.stalls = 0
         row.cancel_requested = False
         row.finished_at = None
+        row.created_at = self._now()  # a replay's TTL counts from the replay
         q.make_waiting(row)
         self._wakeup.notify()
         return True

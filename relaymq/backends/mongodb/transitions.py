@@ -232,6 +232,7 @@ def manual_retry_update(seq: int, now: Now) -> list[Document]:
                 "cancel_requested": False,
                 "finished_at": None,
                 "ready_at": now.expr(),
+                "created_at": now.expr(),
                 "seq": seq,
             }
         }

@@ -317,7 +317,7 @@ class PostgresBackend(Backend, DeliveryStore):
         return CancelResult.ALREADY_TERMINAL if row["found"] else CancelResult.NOT_FOUND
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
-        return await self._fetchrow("retry_job", queue, job_id) is not None
+        return await self._fetchrow("retry_job", queue, job_id, self._now()) is not None
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         return await self._fetchrow("remove_job", queue, job_id) is not None

@@ -314,12 +314,13 @@ done AS (
 SELECT EXISTS (SELECT 1 FROM cur) AS found, EXISTS (SELECT 1 FROM done) AS cancelled;
 
 -- name: retry_job
--- Operator retry of a failed, expired or cancelled job: back to waiting with a new seq and
--- its attempts and stalls reset.
--- in:  $1 queue, $2 id. out: one row when the job was retried.
+-- Operator retry of a failed, expired or cancelled job: back to waiting with a new seq, its
+-- attempts and stalls reset and created_at = now (its TTL counts from the replay).
+-- in:  $1 queue, $2 id, $3 now float8|NULL. out: one row when the job was retried.
 UPDATE relaymq_jobs
 SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = false,
-    finished_at = NULL, run_at = NULL, seq = nextval('relaymq_job_seq')
+    finished_at = NULL, run_at = NULL, seq = nextval('relaymq_job_seq'),
+    created_at = coalesce(to_timestamp($3::float8), now())
 WHERE queue = $1 AND id = $2 AND state IN ('failed', 'expired', 'cancelled')
 RETURNING id;
 

@@ -52,13 +52,13 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.rabbitmq import config, topology
-from relaymq.backends.rabbitmq.consumer import Consumer, ack
+from relaymq.backends.rabbitmq.consumer import Inbox, Key, QueueDeliveries, ack
 from relaymq.backends.rabbitmq.errors import guarded
 from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
 from relaymq.backends.rabbitmq.reconcile import Reconciler
 from relaymq.backends.wakeup import Wakeup
-from relaymq.errors import ConfigError
-from relaymq.job import Job, JobState, NewJob
+from relaymq.errors import BackendError, ConfigError, RelayError
+from relaymq.job import Claim, Job, JobState, NewJob
 
 T = TypeVar("T")
 
@@ -82,18 +82,16 @@ class RabbitMQBackend(Backend):
         self.capabilities = Capabilities(
             durable=caps.durable, cross_process=caps.cross_process,
             server_clock=caps.server_clock, blocking_wait=True, cluster_safe=caps.cluster_safe,
-            transactions=caps.transactions,
+            transactions=caps.transactions, max_priority=self.options.max_priority,
         )  # fmt: skip
         self.stale_deliveries = 0
         """Deliveries acknowledged and dropped because their token no longer matched."""
         arguments = topology.queue_arguments(self.options.max_priority, self.options.queue_expires)
         self._broker = Publisher(self.options, arguments)
         self._later = Reconciler(store, store, self._broker, self.options, self._now)
-        self._consumers: dict[str, Consumer] = {}
+        self._inbox: Inbox | None = None
         self._consumer_lock = asyncio.Lock()
         self._wakeup = Wakeup()
-        self._priorities: dict[tuple[str, str], int] = {}
-        """Priority of the jobs this handle claimed, for their RETRY/RELEASE deliveries."""
         self._background: set[asyncio.Future[Any]] = set()
 
     @classmethod
@@ -107,9 +105,9 @@ class RabbitMQBackend(Backend):
     async def close(self) -> None:
         if self._background:  # transitions whose caller was cancelled: let them publish
             await asyncio.wait(list(self._background), timeout=10)
-        for consumer in self._consumers.values():
-            await consumer.close()
-        self._consumers.clear()
+        if self._inbox is not None:
+            await self._inbox.close()
+            self._inbox = None
         await self._broker.close()
         await self.store.close()
 
@@ -119,6 +117,16 @@ class RabbitMQBackend(Backend):
         return await self._shielded(self._enqueue(jobs))
 
     async def _enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        for new in jobs:
+            if new.priority > self.capabilities.max_priority:
+                raise ConfigError(
+                    f"priority {new.priority} of job {new.id!r} is past this RabbitMQ backend's "
+                    f"max_priority={self.options.max_priority}: the broker would run it out of "
+                    "order. Use priorities 0 to max_priority, or raise max_priority in the URL "
+                    "(up to 255) for new queues."
+                )
+        for queue in {new.queue for new in jobs}:  # an incompatible queue fails before storing
+            await guarded(self._broker.declare(queue), self.options.call_timeout)
         answers = await self.store.enqueue(jobs)
         now = self._now()
         out: list[Outgoing] = []
@@ -137,49 +145,52 @@ class RabbitMQBackend(Backend):
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         claimed: list[Job] = []
         now = self._now()
+        inbox = await self._open_inbox()
+        await guarded(inbox.open_window(limit), self.options.call_timeout)
         for name in queues:
             if len(claimed) >= limit:
                 break
-            consumer = await self._consumer(name, limit)
+            qd = await self._deliveries(name)
             await self._shielded(self._later.promote(name, now))
-            if consumer.paused_hint:
+            if qd.paused:
                 if await self.store.is_paused(name):
                     continue
-                consumer.paused_hint = False
-            jobs, now = await self._claim_from(consumer, name, worker_id, limit - len(claimed))
+                qd = await self._deliveries(name, resume=True)
+            jobs, now = await self._claim_from(inbox, qd, worker_id, limit - len(claimed))
             claimed += jobs
         return ClaimBatch(claimed, now)
 
     async def _claim_from(
-        self, consumer: Consumer, queue: str, worker_id: str, limit: int
+        self, inbox: Inbox, qd: QueueDeliveries, worker_id: str, limit: int
     ) -> tuple[list[Job], float]:
         claimed: list[Job] = []
         now = self._now()
         while len(claimed) < limit:
             want = limit - len(claimed)
-            await guarded(consumer.fill(want), self.options.call_timeout)
-            taken = consumer.take(want)
+            await guarded(inbox.fill(qd, want), self.options.call_timeout)
+            taken = qd.take(want)
             if not taken:
                 break
             try:
                 batch, stale = await self._delivery.claim_delivered(
-                    queue, [(d.job_id, d.token) for d in taken], worker_id
+                    qd.queue, [(d.job_id, d.token) for d in taken], worker_id
                 )
             except BaseException:
-                consumer.give_back(taken)
+                qd.give_back(taken)
                 raise
             now = batch.now
-            won = {j.id for j in batch.jobs}
-            lost = set(stale) - won
+            won = {j.id: j for j in batch.jobs}
+            lost = set(stale) - won.keys()
             kept = [d for d in taken if d.job_id not in won and d.job_id not in lost]
             self.stale_deliveries += sum(1 for d in taken if d.job_id in lost)
-            await ack([d.message for d in taken if d.job_id in won or d.job_id in lost])
-            for job in batch.jobs:
-                self._priorities[(job.queue, job.id)] = job.priority
+            for d in taken:
+                job = won.get(d.job_id)
+                if job is not None:  # acknowledged once its claim is settled
+                    inbox.hold(_key(job.claim), d, job.priority)
+            await ack([d.message for d in taken if d.job_id in lost])
             claimed += batch.jobs
-            if kept:  # the queue is paused: keep them unacknowledged for after the resume
-                consumer.give_back(kept)
-                consumer.paused_hint = True
+            if kept:  # the queue is paused: hand them back to the broker for after the resume
+                await guarded(inbox.pause(qd, kept), self.options.call_timeout)
                 break
             if not lost and len(taken) < want:
                 break
@@ -187,7 +198,11 @@ class RabbitMQBackend(Backend):
         return claimed, now
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
-        return await self.store.heartbeat(beats)
+        results = await self.store.heartbeat(beats)
+        lost = [_key(b.claim) for b, r in zip(beats, results, strict=True) if not r.held]
+        if lost and self._inbox is not None:  # the worker writes nothing more for these
+            await guarded(self._inbox.done(lost), self.options.call_timeout)
+        return results
 
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
         return await self._shielded(self._settle(settles))
@@ -195,33 +210,32 @@ class RabbitMQBackend(Backend):
     async def _settle(self, settles: Sequence[Settle]) -> list[bool]:
         applied = await self.store.settle(settles)
         now = self._now()
-        again: list[Settle] = []
+        out: list[Outgoing] = []
         for s, ok in zip(settles, applied, strict=True):
             if not ok:
                 continue
             if s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0):
-                again.append(s)
+                c = s.claim
+                priority = self._inbox.priority(_key(c)) if self._inbox is not None else None
+                if priority is None:
+                    job = await self.store.get_job(c.queue, c.job_id)
+                    if job is None:
+                        continue
+                    priority = job.priority
+                out.append((c.queue, c.job_id, c.token, priority))
             elif s.outcome is Outcome.RETRY:
                 self._later.note_due(s.claim.queue, now + s.delay)
-        out: list[Outgoing] = []
-        for s in again:
-            c = s.claim
-            priority = self._priorities.get((c.queue, c.job_id))
-            if priority is None:
-                job = await self.store.get_job(c.queue, c.job_id)
-                if job is None:
-                    continue
-                priority = job.priority
-            out.append((c.queue, c.job_id, c.token, priority))
-        for s in settles:
-            self._priorities.pop((s.claim.queue, s.claim.job_id), None)
-        await self._broker.publish(out)
+        await self._broker.publish(out)  # the new deliveries first, then the old ones go
+        if self._inbox is not None:
+            await guarded(
+                self._inbox.done(_key(s.claim) for s in settles), self.options.call_timeout
+            )
         return applied
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        consumers = [await self._consumer(name, 0) for name in queues]
+        deliveries = [await self._deliveries(name) for name in queues]
         ticket = self._wakeup.ticket()
-        if any(c.has_work() for c in consumers):
+        if any(qd.has_work() for qd in deliveries):
             return
         now = self._now()
         for name in queues:
@@ -237,16 +251,26 @@ class RabbitMQBackend(Backend):
 
     async def _recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
         found = await self.store.recover_stalled(queue, threshold, max_stalled)
+        problem: RelayError | None = None
         if found.requeued:
             # The store moved them back to waiting in its conditional step; each gets one
-            # replacement delivery for the token it has now (an unreadable one is skipped).
+            # replacement delivery for the token it has now (an unreadable one is skipped). A
+            # publish the broker does not confirm is kept and tried again by the publisher.
             read = await asyncio.gather(
                 *(self.store.get_job(queue, i) for i in found.requeued), return_exceptions=True
             )
             jobs = [j for j in read if isinstance(j, Job) and j.state is JobState.WAITING]
-            await self._broker.publish([(queue, j.id, j.token, j.priority) for j in jobs])
-        await self._later.reconcile(queue)
-        return found
+            try:
+                await self._broker.publish([(queue, j.id, j.token, j.priority) for j in jobs])
+            except ConfigError as e:  # reconciliation republishes them once the queue is fixed
+                problem = e
+        try:
+            await self._later.reconcile(queue)
+        except (ConfigError, BackendError) as e:
+            problem = problem or e
+        if problem is not None and not (found.requeued or found.failed):
+            raise problem
+        return found  # what the store did is reported (job:stalled events) in any case
 
     async def lock(self, name: str, owner: str, ttl: float) -> bool:
         return await self.store.lock(name, owner, ttl)
@@ -291,10 +315,7 @@ class RabbitMQBackend(Backend):
 
     async def resume(self, queue: str) -> None:
         await self.store.resume(queue)
-        consumer = self._consumers.get(queue)
-        if consumer is not None:
-            consumer.paused_hint = False
-        self._wakeup.notify()
+        self._wakeup.notify()  # a claim in this process consumes the queue again
 
     async def is_paused(self, queue: str) -> bool:
         return await self.store.is_paused(queue)
@@ -356,27 +377,31 @@ class RabbitMQBackend(Backend):
             await guarded(self._broker.on_side_channel(delete), self.options.call_timeout)
         self._broker.declared.clear()
 
-    async def _consumer(self, queue: str, limit: int) -> Consumer:
-        consumer = self._consumers.get(queue)
-        if consumer is None:
+    async def _open_inbox(self) -> Inbox:
+        if self._inbox is None:
             async with self._consumer_lock:
-                consumer = self._consumers.get(queue)
-                if consumer is None:
-                    consumer = await guarded(
-                        self._start_consumer(queue, limit), self.options.call_timeout
-                    )
-        elif limit > consumer.prefetch:
-            await guarded(consumer.grow(limit), self.options.call_timeout)
-        return consumer
+                if self._inbox is None:
+                    connection = self._broker.connection
+                    assert connection is not None, "connect() first"
+                    inbox = Inbox(connection, self.options.prefetch, self._wakeup.notify)
+                    await guarded(inbox.open(), self.options.call_timeout)
+                    self._inbox = inbox
+        return self._inbox
 
-    async def _start_consumer(self, queue: str, limit: int) -> Consumer:
-        connection = self._broker.connection
-        assert connection is not None, "connect() first"
-        name = await self._broker.declare(queue)
-        consumer = Consumer(connection, name, self._broker.arguments, self._wakeup.notify)
-        await consumer.start(max(limit, self.options.prefetch))
-        self._consumers[queue] = consumer
-        return consumer
+    async def _deliveries(self, queue: str, *, resume: bool = False) -> QueueDeliveries:
+        """The deliveries of ``queue``, consumed from the first call on (again: ``resume``)."""
+        inbox = await self._open_inbox()
+        qd = inbox.get(queue)
+        if qd is None or resume:
+            async with self._consumer_lock:
+                qd = inbox.get(queue)
+                if qd is None or (resume and qd.paused):
+                    name = await guarded(self._broker.declare(queue), self.options.call_timeout)
+                    qd = await guarded(
+                        inbox.consume(queue, name, self._broker.arguments),
+                        self.options.call_timeout,
+                    )
+        return qd
 
     async def _shielded(self, operation: Coroutine[Any, Any, T]) -> T:
         """Run a store transition and the publish that follows it to the end, even when the
@@ -384,7 +409,19 @@ class RabbitMQBackend(Backend):
         task = asyncio.ensure_future(operation)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(_finished)
         return await asyncio.shield(task)
+
+
+def _finished(task: asyncio.Future[Any]) -> None:
+    """A shielded transition ended: its error reached its caller, or (a caller cancelled
+    meanwhile) nobody, which is fine: it is not reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _key(claim: Claim) -> Key:
+    return claim.queue, claim.job_id, claim.token
 
 
 def _waiting(job: Job | None) -> bool:

@@ -1,23 +1,29 @@
-"""One broker consumer per relaymq queue: it buffers pushed deliveries until a claim takes them.
+"""The deliveries of one backend handle: one channel, one consumer per relaymq queue.
 
-Prefetch policy: each queue's consumer has its own channel whose prefetch (``basic.qos`` with
-``global``, so it can grow while the consumer runs) is the largest ``limit`` any claim on that
-queue has asked for, and at least the URL's ``prefetch``. A worker claims with limit = its free
-slots, so its prefetch is its concurrency: the broker never pushes more deliveries than the
-worker could start at once, and the rest stay ready for other workers.
+Window policy (a worker never holds a delivery it cannot start now): every delivery is
+unacknowledged from the moment the broker pushes it until the worker is done with it: a stale
+one is acknowledged when a claim finds it stale, a claimed one only when its job is settled or
+its claim is found lost. The channel's prefetch (``basic.qos``, global: one limit for every
+consumer on the channel) is the *window*: each claim sets it to the deliveries held plus the
+claim's ``limit`` (the worker's free slots), and settling ``k`` jobs lowers it by ``k`` before
+their acknowledgements go out. So the broker pushes a handle no more deliveries than the free
+slots its worker last asked for: a busy worker is pushed nothing, and while a frozen worker
+holds a job, recovery's replacement delivery goes to another worker.
 
-Buffered deliveries are unacknowledged until a claim settles them: claimed or stale ones are
-acknowledged, deliveries of a paused queue are kept. When the connection drops, the broker
-requeues every unacknowledged delivery, so the buffer of a closed channel is thrown away.
+A paused queue's consumer is cancelled and its buffered deliveries requeued, so they neither
+take the window nor wait in this process; a later claim asks the store and consumes again once
+the queue is resumed. When the channel closes, the broker requeues every unacknowledged
+delivery, so what was buffered or held on it is forgotten.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +36,9 @@ from relaymq.errors import CorruptRecordError
 
 FILL_DEADLINE = 1.0
 """Longest a claim waits for deliveries that the broker reported ready."""
+
+Key = tuple[str, str, int]
+"""A claimed delivery: (queue, job id, token)."""
 
 
 @dataclass(order=True, slots=True)
@@ -54,70 +63,28 @@ def _channel_open(message: AbstractIncomingMessage) -> bool:
     return True
 
 
-class Consumer:
-    """The consumer of one broker queue and the deliveries it has buffered."""
+class QueueDeliveries:
+    """What the broker pushed for one relaymq queue and no claim has taken yet."""
 
-    def __init__(
-        self,
-        connection: AbstractRobustConnection,
-        name: str,
-        arguments: dict[str, Any],
-        on_arrival: Callable[[], None],
-    ) -> None:
+    def __init__(self, queue: str, name: str) -> None:
+        self.queue = queue
         self.name = name
-        self.prefetch = 0
-        self.paused_hint = False
-        """Set when a claim found the queue paused; the next claim asks the store first."""
-        self.bad_messages = 0
-        self._connection = connection
-        self._arguments = arguments
-        self._on_arrival = on_arrival
-        self._channel: AbstractRobustChannel | None = None
+        """The broker queue."""
+        self.paused = False
+        """A claim found the queue paused: not consuming; the next claim asks the store."""
+        self.tag: str | None = None
+        self._broker_queue: aio_pika.abc.AbstractQueue | None = None
         self._heap: list[Delivery] = []
-        self._arrivals = itertools.count()
-        self._arrived = asyncio.Event()
-
-    async def start(self, prefetch: int) -> None:
-        channel = await self._connection.channel(publisher_confirms=False)
-        assert isinstance(channel, aio_pika.RobustChannel)
-        self._channel = channel
-        self.prefetch = prefetch
-        await channel.set_qos(prefetch_count=prefetch, global_=True)
-        queue = await channel.declare_queue(self.name, durable=True, arguments=self._arguments)
-        channel.reopen_callbacks.add(self._on_reopen)
-        await queue.consume(self._on_message)
-
-    async def grow(self, prefetch: int) -> None:
-        """Raise the prefetch (a claim asked for more than it)."""
-        if prefetch > self.prefetch and self._channel is not None:
-            self.prefetch = prefetch
-            await self._channel.set_qos(prefetch_count=prefetch, global_=True)
-
-    async def close(self) -> None:
-        if self._channel is not None:
-            with contextlib.suppress(Exception):
-                await self._channel.close()
-        self._heap.clear()
-
-    # -- deliveries -------------------------------------------------------------------------
-
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        try:
-            job_id, token, priority = topology.decode(message.body)
-        except CorruptRecordError:
-            self.bad_messages += 1
-            await ack([message])
-            return
-        heapq.heappush(self._heap, Delivery(priority, next(self._arrivals), job_id, token, message))
-        self._arrived.set()
-        self._on_arrival()
-
-    def _on_reopen(self, *_: Any) -> None:
-        self._heap.clear()  # the broker requeued them when the old channel closed
 
     @property
     def buffered(self) -> int:
         return len(self._heap)
+
+    def has_work(self) -> bool:
+        return bool(self._heap) and not self.paused
+
+    def push(self, d: Delivery) -> None:
+        heapq.heappush(self._heap, d)
 
     def take(self, limit: int) -> list[Delivery]:
         """Up to ``limit`` live deliveries, by priority then arrival, one per job."""
@@ -137,29 +104,156 @@ class Consumer:
             heapq.heappush(self._heap, d)
         return taken
 
-    def give_back(self, deliveries: list[Delivery]) -> None:
+    def give_back(self, deliveries: Iterable[Delivery]) -> None:
         for d in deliveries:
             heapq.heappush(self._heap, d)
 
-    async def fill(self, want: int) -> None:
-        """Make sure every delivery the broker has for us right now is in the buffer.
+    def forget(self) -> list[Delivery]:
+        out, self._heap = self._heap, []
+        return out
 
-        Returns once ``want`` deliveries are buffered, the prefetch is used up, or the broker
+
+class Inbox:
+    """The deliveries channel of one handle, its window, and the deliveries it holds."""
+
+    def __init__(
+        self, connection: AbstractRobustConnection, floor: int, on_arrival: Callable[[], None]
+    ) -> None:
+        self.floor = floor
+        """The smallest window (the URL's ``prefetch``; 0 would mean no limit at all)."""
+        self.window = 0
+        self.bad_messages = 0
+        self._connection = connection
+        self._on_arrival = on_arrival
+        self._channel: AbstractRobustChannel | None = None
+        self._queues: dict[str, QueueDeliveries] = {}
+        self._held: dict[Key, tuple[AbstractIncomingMessage, int]] = {}
+        self._arrivals = itertools.count()
+        self._arrived = asyncio.Event()
+        self._window_lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        channel = await self._connection.channel(publisher_confirms=False)
+        assert isinstance(channel, aio_pika.RobustChannel)
+        channel.reopen_callbacks.add(self._on_reopen)
+        self._channel = channel
+        await self._set_window(self.floor)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            with contextlib.suppress(Exception):
+                await self._channel.close()
+        self._queues.clear()
+        self._held.clear()
+
+    def get(self, queue: str) -> QueueDeliveries | None:
+        return self._queues.get(queue)
+
+    async def consume(self, queue: str, name: str, arguments: dict[str, Any]) -> QueueDeliveries:
+        """Start consuming the broker queue ``name`` (declared already) for ``queue``."""
+        qd = self._queues.get(queue) or QueueDeliveries(queue, name)
+        assert self._channel is not None, "open() first"
+        qd._broker_queue = await self._channel.declare_queue(
+            name, durable=True, arguments=arguments
+        )
+        qd.tag = await qd._broker_queue.consume(functools.partial(self._on_message, qd))
+        qd.paused = False
+        self._queues[queue] = qd
+        return qd
+
+    async def pause(self, qd: QueueDeliveries, kept: Iterable[Delivery]) -> None:
+        """Stop consuming a paused queue and requeue what it buffered, for other consumers
+        once the queue is resumed."""
+        qd.paused = True
+        if qd._broker_queue is not None and qd.tag is not None:
+            with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
+                await qd._broker_queue.cancel(qd.tag)
+            qd.tag = None
+        for d in [*kept, *qd.forget()]:
+            with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
+                await d.message.nack(requeue=True)
+
+    # -- the window -------------------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    @property
+    def room(self) -> int:
+        """Deliveries the broker may still push before the window is full."""
+        return self.window - self.held - sum(q.buffered for q in self._queues.values())
+
+    async def open_window(self, limit: int) -> None:
+        """A claim for ``limit`` jobs: the window becomes the held deliveries plus ``limit``."""
+        await self._set_window(max(self.floor, self.held + limit))
+
+    def hold(self, claim: Key, d: Delivery, priority: int) -> None:
+        """A delivery whose job a claim took: unacknowledged until that claim is settled."""
+        self._held[claim] = (d.message, priority)
+
+    def priority(self, key: Key) -> int | None:
+        held = self._held.get(key)
+        return None if held is None else held[1]
+
+    async def done(self, keys: Iterable[Key]) -> None:
+        """The worker is done with these claims (settled, or lost): shrink the window by as
+        many, so acknowledging them opens no room, then acknowledge them."""
+        messages = [m for m, _ in filter(None, (self._held.pop(k, None) for k in keys))]
+        if not messages:
+            return
+        await self._set_window(max(self.floor, self.window - len(messages)))
+        await ack(messages)
+
+    async def _set_window(self, window: int) -> None:
+        async with self._window_lock:
+            if window == self.window or self._channel is None:
+                return
+            await self._channel.set_qos(prefetch_count=window, global_=True)
+            self.window = window
+
+    # -- deliveries -------------------------------------------------------------------------
+
+    async def _on_message(self, qd: QueueDeliveries, message: AbstractIncomingMessage) -> None:
+        try:
+            job_id, token, priority = topology.decode(message.body)
+        except CorruptRecordError:
+            self.bad_messages += 1
+            await ack([message])
+            return
+        if qd.paused:  # pushed before the consumer was cancelled: let another take it
+            with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
+                await message.nack(requeue=True)
+            return
+        qd.push(Delivery(priority, next(self._arrivals), job_id, token, message))
+        self._arrived.set()
+        self._on_arrival()
+
+    def _on_reopen(self, *_: Any) -> None:
+        # The broker requeued every unacknowledged delivery when the old channel closed.
+        for qd in self._queues.values():
+            qd.forget()
+        self._held.clear()
+
+    async def fill(self, qd: QueueDeliveries, want: int) -> None:
+        """Make sure every delivery the broker has for ``qd`` right now is buffered.
+
+        Returns once ``want`` deliveries are buffered, the window is full, or the broker
         reports nothing ready. The broker sends a queue's deliveries on the consumer's channel
         before the reply to any later method on that channel, so when a passive declare says
         nothing is ready, a second one proves that what was dispatched before has arrived.
         """
-        if self._channel is None:
+        if self._channel is None or qd.paused:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FILL_DEADLINE
-        while self.buffered < want and self.buffered < self.prefetch:
+        while qd.buffered < want and self.room > 0:
             channel = await self._channel.get_underlay_channel()
             self._arrived.clear()
             # Shielded: aiormq closes a channel whose RPC is cancelled midway.
-            declared = await asyncio.shield(channel.queue_declare(self.name, passive=True))
+            declared = await asyncio.shield(channel.queue_declare(qd.name, passive=True))
             if not declared.message_count:
-                await asyncio.shield(channel.queue_declare(self.name, passive=True))
+                await asyncio.shield(channel.queue_declare(qd.name, passive=True))
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -167,9 +261,6 @@ class Consumer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(remaining, 0.05)):
                     await self._arrived.wait()
-
-    def has_work(self) -> bool:
-        return bool(self._heap) and not self.paused_hint
 
 
 async def ack(messages: list[AbstractIncomingMessage]) -> None:

@@ -1,9 +1,12 @@
 """The broker side of the RabbitMQ backend: one robust connection, broker queues declared once
 per handle, and deliveries published persistent with confirms.
 
-A delivery is ``(queue, job id, token, priority)``. One the broker cannot take now (it is
-down) is kept and published again after the reconnect: its job is already stored, so nothing is
-lost, at worst delivered later; beyond ``MAX_PENDING`` reconciliation republishes.
+A delivery is ``(queue, job id, token, priority)``. One the broker does not confirm (it is
+down, a channel closed, a publish was refused) is kept and published again: after the
+reconnect, and on a timer until it goes through. Its job is already stored, so nothing is lost,
+at worst delivered later (a duplicate is harmless: only one token matches); beyond
+``MAX_PENDING`` reconciliation republishes. Only a ``ConfigError`` (a queue declared with other
+arguments) reaches the caller: trying again cannot fix it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ Outgoing = tuple[str, str, int, int]
 PUBLISH_CHUNK = 2000
 MAX_PENDING = 100_000
 """Unpublished deliveries kept for the reconnect; beyond that, reconciliation republishes."""
+RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 5.0)
+"""Seconds between tries to publish what is pending (the last one repeats)."""
 
 
 class Publisher:
@@ -44,7 +49,10 @@ class Publisher:
         self._channel: AbstractRobustChannel | None = None
         self._side: aiormq.abc.AbstractChannel | None = None
         self._pending: list[Outgoing] = []
-        self._background: set[asyncio.Future[Any]] = set()
+        self._retrying: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        self.failures = 0
+        """Publishes that failed and were kept for another try (for tests and operators)."""
 
     async def open(self) -> None:
         if self.connection is not None:
@@ -72,8 +80,9 @@ class Publisher:
         self.connection.reconnect_callbacks.add(self._on_reconnect)
 
     async def close(self) -> None:
-        if self._background:
-            await asyncio.wait(list(self._background), timeout=10)
+        if self._retrying is not None:
+            self._retrying.cancel()
+            self._retrying = None
         if self.connection is not None:
             with contextlib.suppress(Exception):
                 await self.connection.close()
@@ -103,13 +112,12 @@ class Publisher:
         return name
 
     async def ready_count(self, queue: str) -> int:
-        """Messages ready in ``queue``'s broker queue (re-declared: the reply says how many)."""
+        """Messages ready in ``queue``'s broker queue (re-declared: the reply says how many;
+        a queue declared with other arguments is the same ``ConfigError`` as at enqueue)."""
         name = self.name(queue)
         self.declared.discard(name)
         ok = await guarded(
-            self.on_side_channel(
-                lambda ch: ch.queue_declare(name, durable=True, arguments=self.arguments)
-            ),
+            self.on_side_channel(lambda ch: topology.declare(ch, name, self.arguments)),
             self.options.call_timeout,
         )
         self.declared.add(name)
@@ -127,23 +135,56 @@ class Publisher:
         return await asyncio.shield(use(self._side))
 
     async def publish(self, out: Sequence[Outgoing]) -> None:
-        """Publish deliveries with confirms; keep the ones the broker cannot take now."""
+        """Publish deliveries with confirms (and any still pending); keep what the broker did
+        not confirm and try it again later. Raises only ``ConfigError``, for a queue declared
+        with other arguments: its deliveries are dropped (their jobs stay stored, and
+        reconciliation republishes them once the queue is fixed); the rest go out."""
         todo, self._pending = [*self._pending, *out], []
         if not todo:
             return
         try:
-            await guarded(self._publish_now(todo), self.options.call_timeout)
-        except BackendUnavailableError:
-            self._pending = todo[-MAX_PENDING:]
+            refused = await guarded(self._publish_now(todo), self.options.call_timeout)
+        except BaseException as e:  # kept: published again after a pause or the reconnect
+            self._pending = [*todo, *self._pending][-MAX_PENDING:]
+            if not isinstance(e, Exception):
+                raise  # cancelled: what was taken is pending again
+            self.failures += 1
+            self._retry_later()
+            return
+        if refused is not None:
+            raise refused
 
-    async def _publish_now(self, todo: list[Outgoing]) -> None:
+    def _retry_later(self) -> None:
+        if self._retrying is None or self._retrying.done():
+            self._retrying = asyncio.create_task(self._retry(), name="relaymq-republish")
+
+    async def _retry(self) -> None:
+        """Publish what is pending until nothing is: after a pause, or at once on a reconnect."""
+        tries = 0
+        while self._pending:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RETRY_PAUSES[min(tries, len(RETRY_PAUSES) - 1)]):
+                    await self._kick.wait()
+            self._kick.clear()
+            tries += 1
+            with contextlib.suppress(ConfigError):  # reconciliation reports it
+                await self.publish([])
+
+    async def _publish_now(self, todo: list[Outgoing]) -> ConfigError | None:
+        """Publish ``todo``; the first ``ConfigError`` of a queue whose deliveries were dropped."""
         assert self._channel is not None, "connect() first"
+        refused: ConfigError | None = None
         for queue in {q for q, _, _, _ in todo}:
-            await self.declare(queue)
+            try:
+                await self.declare(queue)
+            except ConfigError as e:
+                refused = refused or e
+                todo = [item for item in todo if item[0] != queue]
         async with asyncio.timeout(10):  # (asyncio.wait_for may swallow a cancel on 3.11)
             channel = await self._channel.get_underlay_channel()
         for chunk in _chunks(todo, PUBLISH_CHUNK):
             await asyncio.gather(*(self._publish_one(channel, item) for item in chunk))
+        return refused
 
     async def _publish_one(self, channel: aiormq.abc.AbstractChannel, item: Outgoing) -> None:
         queue, job_id, token, priority = item
@@ -166,9 +207,8 @@ class Publisher:
 
     def _on_reconnect(self, *_: Any) -> None:
         if self._pending:
-            task = asyncio.ensure_future(self.publish([]))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._kick.set()
+            self._retry_later()
 
 
 def _chunks(items: list[Outgoing], size: int) -> Iterator[list[Outgoing]]:

@@ -32,15 +32,18 @@ def queue_arguments(max_priority: int, expires_ms: int | None) -> dict[str, Any]
     return arguments
 
 
-async def declare(channel: AbstractChannel, name: str, arguments: dict[str, Any]) -> None:
-    """Declare the broker queue ``name``: durable, classic, with ``arguments``.
+async def declare(
+    channel: AbstractChannel, name: str, arguments: dict[str, Any]
+) -> aiormq.spec.Queue.DeclareOk:
+    """Declare the broker queue ``name``: durable, classic, with ``arguments``; the reply says
+    how many messages are ready in it.
 
     An existing queue declared with other arguments makes the broker close the channel with
     PRECONDITION_FAILED; that becomes a ``ConfigError`` telling the user what to do. (The
     channel is lost either way: declare on a channel of its own.)
     """
     try:
-        await channel.queue_declare(name, durable=True, arguments=arguments)
+        return await channel.queue_declare(name, durable=True, arguments=arguments)
     except aiormq.exceptions.ChannelPreconditionFailed as e:
         raise ConfigError(
             f"the RabbitMQ queue {name!r} already exists with arguments that differ from "

@@ -306,7 +306,8 @@ class RedisBackend(Backend, DeliveryStore):
         return CancelResult(answer.decode())
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
-        return bool(await self._script("retry_job", [self._keys.base(queue)], [job_id]))
+        base = self._keys.base(queue)
+        return bool(await self._script("retry_job", [base], [job_id, self._now()]))
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         return bool(await self._script("remove_job", [self._keys.base(queue)], [job_id]))

@@ -284,7 +284,7 @@ def cancel(conn: Conn, now: float, queue: str, job_id: str) -> CancelResult:
 
 
 def retry_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
-    p = {"queue": queue, "id": job_id, "seq": allocate_seq(conn, queue, 1)}
+    p = {"queue": queue, "id": job_id, "seq": allocate_seq(conn, queue, 1), "now": now}
     return conn.execute(Q["retry_job"], p).rowcount == 1
 
 

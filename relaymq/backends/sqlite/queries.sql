@@ -239,10 +239,11 @@ UPDATE jobs SET state = 'cancelled', cancel_requested = (state = 'active'),
 WHERE queue = :queue AND id = :id AND state IN ('waiting', 'delayed', 'active');
 
 -- name: retry_job
--- In: :queue, :id, :seq (fresh FIFO number). Out: nothing; changes() = 1 when a failed,
--- expired or cancelled job is waiting again with its attempts and stalls reset.
+-- In: :queue, :id, :seq (fresh FIFO number), :now. Out: nothing; changes() = 1 when a failed,
+-- expired or cancelled job is waiting again with its attempts and stalls reset and
+-- created_at = now (its TTL counts from the replay).
 UPDATE jobs SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = 0,
-                finished_at = NULL, run_at = NULL, seq = :seq
+                finished_at = NULL, run_at = NULL, seq = :seq, created_at = :now
 WHERE queue = :queue AND id = :id AND state IN ('failed', 'expired', 'cancelled');
 
 -- name: remove_job
