@@ -1,10 +1,13 @@
 """The instrumented facade: every call the core makes on a backend that changes or reports jobs.
 
 ``Queue``, ``Worker`` and ``Maintenance`` call the backend only through ``Instrumented``, so
-what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call
-(nothing today; call counts, durations, errors and trace spans go there), and the events of
-each call go out through ``_report`` (worker outcomes, batched) or ``_announce`` (producer and
-admin actions, at once). Backends never publish events themselves.
+what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call,
+and the events of each call go out through ``_report`` (worker outcomes, batched) or
+``_announce`` (producer and admin actions, at once). Backends never publish events themselves.
+
+Observers (``relaymq.metrics``, ``relaymq.tracing``) are told what happened through the
+``Observer`` hooks, installed process-wide with ``observe``. With none installed, each hook
+point costs one attribute read.
 
 Events from a worker's hot path are batched: they wait at most ``window`` seconds to be
 published together, one backend call for many jobs. Producer and admin events are published
@@ -16,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from relaymq import events
@@ -38,6 +42,7 @@ from relaymq.job import Job, JobState, NewJob
 
 log = logging.getLogger("relaymq.events")
 recovery_log = logging.getLogger("relaymq.recovery")
+observer_log = logging.getLogger("relaymq.observers")
 
 EVENT_WINDOW = 0.05
 """Seconds worker events wait to be published together."""
@@ -54,6 +59,118 @@ OUTCOME_EVENT = {
 }
 
 
+class Observer:
+    """Told what the core does with jobs. Every hook here does nothing; an observer overrides
+    those it needs. Hooks run on the worker's hot path: keep them cheap; they must not raise.
+    """
+
+    def call(self, op: str) -> contextlib.AbstractContextManager[object] | None:
+        """A context around one backend call named ``op``; None: not interested."""
+        return None
+
+    def enqueuing(self, jobs: Sequence[NewJob]) -> Sequence[NewJob]:
+        """Before ``jobs`` are stored: the jobs to store instead (tracing stamps each with its
+        ``traceparent``); the very list returned is the one ``enqueued`` receives."""
+        return jobs
+
+    def enqueued(
+        self, jobs: Sequence[NewJob], answers: Sequence[Enqueued] | None,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """``jobs`` were stored (``answers``), or the backend refused them (``error``)."""
+
+    def claimed(self, jobs: Sequence[Job]) -> None:
+        """A worker claimed ``jobs`` (records as the claim returned them)."""
+
+    def attempt(self, job: Job) -> contextlib.AbstractContextManager[object] | None:
+        """A context around one attempt of ``job`` (the handler runs inside, in the job's own
+        task and, for a plain function, in a copy of its context); None: not interested."""
+        return None
+
+    def handler_raised(self, job: Job, error: BaseException) -> None:
+        """The handler of ``job`` raised ``error`` (inside ``attempt``)."""
+
+    def attempt_ended(self, job: Job, settle: Settle | None, ran_for: float | None) -> None:
+        """The attempt decided ``settle`` (None: the claim was lost); ``ran_for``: seconds the
+        handler ran (None: it never started). Called inside ``attempt``."""
+
+    def settled(self, job: Job, settle: Settle, applied: bool) -> None:
+        """The backend stored ``settle`` (``applied``), or refused it: the claim was lost."""
+
+    def claim_lost(self, job: Job) -> None:
+        """A heartbeat or the fenced start check found ``job``'s claim lost."""
+
+    def recovered(self, queue: str, found: Recovered) -> None:
+        """One stalled-recovery pass over ``queue`` did ``found``."""
+
+
+class _Hooks:
+    """The installed observers: a tuple replaced (never changed) on each install."""
+
+    observers: tuple[Observer, ...] = ()
+    lock = threading.Lock()
+
+
+HOOKS = _Hooks()
+
+
+def observe(observer: Observer) -> None:
+    """Install ``observer`` in this process (again: no change)."""
+    with HOOKS.lock:
+        if observer not in HOOKS.observers:
+            HOOKS.observers = (*HOOKS.observers, observer)
+
+
+def unobserve(observer: Observer) -> None:
+    """Remove ``observer`` (not installed: no change)."""
+    with HOOKS.lock:
+        HOOKS.observers = tuple(o for o in HOOKS.observers if o is not observer)
+
+
+@contextlib.contextmanager
+def _around(contexts: list[contextlib.AbstractContextManager[object]]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for c in contexts:
+            stack.enter_context(c)
+        yield
+
+
+def around(
+    make: Callable[[Observer], contextlib.AbstractContextManager[object] | None],
+) -> contextlib.AbstractContextManager[object]:
+    """The contexts the installed observers want around something (``make(observer)``: its
+    ``call`` or ``attempt``), nested; a shared no-op when none wants one."""
+    observers = HOOKS.observers
+    if not observers:
+        return _UNOBSERVED
+    contexts = []
+    for o in observers:
+        try:
+            if (c := make(o)) is not None:
+                contexts.append(c)
+        except Exception:
+            observer_log.exception("observer %r failed", o)
+    if not contexts:
+        return _UNOBSERVED
+    return contexts[0] if len(contexts) == 1 else _around(contexts)
+
+
+def tell(hook: Callable[[Observer], object]) -> None:
+    """Run ``hook(observer)`` for every installed observer: one that raises is logged, never
+    raised into the core (a metric must not fail a job)."""
+    for o in HOOKS.observers:
+        try:
+            hook(o)
+        except Exception:
+            observer_log.exception("observer %r failed", o)
+
+
+def claim_lost(job: Job) -> None:
+    """Tell the observers a worker found ``job``'s claim lost."""
+    if HOOKS.observers:
+        tell(lambda o: o.claim_lost(job))
+
+
 class Instrumented:
     """A backend, instrumented. Methods keep the backend's names and return its answers."""
 
@@ -68,14 +185,30 @@ class Instrumented:
 
     def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
         """The per-call hook: every backend call runs inside ``with self._call(op):``."""
-        return _UNOBSERVED
+        if not HOOKS.observers:
+            return _UNOBSERVED
+        return around(lambda o: o.call(op))
 
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
-        with self._call("enqueue"):
-            answers = await self.backend.enqueue(jobs)
+        observers = HOOKS.observers
+        for o in observers:
+            try:
+                jobs = o.enqueuing(jobs)
+            except Exception:
+                observer_log.exception("observer %r failed", o)
+        try:
+            with self._call("enqueue"):
+                answers = await self.backend.enqueue(jobs)
+        except BaseException as e:
+            refused = e
+            if observers:
+                tell(lambda o: o.enqueued(jobs, None, refused))
+            raise
+        if observers:
+            tell(lambda o: o.enqueued(jobs, answers, None))
         now = time.time()
         announced = [
             events.Event(
@@ -94,6 +227,8 @@ class Instrumented:
         with self._call("claim"):
             batch = await self.backend.claim(queues, worker_id, limit)
         if batch.jobs:
+            if HOOKS.observers:
+                tell(lambda o: o.claimed(batch.jobs))
             now = time.time()
             self._report(
                 events.Event(events.JOB_ACTIVE, j.queue, now, j.id,
@@ -112,6 +247,9 @@ class Instrumented:
             applied = await self.backend.settle([s for _, s in outcomes])
         now = time.time()
         reported = []
+        if HOOKS.observers:
+            for (job, s), ok in zip(outcomes, applied, strict=True):
+                tell(lambda o: o.settled(job, s, ok))  # noqa: B023 - called at once
         for (job, s), ok in zip(outcomes, applied, strict=True):
             data: dict[str, Any] = {"attempt": job.attempts}
             if not ok:
@@ -144,6 +282,8 @@ class Instrumented:
         """One recovery pass over ``queue``; every job it moved is logged and announced."""
         with self._call("recover_stalled"):
             found = await self.backend.recover_stalled(queue, threshold, max_stalled)
+        if HOOKS.observers:
+            tell(lambda o: o.recovered(queue, found))
         for job_id in found.requeued:
             recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
         for job_id in found.failed:

@@ -59,6 +59,9 @@ class NewJob:
     """Seconds from ``created_at`` after which the job expires instead of running."""
     max_attempts: int = 1
     timeout: float | None = None
+    traceparent: str | None = None
+    """The W3C trace context of the enqueue that made the job (set only while tracing is on,
+    by ``relaymq.tracing``); stored with the job so each attempt's span joins the trace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,8 @@ class Job:
     finished_at: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
     """Backend-specific facts worth showing an operator (never needed by the core)."""
+    traceparent: str | None = None
+    """As given at enqueue (``NewJob.traceparent``); None when tracing was off."""
 
     @property
     def claim(self) -> Claim:

@@ -43,6 +43,7 @@ PEERS: dict[str, dict[str, int]] = {
     "huey": {"redis": 10_000},
     "asyncmq": {"redis": 10_000, "postgres": 1_000, "rabbitmq": 200},
     "pgqueuer": {"postgres": 10_000},
+    "dramatiq": {"rabbitmq": 10_000},
 }
 DEFAULT_RUNS = 3
 DEFAULT_DEADLINE_S = 120.0

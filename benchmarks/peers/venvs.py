@@ -29,6 +29,7 @@ REQUIREMENTS: dict[str, list[str]] = {
     "huey": ["huey==3.5.4", "redis==8.1.0"],
     "asyncmq": ["asyncmq[postgres,aio-pika]==0.10.1"],
     "pgqueuer": ["pgqueuer[asyncpg]==1.6.0"],
+    "dramatiq": ["dramatiq[rabbitmq]==2.2.1", "redis==8.1.0"],
 }
 
 

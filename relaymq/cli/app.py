@@ -8,12 +8,14 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from importlib.metadata import version
 
 import click
 
 from relaymq.backends import connect, from_url
+from relaymq.backends.base import Backend
 from relaymq.cli.common import (
     ConfigProblem,
     Unreachable,
@@ -68,10 +70,13 @@ def _settings_epilog() -> str:
               help="Jobs run at once (default 10).")  # fmt: skip
 @click.option("--worker-id", envvar="RELAYMQ_WORKER_ID", show_envvar=True,
               help="Worker id (default host:pid:random).")  # fmt: skip
+@click.option("--metrics-port", type=click.IntRange(1, 65535), envvar="RELAYMQ_METRICS_PORT",
+              show_envvar=True,
+              help="Serve Prometheus metrics at :PORT/metrics (relaymq[metrics]).")  # fmt: skip
 @backend_option
 def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
-    backend: str,
+    metrics_port: int | None, backend: str,
 ) -> None:  # fmt: skip
     """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT."""
     settings = settings_from_env(backend=backend, concurrency=concurrency)
@@ -81,7 +86,7 @@ def worker(
         except ConfigError as e:
             raise ConfigProblem(str(e)) from e
     names = list(queues) or discover_queues(module)
-    run(lambda: _work(settings, names, worker_id))
+    run(lambda: _work(settings, names, worker_id, metrics_port))
 
 
 def discover_queues(module_name: str) -> list[str]:
@@ -102,8 +107,15 @@ def discover_queues(module_name: str) -> list[str]:
     return names
 
 
-async def _work(settings: Settings, queues: list[str], worker_id: str | None) -> None:
+async def _work(
+    settings: Settings, queues: list[str], worker_id: str | None, metrics_port: int | None
+) -> None:
     backend = await connect(settings.backend)
+    try:
+        stop_metrics = await _serve_metrics(backend, queues, metrics_port)
+    except BaseException:
+        await backend.close()
+        raise
     w = Worker(backend, queues, settings=settings, worker_id=worker_id)
     loop = asyncio.get_running_loop()
     stops = 0
@@ -122,7 +134,37 @@ async def _work(settings: Settings, queues: list[str], worker_id: str | None) ->
     try:
         await w.run()
     finally:
+        stop_metrics()
         await backend.close()
+
+
+async def _serve_metrics(
+    backend: Backend, queues: list[str], port: int | None
+) -> Callable[[], None]:
+    """Count this process's work and serve it, with the queues' gauges, on ``port``; returns
+    what stops serving (nothing to stop without a port)."""
+    if port is None:
+        return lambda: None
+    try:
+        from relaymq.metrics import process_metrics
+    except ImportError as e:
+        raise ConfigError(f"--metrics-port: {e}") from e
+    metrics = process_metrics().install()
+    metrics.watch(backend, queues)
+    await metrics.refresh()  # the gauges learn the loop they are read on
+    try:
+        server = metrics.serve(port)
+    except OSError as e:
+        metrics.uninstall()
+        raise ConfigError(f"cannot serve metrics on port {port}: {e}") from e
+    logging.getLogger("relaymq").info("metrics at http://0.0.0.0:%d/metrics", port)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        metrics.uninstall()
+
+    return stop
 
 
 @cli.command("migrate")

@@ -19,10 +19,12 @@ from typing import Any
 
 from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
+from relaymq.instrumented import HOOKS, around, tell
 from relaymq.job import Job
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
 from relaymq.task import JobContext, Task, resolve
+from relaymq.worker import logcontext
 from relaymq.worker.running import RunningJob, StopReason
 from relaymq.worker.threads import ThreadPool
 
@@ -57,6 +59,11 @@ def unknown_task(job: Job, e: TaskNotFoundError) -> str:
             "define it in an importable module, or give it @task(name=...)"
         )
     return text
+
+
+def _raised(job: Job, e: BaseException) -> None:
+    if HOOKS.observers:
+        tell(lambda o: o.handler_raised(job, e))
 
 
 class Overran(Exception):
@@ -106,10 +113,26 @@ class Execution:
         self.fresh_for = fresh_for
         self.pool = pool or ThreadPool(4)
         """Where plain handlers run (the worker gives its own, sized to its concurrency)."""
+        logcontext.install()
 
     async def run(self, r: RunningJob, now: float) -> Settle | None:
         """One attempt; ``now`` is the backend's clock at the claim. It always ends in an
-        outcome (or a lost claim): a claim left held would be renewed, never recovered."""
+        outcome (or a lost claim): a claim left held would be renewed, never recovered.
+
+        Every log record made meanwhile carries the job's fields (``logcontext``); the
+        installed observers see the attempt (a trace span, run-time metrics)."""
+        token = logcontext.CURRENT.set(r.job)
+        try:
+            if not HOOKS.observers:
+                return await self._run(r, now)
+            with around(lambda o: o.attempt(r.job)):
+                settle = await self._run(r, now)
+                tell(lambda o: o.attempt_ended(r.job, settle, r.ran_for))
+                return settle
+        finally:
+            logcontext.CURRENT.reset(token)
+
+    async def _run(self, r: RunningJob, now: float) -> Settle | None:
         try:
             return await self._attempt(r, now)
         except asyncio.CancelledError:
@@ -119,10 +142,9 @@ class Execution:
                 return after_stop(r)
             if isinstance(e, BackendError):  # the start check could not ask: run it later
                 log.warning("could not check the claim on %s/%s (%s); releasing it",
-                            r.job.queue, r.job.id, e, extra=r.log_extra)  # fmt: skip
+                            r.job.queue, r.job.id, e)  # fmt: skip
                 return Settle(r.claim, Outcome.RELEASE)
-            log.exception("job %s/%s failed outside its handler", r.job.queue, r.job.id,
-                          extra=r.log_extra)  # fmt: skip
+            log.exception("job %s/%s failed outside its handler", r.job.queue, r.job.id)
             return Settle(r.claim, Outcome.FAIL, error=describe(e))
 
     async def _attempt(self, r: RunningJob, now: float) -> Settle | None:
@@ -148,10 +170,11 @@ class Execution:
                                lambda value: self.report(r, value))  # fmt: skip
             args.insert(0, r.ctx)
         log.debug("job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task,
-                  job.attempts, extra=r.log_extra)  # fmt: skip
+                  job.attempts)  # fmt: skip
         value: Any = None
         settle: Settle | None = None  # the handler failed
         backoff = t.options.backoff
+        began = time.monotonic()
         try:
             if not t.is_async:
                 value = await self._in_thread(r, t, args, kwargs)
@@ -164,12 +187,17 @@ class Execution:
                     value = await t.fn(*args, **kwargs)
         except Overran as e:
             settle = failure(job, backoff, str(e))
-        except TimeoutError:
+            _raised(job, e)
+        except TimeoutError as e:
             settle = failure(job, backoff, f"TimeoutError: timed out after {job.timeout}s")
+            _raised(job, e)
         except asyncio.CancelledError:
+            r.ran_for = time.monotonic() - began
             raise
         except Exception as e:
             settle = failure(job, backoff, describe(e))
+            _raised(job, e)
+        r.ran_for = time.monotonic() - began
         if r.stop_reason in (StopReason.LOST, StopReason.CANCELLED):
             return after_stop(r)  # a thread that ended after it was told to stop
         if settle is not None:
@@ -225,8 +253,8 @@ class Execution:
             r.ctx._cancelled = True
         log.warning("job %s/%s (%s, attempt %d) overran its timeout of %ss: a plain function "
                     "cannot be stopped, so it keeps its slot and claim until it returns",
-                    r.job.queue, r.job.id, r.job.task, r.job.attempts, r.job.timeout,
-                    extra=r.log_extra)  # fmt: skip
+                    r.job.queue, r.job.id, r.job.task, r.job.attempts,
+                    r.job.timeout)  # fmt: skip
         with contextlib.suppress(Exception):  # overran: what it returned or raised is moot
             await done
         raise Overran(f"TimeoutError: the handler overran its timeout of {r.job.timeout}s and "

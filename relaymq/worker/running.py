@@ -11,6 +11,7 @@ from typing import Any
 
 from relaymq.job import Claim, Job
 from relaymq.task import JobContext
+from relaymq.worker import logcontext
 
 
 class StopReason(enum.Enum):
@@ -41,6 +42,8 @@ class RunningJob:
     """The handler (or the checks before it) has not ended: the job takes a slot."""
     settling: bool = False
     """The outcome is written or being written: heartbeats leave the claim alone."""
+    ran_for: float | None = None
+    """Seconds the handler ran, once it ended (None while it runs, or if it never started)."""
 
     @property
     def in_thread(self) -> bool:
@@ -49,9 +52,11 @@ class RunningJob:
 
     @property
     def log_extra(self) -> dict[str, Any]:
-        """The fields every log line about this job carries (``extra=``)."""
-        job = self.job
-        return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+        """The fields every log line about this job carries (``extra=``); empty inside the
+        job's own context, where every record gets them already (``logcontext``)."""
+        if logcontext.CURRENT.get() is self.job:
+            return {}
+        return logcontext.fields(self.job)
 
     @property
     def key(self) -> tuple[str, str, int]:

@@ -83,7 +83,7 @@ class InMemoryBackend(Backend, DeliveryStore):
             row = Row(
                 new.queue, new.id, new.task, new.payload, JobState.WAITING,
                 priority=new.priority, created_at=now, ttl=new.ttl,
-                max_attempts=new.max_attempts, timeout=new.timeout,
+                max_attempts=new.max_attempts, timeout=new.timeout, traceparent=new.traceparent,
             )  # fmt: skip
             q.add(row, now + new.delay if new.delay > 0 else None)
             out.append(Enqueued(new.id))

@@ -19,6 +19,7 @@ A job document (collection ``jobs``)::
     cancel_requested  bool           an operator cancelled the job while it was active
     progress, result  binary | null
     error          str | null
+    traceparent    str               W3C trace context of the enqueue; absent unless tracing
     claim_id       str               the batch claim that last took the job (read-back key)
     write_id       str               the batched write that last changed it (read-back key)
 
@@ -58,7 +59,7 @@ def to_seconds(value: dt.datetime) -> float:
 def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
     """The document ``enqueue`` inserts for ``job``, with its FIFO sequence and the time."""
     delayed = job.delay > 0
-    return {
+    doc: Document = {
         "queue": job.queue,
         "id": job.id,
         "task": job.task,
@@ -83,6 +84,9 @@ def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
         "error": None,
         "finished_at": None,
     }
+    if job.traceparent is not None:  # only while tracing is on: no field otherwise
+        doc["traceparent"] = job.traceparent
+    return doc
 
 
 # Every field a Job is read from: (name, accepted types, may be null/absent, neutral value).
@@ -109,6 +113,7 @@ _FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
     ("result", (bytes,), True, None),
     ("error", (str,), True, None),
     ("finished_at", (dt.datetime,), True, None),
+    ("traceparent", (str,), True, None),
 ]
 _STATES = frozenset(str(s) for s in JobState)
 
@@ -191,6 +196,7 @@ def _build(doc: Mapping[str, Any]) -> Job:
         result=_bytes(doc.get("result")),
         error=doc.get("error"),
         finished_at=_seconds(doc.get("finished_at")),
+        traceparent=doc.get("traceparent"),
     )
 
 

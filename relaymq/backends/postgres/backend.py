@@ -199,6 +199,7 @@ class PostgresBackend(Backend, DeliveryStore):
             [j.max_attempts for j in jobs],
             [j.timeout for j in jobs],
             self._now(),
+            [j.traceparent for j in jobs],
         )
         stored = {(r["queue"], r["id"]) for r in rows}
         out: list[Enqueued] = []

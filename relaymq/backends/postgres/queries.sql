@@ -33,20 +33,20 @@ INSERT INTO relaymq_migrations (name) VALUES ($1);
 -- earlier in the same batch, is skipped (a duplicate). Each stored job gets the next seq.
 -- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
 --      $6 delay float8[], $7 ttl float8[], $8 max_attempts int[], $9 timeout float8[],
---      $10 now float8|NULL
+--      $10 now float8|NULL, $11 traceparent text[]
 -- out: queue, id of each stored job (duplicates are absent).
 WITH t AS (SELECT coalesce(to_timestamp($10::float8), now()) AS now)
 INSERT INTO relaymq_jobs AS j (queue, id, task, payload, state, priority, seq, created_at,
-                               run_at, ttl, max_attempts, timeout)
+                               run_at, ttl, max_attempts, timeout, traceparent)
 SELECT u.queue, u.id, u.task, u.payload,
        CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END,
        u.priority, nextval('relaymq_job_seq'), t.now,
        CASE WHEN u.delay > 0 THEN t.now + make_interval(secs => u.delay) END,
-       u.ttl, u.max_attempts, u.timeout
+       u.ttl, u.max_attempts, u.timeout, u.traceparent
 FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int[], $6::float8[],
-            $7::float8[], $8::int[], $9::float8[])
+            $7::float8[], $8::int[], $9::float8[], $11::text[])
          WITH ORDINALITY AS u(queue, id, task, payload, priority, delay, ttl, max_attempts,
-                              timeout, ord)
+                              timeout, traceparent, ord)
      CROSS JOIN t
 ORDER BY u.ord
 ON CONFLICT (queue, id) DO NOTHING

@@ -41,6 +41,7 @@ def to_job(r: asyncpg.Record) -> Job:
             result=r["result"],
             error=r["error"],
             finished_at=_ts(r["finished_at"]),
+            traceparent=r.get("traceparent"),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise CorruptRecordError(f"unreadable job row {dict(r)!r}: {e}") from e

@@ -124,7 +124,8 @@ class RedisBackend(Backend, DeliveryStore):
         heads: dict[tuple[Any, ...], str] = {}  # the options part of a head, per distinct set
         head_of: list[str] = []
         for i, new in enumerate(jobs):
-            options = (new.priority, new.delay, new.ttl, new.max_attempts, new.timeout)
+            options = (new.priority, new.delay, new.ttl, new.max_attempts, new.timeout,
+                       new.traceparent)  # fmt: skip
             prefix = heads.get(options)
             if prefix is None:
                 prefix = heads[options] = enqueue_head(new)

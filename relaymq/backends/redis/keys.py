@@ -59,7 +59,8 @@ STATE_SUFFIXES = ("waiting", "delayed", "active", "completed", "failed", "expire
 
 JOB_FIELDS = (
     "task payload state priority seq created_at run_at ttl max_attempts timeout attempts token "
-    "claimed_at heartbeat_at worker_id stalls cancel_requested progress result error finished_at"
+    "claimed_at heartbeat_at worker_id stalls cancel_requested progress result error finished_at "
+    "traceparent"
 ).split()
 """Fields of a job hash. Absent fields mean None (or 0 for counters). ``worker_id`` means
 something only while the job is active: settling leaves it behind (one write fewer per job)

@@ -57,7 +57,7 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     try:
         (task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
          attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-         progress, result, error, finished_at) = values  # fmt: skip
+         progress, result, error, finished_at, traceparent) = values  # fmt: skip
         assert task is not None and payload is not None
         return Job(
             queue=queue,
@@ -83,6 +83,7 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             result=result,
             error=_str(error),
             finished_at=_float(finished_at),
+            traceparent=_str(traceparent),
         )
     except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
@@ -134,6 +135,7 @@ def parse_claimed(
             g(b"result"),
             None if error is None else error.decode(),
             None if finished_at is None else float(finished_at),
+            traceparent=None if (tp := g(b"traceparent")) is None else tp.decode(),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
@@ -208,4 +210,7 @@ def enqueue_head(j: NewJob) -> str:
         )
     ttl = "-" if j.ttl is None else repr(float(j.ttl))
     timeout = "-" if j.timeout is None else repr(float(j.timeout))
-    return f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} "
+    traceparent = "-" if j.traceparent is None else j.traceparent
+    if traceparent == "" or traceparent.split() != [traceparent]:
+        raise ConfigError(f"traceparent {j.traceparent!r} of job {j.id!r} is not one word")
+    return f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {traceparent} "

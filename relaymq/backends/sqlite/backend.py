@@ -58,10 +58,25 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring a file of schema 1 to schema 2 (adds ``jobs.traceparent``), under the write lock
+    and after reading the version again: another process may have just done it."""
+    conn.execute(Q["begin_immediate"])
+    try:
+        (version,) = conn.execute(Q["schema_version"]).fetchone()
+        if version < 2:
+            conn.execute(Q["upgrade_to_2"])
+            conn.execute(Q["set_version_2"])
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 class SQLiteBackend(Backend, DeliveryStore):
@@ -146,8 +161,10 @@ class SQLiteBackend(Backend, DeliveryStore):
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
             conn.execute(Q[f"pragma_synchronous_{self.options.synchronous}"])
             (version,) = conn.execute(Q["schema_version"]).fetchone()
-            if version < SCHEMA_VERSION:
+            if version < 1:
                 conn.executescript(SCHEMA)
+            if version < SCHEMA_VERSION:
+                _upgrade(conn)
             elif version > SCHEMA_VERSION:
                 raise ConfigError(
                     f"{self.path} has relaymq schema {version}; this relaymq knows "

@@ -82,6 +82,7 @@ def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
                     "ttl": new.ttl,
                     "max_attempts": new.max_attempts,
                     "timeout": new.timeout,
+                    "traceparent": new.traceparent,
                 }
             )
     conn.executemany(Q["insert_job"], inserts)

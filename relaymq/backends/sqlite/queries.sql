@@ -3,7 +3,7 @@
 -- Parameters are named (:name). "<job>" below means the job columns in this order:
 --   queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
 --   timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
---   progress, result, error, finished_at, rowid
+--   progress, result, error, finished_at, traceparent, rowid
 -- (records.py reads them by position). Writes run inside begin_immediate ... COMMIT.
 
 -- name: pragma_wal
@@ -22,6 +22,14 @@ PRAGMA synchronous = FULL;
 -- name: schema_version
 -- Out: one row, the schema version (0 for a fresh file).
 PRAGMA user_version;
+
+-- name: upgrade_to_2
+-- Schema 1 -> 2: jobs.traceparent (TEXT, NULL unless tracing was on at enqueue). Run inside
+-- begin_immediate after re-reading schema_version, so two processes never both add it.
+ALTER TABLE jobs ADD COLUMN traceparent TEXT;
+
+-- name: set_version_2
+PRAGMA user_version = 2;
 
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
@@ -42,9 +50,9 @@ SELECT id FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(
 -- name: insert_job
 -- In: one new job. Out: nothing (the counts trigger adds it to its state).
 INSERT INTO jobs (queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-                  max_attempts, timeout)
+                  max_attempts, timeout, traceparent)
 VALUES (:queue, :id, :task, :payload, :state, :priority, :seq, :now, :run_at, :ttl,
-        :max_attempts, :timeout);
+        :max_attempts, :timeout, :traceparent);
 
 -- name: is_paused
 -- In: :queue. Out: one row when the queue is paused, none otherwise.
@@ -79,7 +87,7 @@ WHERE rowid IN (
 )
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, rowid;
 
 -- name: fail_corrupt
 -- In: :rowid, :error, :now. Out: nothing. Moves an unreadable job out of every line into the DLQ.
@@ -146,7 +154,7 @@ SELECT
 -- claimed_at is older than :cutoff (jobs_active).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs
 WHERE queue = :queue AND state = 'active' AND max(heartbeat_at, claimed_at) < :cutoff;
 
@@ -181,7 +189,7 @@ DELETE FROM locks WHERE name = :name AND owner = :owner;
 -- In: :queue, :id. Out: <job>, or no row.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs WHERE queue = :queue AND id = :id;
 
 -- name: get_jobs
@@ -195,7 +203,7 @@ FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
 -- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs WHERE queue = :queue AND state = 'waiting'
 ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 
@@ -203,7 +211,7 @@ ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 -- In: :queue, :limit, :offset. Out: <job> rows by run time (jobs_delayed).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs WHERE queue = :queue AND state = 'delayed'
 ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
 
@@ -212,7 +220,7 @@ ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
 -- by the workers' concurrency, so sorting it is cheap.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs WHERE queue = :queue AND state = 'active'
 ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 
@@ -221,7 +229,7 @@ ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 -- (jobs_finished; ties in insertion order).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL
 ORDER BY finished_at, rowid LIMIT :limit OFFSET :offset;
 
@@ -338,7 +346,7 @@ UPDATE jobs SET
 WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, rowid;
 
 -- name: due_delayed_page
 -- DeliveryStore. In: :queue, :now, :limit. Out: rowid of up to :limit due delayed jobs, in
@@ -353,4 +361,4 @@ UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
 WHERE rowid = :rowid AND state = 'delayed'
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, rowid;

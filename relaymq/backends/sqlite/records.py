@@ -17,7 +17,8 @@ from relaymq.job import Job, JobState
 COLUMNS = (
     "queue", "id", "task", "payload", "state", "priority", "seq", "created_at", "run_at", "ttl",
     "max_attempts", "timeout", "attempts", "token", "claimed_at", "heartbeat_at", "worker_id",
-    "stalls", "cancel_requested", "progress", "result", "error", "finished_at", "rowid",
+    "stalls", "cancel_requested", "progress", "result", "error", "finished_at", "traceparent",
+    "rowid",
 )  # fmt: skip
 ROWID = COLUMNS.index("rowid")
 PRIORITY = COLUMNS.index("priority")
@@ -49,6 +50,7 @@ _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
     "result": ((bytes,), True, None),
     "error": ((str,), True, None),
     "finished_at": ((float, int), True, None),
+    "traceparent": ((str,), True, None),
 }
 _FLOATS = frozenset(name for name, (types, _, _) in _KINDS.items() if float in types)
 _CHECKS = tuple(

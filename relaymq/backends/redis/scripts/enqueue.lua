@@ -1,8 +1,8 @@
 -- enqueue.lua: store new jobs of one queue as waiting (or delayed), in order.
 -- KEYS[1]  base of the queue ("<prefix>:{<queue>}")
 -- ARGV[1]  now ('' = server TIME)
--- ARGV[2..] 3 per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|-> <id>"
---           (- = none), task, payload
+-- ARGV[2..] 3 per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
+--           <traceparent|-> <id>" (- = none), task, payload
 -- Returns  one integer per job: 1 = stored, 0 = duplicate (the id exists in this queue).
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
 local base = KEYS[1]
@@ -13,8 +13,8 @@ local out = {}
 local waiting = {}
 local delayed = {}
 for i = 2, #ARGV, 3 do
-  local priority_s, delay_s, ttl, max_attempts, timeout, id =
-    string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
+  local priority_s, delay_s, ttl, max_attempts, timeout, traceparent, id =
+    string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
   local jk = job_key(base, id)
   if redis.call('EXISTS', jk) == 1 then
     out[#out + 1] = 0
@@ -40,6 +40,9 @@ for i = 2, #ARGV, 3 do
     end
     if timeout ~= '-' then
       redis.call('HSET', jk, 'timeout', timeout)
+    end
+    if traceparent ~= '-' then
+      redis.call('HSET', jk, 'traceparent', traceparent)
     end
     out[#out + 1] = 1
   end

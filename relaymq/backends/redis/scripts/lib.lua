@@ -10,7 +10,7 @@ local TERMINAL = {completed = true, failed = true, expired = true, cancelled = t
 -- checks the two lists agree). Absent fields travel as nil.
 local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
   'max_attempts', 'timeout', 'attempts', 'token', 'claimed_at', 'heartbeat_at', 'worker_id',
-  'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at'}
+  'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at', 'traceparent'}
 
 -- Numbers go back to Redis with 17 significant digits: every double round-trips exactly.
 local function fmt(x)

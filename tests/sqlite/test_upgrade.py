@@ -1,0 +1,50 @@
+"""A database file made by an older relaymq (schema 1) is upgraded in place on connect: its jobs
+are kept and read back, and new jobs store their trace context."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from relaymq.backends.sqlite import SQLiteBackend
+from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
+from relaymq.job import JobState
+from tests.support.jobs import new_job
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def schema_1_file(path: Path, queue: str) -> None:
+    """A file as relaymq wrote it before schema 2, holding one waiting job."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(SCHEMA)  # schema.sql is schema 1 and stays so: later versions upgrade
+    conn.execute(
+        "INSERT INTO jobs (queue, id, task, payload, state, seq, created_at) "
+        "VALUES (?, 'old', 't', x'7b7d', 'waiting', 1, 1.0)",
+        (queue,),
+    )
+    conn.close()
+
+
+async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q: str) -> None:
+    path = tmp_path / "old.db"
+    schema_1_file(path, q)
+    backend = SQLiteBackend(f"sqlite:///{path}")
+    await backend.connect()
+    try:
+        old = await backend.get_job(q, "old")
+        assert old is not None and (old.state, old.traceparent) == (JobState.WAITING, None)
+        await backend.enqueue([new_job(q, "new", traceparent=TRACEPARENT)])
+        claimed = {j.id: j.traceparent for j in (await backend.claim([q], "w", 10)).jobs}
+        assert claimed == {"old": None, "new": TRACEPARENT}
+    finally:
+        await backend.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+    conn.close()
+    again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
+    await again.connect()
+    try:
+        assert (await again.get_job(q, "new")).traceparent == TRACEPARENT  # type: ignore[union-attr]
+    finally:
+        await again.close()
