@@ -196,7 +196,7 @@ FROM jobs WHERE queue = :queue AND id = :id;
 -- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, rowid
+       progress, result, error, finished_at, traceparent, rowid
 FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: list_waiting
