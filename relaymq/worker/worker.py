@@ -242,9 +242,12 @@ class Worker:
                 continue
             try:
                 batch = await self.ops.claim(self._queue_order(), self.id, free)
-            except BackendError as e:
+            except Exception as e:  # never the end of the worker: log, back off, try again
                 failures += 1
-                log.warning("claim failed (%s); retrying", e)
+                if isinstance(e, BackendError):
+                    log.warning("claim failed (%s); retrying", e)
+                else:
+                    log.exception("claim failed; retrying")
                 await self._until(asyncio.sleep(min(5.0, 0.1 * 2**failures)))
                 continue
             failures = 0

@@ -222,3 +222,34 @@ def test_a_handler_that_never_returns_does_not_keep_the_process_alive() -> None:
         "pool.shutdown(wait=False, cancel_futures=True)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=20)  # not the 60 s sleep
+
+
+class ClaimFailsOnce(InMemoryBackend):
+    """Fault injection: the first claim raises what no backend should (a bug, a driver's own
+    error that was not translated)."""
+
+    failed = False
+
+    async def claim(self, queues: Any, worker_id: str, limit: int) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("Connection was not opened")
+        return await super().claim(queues, worker_id, limit)
+
+
+async def test_an_unexpected_claim_error_is_logged_and_the_worker_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from relaymq import Queue, Settings, Worker
+    from tests import tasks
+
+    backend = ClaimFailsOnce()
+    handle = await Queue("q", backend).add(tasks.add.call(2, 2))
+    worker = Worker(backend, ["q"], settings=Settings(concurrency=1))
+    running = asyncio.create_task(worker.run())
+    try:
+        assert await handle.result(timeout=10) == 4
+    finally:
+        worker.stop()
+        await running
+    assert backend.failed and "claim failed; retrying" in caplog.text

@@ -250,12 +250,9 @@ class RabbitMQBackend(Backend):
         return await self._shielded(self._recover_stalled(queue, threshold, max_stalled))
 
     async def _recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
-        problem: RelayError | None = None
-        try:  # first: the replacements below are claimed at once, ahead of the job:stalled event
-            await self._later.reconcile(queue)
-        except (ConfigError, BackendError) as e:
-            problem = e
+        # The store first: recovery must not wait for the broker (reconciliation asks it).
         found = await self.store.recover_stalled(queue, threshold, max_stalled)
+        problem: RelayError | None = None
         if found.requeued:
             # The store moved them back to waiting in its conditional step; each gets one
             # replacement delivery for the token it has now (an unreadable one is skipped). A
@@ -267,7 +264,11 @@ class RabbitMQBackend(Backend):
             try:
                 await self._broker.publish([(queue, j.id, j.token, j.priority) for j in jobs])
             except ConfigError as e:  # reconciliation republishes them once the queue is fixed
-                problem = problem or e
+                problem = e
+        try:
+            await self._later.reconcile(queue)
+        except (ConfigError, BackendError) as e:
+            problem = problem or e
         if problem is not None and not (found.requeued or found.failed):
             raise problem
         return found  # what the store did is reported (job:stalled events) in any case
@@ -420,10 +421,7 @@ class RabbitMQBackend(Backend):
                 qd = inbox.get(queue)
                 if qd is None or (resume and qd.paused):
                     name = await guarded(self._broker.declare(queue), self.options.call_timeout)
-                    qd = await guarded(
-                        inbox.consume(queue, name, self._broker.arguments),
-                        self.options.call_timeout,
-                    )
+                    qd = await guarded(inbox.consume(queue, name), self.options.call_timeout)
         return qd
 
     async def _shielded(self, operation: Coroutine[Any, Any, T]) -> T:

@@ -29,10 +29,11 @@ from typing import Any
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from aiormq.abc import DeliveredMessage
 
 from relaymq.backends.rabbitmq import topology
-from relaymq.errors import CorruptRecordError
+from relaymq.errors import BackendUnavailableError, CorruptRecordError
 
 FILL_DEADLINE = 1.0
 """Longest a claim waits for deliveries that the broker reported ready."""
@@ -47,20 +48,12 @@ class Delivery:
     arrival: int
     job_id: str = field(compare=False)
     token: int = field(compare=False)
-    message: AbstractIncomingMessage = field(compare=False)
+    message: DeliveredMessage = field(compare=False)
 
     @property
     def live(self) -> bool:
         """False once the channel it came on is gone (the broker has requeued it)."""
-        return _channel_open(self.message)
-
-
-def _channel_open(message: AbstractIncomingMessage) -> bool:
-    try:
-        message.channel  # noqa: B018 - raises once the channel is closed
-    except aiormq.exceptions.ChannelInvalidStateError:
-        return False
-    return True
+        return not self.message.channel.is_closed
 
 
 class QueueDeliveries:
@@ -73,7 +66,6 @@ class QueueDeliveries:
         self.paused = False
         """A claim found the queue paused: not consuming; the next claim asks the store."""
         self.tag: str | None = None
-        self._broker_queue: aio_pika.abc.AbstractQueue | None = None
         self._heap: list[Delivery] = []
 
     @property
@@ -127,12 +119,15 @@ class Inbox:
         self._on_arrival = on_arrival
         self._channel: AbstractRobustChannel | None = None
         self._queues: dict[str, QueueDeliveries] = {}
-        self._held: dict[Key, tuple[AbstractIncomingMessage, int]] = {}
+        self._held: dict[Key, tuple[DeliveredMessage, int]] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
         self._window_lock = asyncio.Lock()
 
     async def open(self) -> None:
+        if self._connection.transport is None:  # aio-pika would raise a bare RuntimeError
+            raise BackendUnavailableError("RabbitMQ connection is down; reconnecting")
         channel = await self._connection.channel(publisher_confirms=False)
         assert isinstance(channel, aio_pika.RobustChannel)
         channel.reopen_callbacks.add(self._on_reopen)
@@ -140,6 +135,8 @@ class Inbox:
         await self._set_window(self.floor)
 
     async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
         if self._channel is not None:
             with contextlib.suppress(Exception):
                 await self._channel.close()
@@ -149,14 +146,15 @@ class Inbox:
     def get(self, queue: str) -> QueueDeliveries | None:
         return self._queues.get(queue)
 
-    async def consume(self, queue: str, name: str, arguments: dict[str, Any]) -> QueueDeliveries:
-        """Start consuming the broker queue ``name`` (declared already) for ``queue``."""
+    async def consume(self, queue: str, name: str) -> QueueDeliveries:
+        """Start consuming the broker queue ``name`` (declared already) for ``queue``.
+
+        The consumer lives on the underlying aiormq channel (no per-delivery message object
+        or task of aio-pika's); after a reconnect ``_on_reopen`` starts it again."""
         qd = self._queues.get(queue) or QueueDeliveries(queue, name)
-        assert self._channel is not None, "open() first"
-        qd._broker_queue = await self._channel.declare_queue(
-            name, durable=True, arguments=arguments
-        )
-        qd.tag = await qd._broker_queue.consume(functools.partial(self._on_message, qd))
+        raw = await self._raw()
+        ok = await raw.basic_consume(name, functools.partial(self._on_message, qd))
+        qd.tag = ok.consumer_tag
         qd.paused = False
         self._queues[queue] = qd
         return qd
@@ -165,13 +163,17 @@ class Inbox:
         """Stop consuming a paused queue and requeue what it buffered, for other consumers
         once the queue is resumed."""
         qd.paused = True
-        if qd._broker_queue is not None and qd.tag is not None:
+        if qd.tag is not None:
             with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
-                await qd._broker_queue.cancel(qd.tag)
+                await (await self._raw()).basic_cancel(qd.tag)
             qd.tag = None
         for d in [*kept, *qd.forget()]:
             with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
-                await d.message.nack(requeue=True)
+                await _settle(d.message, requeue=True)
+
+    async def _raw(self) -> aiormq.abc.AbstractChannel:
+        assert self._channel is not None, "open() first"
+        return await self._channel.get_underlay_channel()
 
     # -- the window -------------------------------------------------------------------------
 
@@ -214,7 +216,7 @@ class Inbox:
 
     # -- deliveries -------------------------------------------------------------------------
 
-    async def _on_message(self, qd: QueueDeliveries, message: AbstractIncomingMessage) -> None:
+    async def _on_message(self, qd: QueueDeliveries, message: DeliveredMessage) -> None:
         try:
             job_id, token, priority = topology.decode(message.body)
         except CorruptRecordError:
@@ -223,17 +225,28 @@ class Inbox:
             return
         if qd.paused:  # pushed before the consumer was cancelled: let another take it
             with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
-                await message.nack(requeue=True)
+                await _settle(message, requeue=True)
             return
         qd.push(Delivery(priority, next(self._arrivals), job_id, token, message))
         self._arrived.set()
         self._on_arrival()
 
     def _on_reopen(self, *_: Any) -> None:
-        # The broker requeued every unacknowledged delivery when the old channel closed.
+        # The broker requeued every unacknowledged delivery when the old channel closed, and
+        # the consumers went with it: consume again on the new one.
         for qd in self._queues.values():
             qd.forget()
+            qd.tag = None
         self._held.clear()
+        task = asyncio.create_task(self._consume_again(), name="relaymq-reconsume")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _consume_again(self) -> None:
+        for qd in list(self._queues.values()):
+            if not qd.paused:
+                with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError):
+                    await self.consume(qd.queue, qd.name)
 
     async def fill(self, qd: QueueDeliveries, want: int) -> None:
         """Make sure every delivery the broker has for ``qd`` right now is buffered.
@@ -263,8 +276,19 @@ class Inbox:
                     await self._arrived.wait()
 
 
-async def ack(messages: list[AbstractIncomingMessage]) -> None:
+async def ack(messages: list[DeliveredMessage]) -> None:
     """Acknowledge ``messages``; one whose channel is gone was requeued by the broker already."""
     for message in messages:
         with contextlib.suppress(aiormq.exceptions.AMQPError, RuntimeError):
-            await message.ack()
+            await _settle(message)
+
+
+async def _settle(message: DeliveredMessage, *, requeue: bool | None = None) -> None:
+    """Ack (or with ``requeue``, nack) without waiting for the frame to be written: the
+    broker learns in order, and a lost connection requeues whatever it did not learn."""
+    tag = message.delivery_tag
+    assert tag is not None
+    if requeue is None:
+        await message.channel.basic_ack(tag, wait=False)
+    else:
+        await message.channel.basic_nack(tag, requeue=requeue, wait=False)
