@@ -369,3 +369,11 @@ async def test_job_watch_of_a_job_that_has_ended_returns_at_once(url: str) -> No
         out, err = await proc.communicate()
     assert proc.returncode == 0, err
     assert out.decode().strip() == "f1: failed (attempt 1/1): boom"
+
+
+def test_a_listed_error_is_the_tracebacks_last_line() -> None:
+    from relaymq.cli.output import summary
+
+    stored = 'Traceback (most recent call last):\n  File "t.py", line 1\nValueError: k failed\n\n'
+    assert summary(stored) == "ValueError: k failed"
+    assert summary(None) == "" and summary("boom") == "boom"
