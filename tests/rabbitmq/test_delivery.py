@@ -119,6 +119,28 @@ async def test_a_replacement_delivery_the_broker_refuses_is_published_again(
     assert again.id == "stalled" and again.token > first.token
 
 
+async def test_a_replacement_no_worker_took_is_published_again_after_a_threshold(
+    handles: Handles, q: str
+) -> None:
+    clock = FakeClock()
+    frozen, rescuer = await handles(clock), await handles(clock)
+    await frozen.enqueue([new_job(q, "held")])
+    [first] = (await frozen.claim([q], "frozen", 2)).jobs  # a window of 2: one slot left free
+    clock.advance(11)
+    assert (await rescuer.recover_stalled(q, 10, 5)).requeued == ["held"]
+    # The only consumer is the frozen worker's, with a free slot: the broker pushed the
+    # replacement there, where nothing will start it.
+    assert frozen._inbox is not None
+    await poll_until(lambda: frozen._inbox.room == 0, "the replacement to reach the frozen worker")
+    clock.advance(9)
+    await rescuer.recover_stalled(q, 10, 5)  # within the threshold: not yet
+    assert (await rescuer.claim([q], "rescuer", 1)).jobs == []
+    clock.advance(2)  # (22 s in all: well before reconciliation's 60 s)
+    await rescuer.recover_stalled(q, 10, 5)  # untaken for a threshold: published again
+    [again] = (await rescuer.claim([q], "rescuer", 1)).jobs
+    assert again.id == "held" and again.token > first.token
+
+
 async def test_an_incompatible_queue_fails_the_enqueue_before_anything_is_stored(
     tmp_path: Path,
 ) -> None:

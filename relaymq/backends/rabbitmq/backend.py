@@ -55,7 +55,7 @@ from relaymq.backends.rabbitmq import config, topology
 from relaymq.backends.rabbitmq.consumer import Inbox, Key, QueueDeliveries, ack
 from relaymq.backends.rabbitmq.errors import guarded
 from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
-from relaymq.backends.rabbitmq.reconcile import Reconciler
+from relaymq.backends.rabbitmq.reconcile import Reconciler, waiting_jobs
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, ConfigError, RelayError
 from relaymq.job import Claim, Job, JobState, NewJob
@@ -255,17 +255,16 @@ class RabbitMQBackend(Backend):
         problem: RelayError | None = None
         if found.requeued:
             # The store moved them back to waiting in its conditional step; each gets one
-            # replacement delivery for the token it has now (an unreadable one is skipped). A
-            # publish the broker does not confirm is kept and tried again by the publisher.
-            read = await asyncio.gather(
-                *(self.store.get_job(queue, i) for i in found.requeued), return_exceptions=True
-            )
-            jobs = [j for j in read if isinstance(j, Job) and j.state is JobState.WAITING]
+            # replacement delivery for the token it has now. A publish the broker does not
+            # confirm is kept and tried again by the publisher.
+            jobs = await waiting_jobs(self.store, queue, found.requeued)
             try:
                 await self._broker.publish([(queue, j.id, j.token, j.priority) for j in jobs])
             except ConfigError as e:  # reconciliation republishes them once the queue is fixed
                 problem = e
+            self._later.replaced(queue, jobs, threshold)
         try:
+            await self._later.republish_untaken(queue, threshold)
             await self._later.reconcile(queue)
         except (ConfigError, BackendError) as e:
             problem = problem or e

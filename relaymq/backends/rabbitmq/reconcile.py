@@ -1,15 +1,20 @@
-"""Deliveries that reach the broker later than their jobs: delayed jobs as they fall due, and
-reconciliation for a process that died between storing a job and publishing it."""
+"""Deliveries that reach the broker later than their jobs: delayed jobs as they fall due,
+reconciliation for a process that died between storing a job and publishing it, and recovery's
+replacement deliveries that no worker took."""
 
 from __future__ import annotations
+
+import asyncio
 
 from relaymq.backends.base import Backend, Clock, DeliveryStore
 from relaymq.backends.rabbitmq.config import Options
 from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
-from relaymq.job import JobState
+from relaymq.job import Job, JobState
 
 PROMOTE_BATCH = 1000
 RECONCILE_PAGE = 100
+MAX_WATCHED = 10_000
+"""Replacement deliveries watched at once (beyond that, reconciliation still covers them)."""
 
 
 class Reconciler:
@@ -27,6 +32,8 @@ class Reconciler:
         self._next_promote: dict[str, float] = {}
         self._next_reconcile: dict[str, float] = {}
         self._republished: dict[tuple[str, str, int], float] = {}
+        self._replacements: dict[tuple[str, str], tuple[int, float]] = {}
+        """Recovery's replacement deliveries: (queue, job id) -> (token, when to look again)."""
 
     def note_due(self, queue: str, at: float) -> None:
         due = self.next_due.get(queue)
@@ -69,3 +76,40 @@ class Reconciler:
                 out.append((queue, job.id, job.token, job.priority))
                 self._republished[key] = now + self.options.reconcile_after
         await self.publisher.publish(out)
+
+    def replaced(self, queue: str, jobs: list[Job], look_after: float) -> None:
+        """Recovery published a replacement delivery for each of ``jobs``: look again after
+        ``look_after`` seconds (its stalled threshold)."""
+        at = self.now() + look_after
+        for job in jobs:
+            if len(self._replacements) < MAX_WATCHED:
+                self._replacements[(queue, job.id)] = (job.token, at)
+
+    async def republish_untaken(self, queue: str, look_after: float) -> None:
+        """Publish again each replacement delivery that no claim took within ``look_after``
+        seconds. It may have been pushed to a worker frozen while it had free slots, which holds
+        it without starting it; of two copies one claim wins, the other is dropped as stale."""
+        now = self.now()
+        due = [(i, token) for (q, i), (token, at) in self._replacements.items()
+               if q == queue and at <= now]  # fmt: skip
+        if not due:
+            return
+        waiting = {j.id: j for j in await waiting_jobs(self.store, queue, [i for i, _ in due])}
+        out: list[Outgoing] = []
+        for job_id, token in due:
+            job = waiting.get(job_id)
+            if job is not None and job.token == token:
+                out.append((queue, job_id, token, job.priority))
+                self._replacements[(queue, job_id)] = (token, now + look_after)
+            else:  # taken (or ended): nothing to do
+                del self._replacements[(queue, job_id)]
+        await self.publisher.publish(out)
+
+
+async def waiting_jobs(store: Backend, queue: str, ids: list[str]) -> list[Job]:
+    """Those of ``ids`` that are waiting; an unreadable record is skipped, not an error."""
+    read = await asyncio.gather(*(store.get_job(queue, i) for i in ids), return_exceptions=True)
+    for r in read:
+        if isinstance(r, BaseException) and not isinstance(r, Exception):
+            raise r
+    return [j for j in read if isinstance(j, Job) and j.state is JobState.WAITING]
