@@ -146,12 +146,14 @@ class RabbitMQBackend(Backend):
         claimed: list[Job] = []
         now = self._now()
         inbox = await self._open_inbox()
-        await guarded(inbox.open_window(limit), self.options.call_timeout)
+        if inbox.window_for(limit) != inbox.window:
+            await guarded(inbox.open_window(limit), self.options.call_timeout)
         for name in queues:
             if len(claimed) >= limit:
                 break
             qd = await self._deliveries(name)
-            await self._shielded(self._later.promote(name, now))
+            if self._later.promote_due(name, now):
+                await self._shielded(self._later.promote(name, now))
             if qd.paused:
                 if await self.store.is_paused(name):
                     continue
@@ -167,7 +169,8 @@ class RabbitMQBackend(Backend):
         now = self._now()
         while len(claimed) < limit:
             want = limit - len(claimed)
-            await guarded(inbox.fill(qd, want), self.options.call_timeout)
+            if qd.buffered < want and inbox.room > 0:
+                await guarded(inbox.fill(qd, want), self.options.call_timeout)
             taken = qd.take(want)
             if not taken:
                 break

@@ -186,9 +186,13 @@ class Inbox:
         """Deliveries the broker may still push before the window is full."""
         return self.window - self.held - sum(q.buffered for q in self._queues.values())
 
+    def window_for(self, limit: int) -> int:
+        """The window a claim for ``limit`` jobs needs: the held deliveries plus ``limit``."""
+        return max(self.floor, self.held + limit)
+
     async def open_window(self, limit: int) -> None:
-        """A claim for ``limit`` jobs: the window becomes the held deliveries plus ``limit``."""
-        await self._set_window(max(self.floor, self.held + limit))
+        """A claim for ``limit`` jobs: the window becomes ``window_for(limit)``."""
+        await self._set_window(self.window_for(limit))
 
     def hold(self, claim: Key, d: Delivery, priority: int) -> None:
         """A delivery whose job a claim took: unacknowledged until that claim is settled."""

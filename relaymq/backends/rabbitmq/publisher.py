@@ -182,27 +182,29 @@ class Publisher:
                 todo = [item for item in todo if item[0] != queue]
         async with asyncio.timeout(10):  # (asyncio.wait_for may swallow a cancel on 3.11)
             channel = await self._channel.get_underlay_channel()
+        assert isinstance(channel, aiormq.Channel)
         for chunk in _chunks(todo, PUBLISH_CHUNK):
             await asyncio.gather(*(self._publish_one(channel, item) for item in chunk))
         return refused
 
-    async def _publish_one(self, channel: aiormq.abc.AbstractChannel, item: Outgoing) -> None:
+    async def _publish_one(self, channel: aiormq.Channel, item: Outgoing) -> None:
         queue, job_id, token, priority = item
         properties = aiormq.spec.Basic.Properties(
             delivery_mode=2,
             priority=topology.broker_priority(priority, self.options.max_priority),
+            message_id=f"{token}:{job_id}",  # (else aiormq makes a random UUID per message)
         )
         name = self.name(queue)
         body = topology.encode(job_id, token, priority)
-        try:
+        try:  # wait=False: not for the write, only for the broker's confirm
             await channel.basic_publish(
-                body, routing_key=name, properties=properties, mandatory=True
+                body, routing_key=name, properties=properties, mandatory=True, wait=False
             )
         except aiormq.exceptions.PublishError:  # the queue vanished: declare it and go again
             self.declared.discard(name)
             await self.declare(queue)
             await channel.basic_publish(
-                body, routing_key=name, properties=properties, mandatory=True
+                body, routing_key=name, properties=properties, mandatory=True, wait=False
             )
 
     def _on_reconnect(self, *_: Any) -> None:

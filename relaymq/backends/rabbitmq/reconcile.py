@@ -40,12 +40,19 @@ class Reconciler:
         if due is None or at < due:
             self.next_due[queue] = at
 
+    def promote_due(self, queue: str, now: float) -> bool:
+        """Whether ``promote`` would ask the store now (else claims skip it, cheaply)."""
+        due = self.next_due.get(queue)
+        return now >= self._next_promote.get(queue, float("-inf")) or (
+            due is not None and now >= due
+        )
+
     async def promote(self, queue: str, now: float) -> None:
         """Publish the deliveries of due delayed jobs; a store round trip at most every
         ``promote_interval`` per queue, unless this process knows a job is due."""
-        due = self.next_due.get(queue)
-        if now < self._next_promote.get(queue, float("-inf")) and (due is None or now < due):
+        if not self.promote_due(queue, now):
             return
+        due = self.next_due.get(queue)
         self._next_promote[queue] = now + self.options.promote_interval
         if due is not None and due <= now:
             del self.next_due[queue]
