@@ -263,6 +263,13 @@ class Instrumented:
         self._report(reported)
         return applied
 
+    def claim_lost(self, job: Job) -> None:
+        """A heartbeat or the fenced start check found ``job``'s claim lost: the worker writes
+        nothing more for it; reported as ``job:claim_lost``."""
+        claim_lost(job)
+        data = {"attempt": job.attempts}
+        self._report([events.Event(events.JOB_CLAIM_LOST, job.queue, time.time(), job.id, data)])
+
     async def is_paused(self, queue: str) -> bool:
         with self._call("is_paused"):
             return await self.backend.is_paused(queue)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from relaymq.backends.base import Beat
 from relaymq.errors import BackendError
-from relaymq.instrumented import Instrumented, claim_lost
+from relaymq.instrumented import Instrumented
 from relaymq.worker.running import Claims, RunningJob, StopReason
 
 log = logging.getLogger("relaymq.worker")
@@ -57,7 +57,7 @@ class Heartbeats:
                 continue
             reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
             if reason is StopReason.LOST:
-                claim_lost(r.job)
+                self.ops.claim_lost(r.job)
                 log.warning("job %s/%s (%s, attempt %d): lost the claim; stopping its handler",
                             r.job.queue, r.job.id, r.job.task, r.job.attempts,
                             extra=r.log_extra)  # fmt: skip
@@ -94,7 +94,7 @@ class Heartbeats:
             if not result.held:
                 reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
                 if reason is StopReason.LOST and r.stop_reason is None:
-                    claim_lost(r.job)
+                    self.ops.claim_lost(r.job)
                 r.stop(reason, interrupt=False)  # its own task is waiting for this answer
             if not future.done():
                 future.set_result(result.held)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from relaymq import events
 from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import BackendUnavailableError
@@ -146,7 +147,16 @@ async def test_heartbeats_renew_held_claims_and_stop_lost_and_cancelled_ones(
         return await original(beats)
 
     backend.heartbeat = counting  # type: ignore[method-assign]
-    await Heartbeats(Instrumented(backend), claims, 1.0, noop).beat()
+    ops = Instrumented(backend)
+    subscription = await events.subscribe(backend)
+    try:
+        await Heartbeats(ops, claims, 1.0, noop).beat()
+        await ops.flush()
+        async with asyncio.timeout(5):  # the batched events reaching the subscriber
+            lost = await anext(subscription)
+    finally:
+        await subscription.aclose()
+    assert (lost.name, lost.job_id) == (events.JOB_CLAIM_LOST, removed.id)  # not the cancelled
     assert renewed == [3]
     assert running[kept.id].stop_reason is None
     assert running[removed.id].stop_reason is StopReason.LOST
