@@ -8,7 +8,8 @@ Options (query parameters; every other parameter is passed on to aio-pika):
                     ``capabilities.delivery_store`` (default ``redis://127.0.0.1:6379/0``)
 ``prefix``          prepended to every broker queue name (default ``relaymq.``)
 ``max_priority``    the broker queues' ``x-max-priority`` (default 10; 1-255)
-``prefetch``        the smallest per-queue prefetch (default 1); a claim for more raises it
+``prefetch``        the smallest delivery window of a handle (default 1): the channel's prefetch
+                    is the deliveries a worker holds plus the free slots it claims for
 ``queue_expires``   ``x-expires`` in milliseconds for the broker queues (default unset;
                     tests use it as a safety net for queues a crashed test left behind)
 ``promote_interval``  seconds between two promotions of due delayed jobs per queue (0.5)
