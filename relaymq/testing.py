@@ -1,6 +1,18 @@
-"""Helpers for tests of code that uses relaymq: a controllable clock."""
+"""Helpers for tests of code that uses relaymq: a controllable clock, and ``drain``, which runs
+the jobs of some queues in the test's own process until there is nothing left to run."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from relaymq import events
+from relaymq.backends.base import Backend
+from relaymq.job import JobState
+from relaymq.settings import Settings
 
 
 class FakeClock:
@@ -16,3 +28,87 @@ class FakeClock:
         """Move time forward by ``seconds``; returns the new time."""
         self.now += seconds
         return self.now
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What ``drain`` ran: outcomes counted by the worker it started."""
+
+    completed: int
+    retried: int
+    failed: int
+    expired: int
+    cancelled: int
+    delayed: int
+    """Jobs still delayed when ``drain`` returned (retries with backoff, future run times)."""
+    errors: dict[str, str] = field(default_factory=dict)
+    """The error of each job that failed for good during the drain, by job id."""
+
+
+async def drain(
+    backend: Backend,
+    queues: Sequence[str],
+    *,
+    within: float = 30.0,
+    wait_for_delayed: bool = False,
+    settings: Settings | None = None,
+) -> Drained:
+    """Run every job of ``queues`` in this process, with a real ``Worker`` on ``backend`` (any
+    backend), until none is waiting or active (nor delayed, with ``wait_for_delayed``: then
+    retries with backoff run too). Returns what ran; ``TimeoutError`` naming what is left when
+    that takes longer than ``within`` seconds. The tasks must be importable here."""
+    from relaymq.worker import Worker
+
+    worker = Worker(backend, list(queues), settings=settings or Settings())
+    subscription = await events.subscribe(backend)
+    errors: dict[str, str] = {}
+    heard = asyncio.Event()
+    listening = asyncio.create_task(_failures(subscription, set(queues), errors, heard))
+    running = asyncio.create_task(worker.run())
+    try:
+        deadline = time.monotonic() + within
+        while (left := await _left(backend, queues, wait_for_delayed)) is not None:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"drain: {left} after {within}s")
+            seen = worker.stats.completed + worker.stats.retried + worker.stats.failed
+            with contextlib.suppress(TimeoutError):  # progress, or look again shortly
+                await worker.until(
+                    lambda s, seen=seen: s.completed + s.retried + s.failed > seen,  # type: ignore[misc]
+                    "progress",
+                    within=0.05,
+                )
+    finally:
+        worker.stop()
+        await running
+        with contextlib.suppress(TimeoutError):  # the last job:failed events coming through
+            async with asyncio.timeout(2):
+                while len(errors) < worker.stats.failed and not listening.done():
+                    heard.clear()
+                    await heard.wait()
+        listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening
+        await subscription.aclose()
+    s = worker.stats
+    delayed = sum([(await backend.counts(q))[JobState.DELAYED] for q in queues])
+    return Drained(s.completed, s.retried, s.failed, s.expired, s.cancelled, delayed, errors)
+
+
+async def _left(backend: Backend, queues: Sequence[str], wait_for_delayed: bool) -> str | None:
+    """What still has to run, in words; None when nothing does."""
+    states = [JobState.WAITING, JobState.ACTIVE] + ([JobState.DELAYED] if wait_for_delayed else [])
+    left = []
+    for q in queues:
+        counts = await backend.counts(q)
+        left += [f"{counts[s]} {s.value} in {q}" for s in states if counts[s]]
+    return ", ".join(left) or None
+
+
+async def _failures(
+    subscription: events.Subscription, queues: set[str], errors: dict[str, str],
+    heard: asyncio.Event,
+) -> None:  # fmt: skip
+    async for event in subscription:
+        if event.name == events.JOB_FAILED and event.queue in queues and event.job_id:
+            errors[event.job_id] = str(event.data.get("error", ""))
+            heard.set()
