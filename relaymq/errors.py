@@ -6,7 +6,8 @@
     ├── ConfigError                 bad settings, options or URLs (UnknownBackendError)
     │   └── UnknownBackendError     a URL scheme no backend handles; lists the supported ones
     ├── SerializationError          arguments or results that cannot be encoded or decoded
-    │   └── PayloadTooLargeError    a payload over ``Settings.max_payload_bytes``
+    │   ├── PayloadTooLargeError    a payload over ``Settings.max_payload_bytes``
+    │   └── ArgumentValidationError an argument that does not validate against its pydantic type
     ├── BackendError                the backend failed; the driver's exception is ``__cause__``
     │   ├── BackendUnavailableError the server cannot be reached (connection refused, timeout)
     │   └── CorruptRecordError      a stored record cannot be read back
@@ -45,6 +46,11 @@ class SerializationError(RelayError, ValueError):
 
 class PayloadTooLargeError(SerializationError):
     """A serialized payload larger than the configured maximum."""
+
+
+class ArgumentValidationError(SerializationError):
+    """An argument that does not validate against the pydantic annotation of its parameter
+    (at enqueue: nothing is stored); the message names the parameter."""
 
 
 class BackendError(RelayError):

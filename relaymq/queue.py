@@ -28,6 +28,7 @@ from relaymq.errors import (
 )
 from relaymq.instrumented import Instrumented
 from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
+from relaymq.models import Models
 from relaymq.options import Call, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
@@ -58,6 +59,7 @@ class JobHandle(Generic[R]):
     def __init__(
         self, backend: Backend, queue: str, job_id: str, *, duplicate: bool = False,
         serializer: Serializer = DEFAULT_SERIALIZER, paused: bool | None = None,
+        models: Models | None = None,
     ) -> None:  # fmt: skip
         self.backend = backend
         self.queue = queue
@@ -65,6 +67,7 @@ class JobHandle(Generic[R]):
         self.duplicate = duplicate
         self.paused = paused
         self._serializer = serializer
+        self._models = models
 
     def __repr__(self) -> str:
         flags = (" duplicate" if self.duplicate else "") + (" paused" if self.paused else "")
@@ -107,6 +110,8 @@ class JobHandle(Generic[R]):
     def _outcome(self, job: Job) -> R:
         if job.state is JobState.COMPLETED:
             value: R = job.result_value(self._serializer)
+            if self._models is not None:  # the task's pydantic result type
+                value = self._models.load_result(value)
             return value
         error = {JobState.CANCELLED: JobCancelledError, JobState.EXPIRED: JobExpiredError}.get(
             job.state, JobFailedError
@@ -196,7 +201,8 @@ class Queue:
 
     async def add_bulk(self, calls: Iterable[Call[Any]]) -> list[JobHandle[Any]]:
         """Enqueue many invocations in one backend call; nothing is stored if any is invalid."""
-        new_jobs = self._new_jobs(list(calls))
+        calls = list(calls)
+        new_jobs = self._new_jobs(calls)
         if not new_jobs:
             return []
         seen = _pause_seen.setdefault(self.backend, {}).get(self.name)
@@ -209,8 +215,8 @@ class Queue:
             answers, paused = await self._ops.enqueue(new_jobs), seen[1]
         return [
             JobHandle(self.backend, self.name, a.id, duplicate=a.duplicate,
-                      serializer=self.serializer, paused=paused)
-            for a in answers
+                      serializer=self.serializer, paused=paused, models=c.task.models)
+            for a, c in zip(answers, calls, strict=True)
         ]  # fmt: skip
 
     async def _check_paused(self) -> bool | None:
@@ -237,7 +243,11 @@ class Queue:
             if id(o) not in checked:  # calls made from one task share their Options
                 o.validate()
                 checked.add(id(o))
-            payload = self.serializer.dumps({"args": list(call.args), "kwargs": call.kwargs})
+            args, kwargs = list(call.args), call.kwargs
+            models = call.task.models
+            if models is not None:  # validated and made JSON-able here, at enqueue
+                args, kwargs = models.dump_args(call.args, kwargs)
+            payload = self.serializer.dumps({"args": args, "kwargs": kwargs})
             if len(payload) > limit:
                 raise PayloadTooLargeError(
                     f"payload of {len(payload)} bytes is over max_payload_bytes={limit}"

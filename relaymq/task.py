@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 
 from relaymq.backends import default_backend
 from relaymq.errors import TaskNotFoundError
+from relaymq.models import Models, models_of
 from relaymq.options import DEFAULT_QUEUE, Call, Options
 from relaymq.queue import JobHandle, Queue
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
@@ -71,6 +72,15 @@ class Task(Generic[P, R]):
         self.options = options
         self.takes_context = takes_context
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._models: Models | bool | None = False  # False: not looked at yet
+
+    @property
+    def models(self) -> Models | None:
+        """The pydantic adapters of its model-typed parameters and result; None when it has
+        none. Read on first use, so models defined after the task still resolve."""
+        if self._models is False:
+            self._models = models_of(self.fn, skip_first=self.takes_context)
+        return self._models if isinstance(self._models, Models) else None
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
@@ -112,7 +122,9 @@ class Task(Generic[P, R]):
         }  # fmt: skip
         options = dataclasses.replace(self.options, **changes)
         options.validate()
-        return Task(self.fn, self.name, options, self.takes_context)
+        copy: Task[P, R] = Task(self.fn, self.name, options, self.takes_context)
+        copy._models = self._models
+        return copy
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call the function directly, as if it were not a task (a coroutine if async)."""

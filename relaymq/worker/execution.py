@@ -161,6 +161,9 @@ class Execution:
         try:
             data = self.serializer.loads(job.payload)
             args, kwargs = list(data["args"]), dict(data["kwargs"])
+            models = t.models
+            if models is not None:  # pydantic-typed parameters get their models back
+                args, kwargs = models.load_args(args, kwargs)
         except (SerializationError, KeyError, TypeError, ValueError) as e:
             return Settle(claim, Outcome.FAIL, error=f"cannot decode the job's payload: {e}")
         if t.is_async and not await self._still_to_run(r):
@@ -203,7 +206,7 @@ class Execution:
         if settle is not None:
             return settle
         try:
-            result = self.serializer.dumps(value)
+            result = self.serializer.dumps(value if models is None else models.dump_result(value))
         except SerializationError as e:
             return Settle(claim, Outcome.FAIL, error=f"the result cannot be serialized: {e}")
         return Settle(claim, Outcome.COMPLETE, result=result)
