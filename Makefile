@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest services bench clean
+.PHONY: demo test lint typecheck docs pytest services bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaymq demo
 
-test: $(STAMP) services lint typecheck pytest
+test: $(STAMP) services lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check relaymq tests benchmarks
@@ -27,6 +27,9 @@ typecheck: $(STAMP)
 services:
 	bash scripts/services.sh
 
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -34,4 +37,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py --url $${URL:-sqlite:///$$(mktemp -d)/bench.db}
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .site
