@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs pytest services bench clean
+.PHONY: demo test lint typecheck docs pytest django services bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaymq demo
 
-test: $(STAMP) services lint typecheck docs pytest
+test: $(STAMP) services lint typecheck docs pytest django
 
 lint: $(STAMP)
-	$(BIN)/ruff check relaymq tests benchmarks
-	$(BIN)/ruff format --check relaymq tests benchmarks
+	$(BIN)/ruff check relaymq tests tests_django benchmarks
+	$(BIN)/ruff format --check relaymq tests tests_django benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -33,8 +33,11 @@ docs: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+django:  # Django 6 needs Python >= 3.12: its own virtualenv (.venv-django)
+	bash scripts/django-tests.sh
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py --url $${URL:-sqlite:///$$(mktemp -d)/bench.db}
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .site
+	rm -rf $(VENV) .venv-django .mypy_cache .ruff_cache .pytest_cache .site

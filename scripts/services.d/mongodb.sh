@@ -14,18 +14,7 @@ MONGOECO='mongoeco[wire]==4.11.0'
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-find_python313() {
-  local candidates=()
-  command -v pyenv >/dev/null 2>&1 && candidates+=("$(pyenv root)/versions/3.13.0/bin/python3.13")
-  candidates+=("$HOME/.pyenv/versions/3.13.0/bin/python3.13" python3.13 python3.14 python3)
-  for py in "${candidates[@]}"; do
-    if PYENV_VERSION=3.13.0 "$py" -c 'import sys; sys.exit(sys.version_info < (3, 13))' 2>/dev/null; then
-      command -v "$py" 2>/dev/null || echo "$py"
-      return 0
-    fi
-  done
-  return 1
-}
+source "$(dirname "$0")/../python313.sh"
 
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import mongoeco.wire' 2>/dev/null; then
   if ! PY=$(find_python313); then
