@@ -8,10 +8,11 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from relaymq import JobState, Queue, Settings, Worker
+from relaymq import JobHandle, JobState, Queue, Settings, Worker
 from relaymq.backends.base import Backend, Outcome, Settle
 from tests import tasks
 from tests.support.cases import BackendCase
@@ -73,14 +74,7 @@ async def _kill_and_recover(backend: Backend, url: str, tmp_path: Path) -> None:
             proc.kill()
             await proc.wait()
 
-    settings = Settings(stalled_threshold=1.0, heartbeat_interval=0.2, stalled_check_interval=0.2)
-    rescuer = Worker(backend, [q], settings=settings)
-    running = asyncio.create_task(rescuer.run())
-    try:
-        assert await handle.result(timeout=30) == 2
-    finally:
-        rescuer.stop()
-        await running
+    assert await rescued(backend, q, handle) == 2
     done = await handle.job()
     assert (done.state, done.stalls, done.attempts) == (JobState.COMPLETED, 1, 2)
     assert done.token > first.token
@@ -88,6 +82,21 @@ async def _kill_and_recover(backend: Backend, url: str, tmp_path: Path) -> None:
     # The dead worker's claim can no longer write.
     assert await backend.settle([Settle(first.claim, Outcome.FAIL, error="late")]) == [False]
     assert (await handle.job()).state is JobState.COMPLETED
+
+
+RESCUE = Settings(stalled_threshold=1.0, heartbeat_interval=0.2, stalled_check_interval=0.2)
+
+
+async def rescued(backend: Backend, q: str, handle: JobHandle[Any], within: float = 30) -> Any:
+    """Run a worker on ``q`` (short thresholds: it recovers what stalled) until ``handle``'s
+    job ends; its result."""
+    rescuer = Worker(backend, [q], settings=RESCUE)
+    running = asyncio.create_task(rescuer.run())
+    try:
+        return await handle.result(timeout=within)
+    finally:
+        rescuer.stop()
+        await running
 
 
 def _lines(marker: Path) -> list[str]:
@@ -117,15 +126,7 @@ async def test_a_worker_killed_before_its_first_heartbeat_is_recovered_from_its_
         first = await handle.job()
         # claim time is the only heartbeat it has (every backend sets both at the claim)
         assert first.state is JobState.ACTIVE and first.heartbeat_at == first.claimed_at, first
-        settings = Settings(stalled_threshold=1.0, heartbeat_interval=0.2,
-                            stalled_check_interval=0.2)  # fmt: skip
-        rescuer = Worker(backend, [q], settings=settings)
-        running = asyncio.create_task(rescuer.run())
-        try:
-            assert await handle.result(timeout=30) == 2
-        finally:
-            rescuer.stop()
-            await running
+        assert await rescued(backend, q, handle) == 2
         done = await handle.job()
         assert (done.state, done.stalls, done.token > first.token) == (JobState.COMPLETED, 1, True)
     finally:
