@@ -123,8 +123,9 @@ class Claims:
         return len(self._held)
 
     def to_renew(self) -> list[RunningJob]:
-        """Held claims whose outcome is not being written (the heartbeat renews these)."""
-        return [r for r in self._held.values() if not r.settling]
+        """Every held claim, those whose outcome waits to be written included: a settle held up
+        (a slow or reconnecting backend) must not let the outcomes queued behind it stall."""
+        return list(self._held.values())
 
     def running_jobs(self) -> list[RunningJob]:
         return [r for r in self._held.values() if r.running]

@@ -103,7 +103,7 @@ async def test_a_failed_settle_keeps_every_outcome_for_the_next_try(
     for r in running:
         claims.handler_ended(r)
         settler.add(r, Settle(r.claim, Outcome.COMPLETE, b"1"))
-    assert all(r.settling for r in running) and claims.to_renew() == []
+    assert all(r.settling for r in running) and claims.to_renew() == running
     with pytest.raises(BackendUnavailableError):
         await settler.flush()
     assert len(settler) == 2 and len(claims) == 2  # kept, still held
@@ -129,13 +129,49 @@ async def test_a_settle_of_a_lost_claim_is_recorded_as_not_applied(
     assert recorded == [False] and len(claims) == 0
 
 
+async def test_an_outcome_queued_behind_a_slow_settle_keeps_its_claim(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    """A settle call that hangs (a backend reconnecting) holds up the outcomes that end after
+    it: their claims are renewed meanwhile, so recovery does not run those jobs again."""
+    first, second = await claim(backend, 2)
+    claims, recorded = Claims(), []
+    ops = Instrumented(backend)
+    settler = Settler(ops, claims, lambda r, s, ok: recorded.append((r.job.id, ok)))
+    a, b = claims.add(first), claims.add(second)
+    entered, gate, original = asyncio.Event(), asyncio.Event(), backend.settle
+
+    async def slow(settles: Any) -> Any:
+        entered.set()
+        await gate.wait()
+        return await original(settles)
+
+    backend.settle = slow  # type: ignore[method-assign]
+    claims.handler_ended(a)
+    settler.add(a, Settle(a.claim, Outcome.COMPLETE, b"1"))
+    in_flight = asyncio.create_task(settler.flush())
+    async with asyncio.timeout(5):  # the first settle call reaching the backend
+        await entered.wait()
+    claims.handler_ended(b)
+    settler.add(b, Settle(b.claim, Outcome.COMPLETE, b"2"))  # queued behind the first
+    for _ in range(3):
+        clock.advance(6)
+        await Heartbeats(ops, claims, 1.0, noop).beat()
+    recovered = await backend.recover_stalled("q", threshold=10, max_stalled=5)
+    assert (recovered.requeued, recovered.failed) == ([], [])
+    gate.set()
+    await in_flight
+    await settler.flush()
+    assert recorded == [(first.id, True), (second.id, True)]
+
+
 async def test_heartbeats_renew_held_claims_and_stop_lost_and_cancelled_ones(
     backend: InMemoryBackend, clock: FakeClock
 ) -> None:
     kept, removed, cancelled, settling = await claim(backend, 4)
     claims = Claims()
     running = {j.id: claims.add(j) for j in (kept, removed, cancelled, settling)}
-    running[settling.id].settling = True  # its outcome is being written: left alone
+    running[settling.id].settling = True  # renewed, but its own write says how it went
     await backend.remove_job("q", removed.id)
     await backend.cancel("q", cancelled.id)
     await backend.remove_job("q", settling.id)
@@ -157,7 +193,7 @@ async def test_heartbeats_renew_held_claims_and_stop_lost_and_cancelled_ones(
     finally:
         await subscription.aclose()
     assert (lost.name, lost.job_id) == (events.JOB_CLAIM_LOST, removed.id)  # not the cancelled
-    assert renewed == [3]
+    assert renewed == [4]
     assert running[kept.id].stop_reason is None
     assert running[removed.id].stop_reason is StopReason.LOST
     assert running[cancelled.id].stop_reason is StopReason.CANCELLED

@@ -206,6 +206,10 @@ class Inbox:
         """The worker is done with these claims (settled, or lost): shrink the window by as
         many, so acknowledging them opens no room, then acknowledge them."""
         messages = [m for m, _ in filter(None, (self._held.pop(k, None) for k in keys))]
+        # One that came on a closed channel was requeued by the broker already: nothing to
+        # acknowledge, and no window to wait for while the connection is down (a settle waits
+        # for this, and outcomes queue behind it).
+        messages = [m for m in messages if not m.channel.is_closed]
         if not messages:
             return
         await self._set_window(max(self.floor, self.window - len(messages)))
