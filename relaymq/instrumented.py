@@ -35,6 +35,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
 )
 from relaymq.errors import BackendError
@@ -393,6 +394,16 @@ class Instrumented:
         with self._call("unregister_worker"):
             await self.backend.unregister_worker(info.id)
         await self._announce([self._worker_event(events.WORKER_OFFLINE, info)])
+
+    # -- history ----------------------------------------------------------------------------
+
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        with self._call("add_tallies"):
+            await self.backend.add_tallies(tallies)
+
+    async def prune_tallies(self, before: int) -> None:
+        with self._call("prune_tallies"):
+            await self.backend.prune_tallies(before)
 
     @staticmethod
     def _worker_event(name: str, info: WorkerInfo) -> events.Event:

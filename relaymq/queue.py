@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from relaymq import bulk, events
-from relaymq.backends.base import Backend, CancelResult
+from relaymq.backends.base import Backend, CancelResult, Tally
 from relaymq.errors import (
     ConfigError,
     JobCancelledError,
@@ -283,6 +283,14 @@ class Queue:
         and the listing reads pages of the state until it has ``limit`` of them."""
         selection = bulk.Selection.of(task=task, older_than=older_than, now=now)
         return await bulk.find(self.backend, self.name, state, selection, offset, limit)
+
+    async def history(self, minutes: int = 60) -> list[Tally]:
+        """The queue's stored per-minute outcomes (completed, retried, failed) over the last
+        ``minutes`` minutes, this one included, oldest first; minutes with none are left out.
+        Workers write them every ``Settings.history_flush_interval`` seconds."""
+        if minutes < 1:
+            raise ConfigError(f"minutes must be at least 1, not {minutes!r}")
+        return await self.backend.tallies(self.name, int(time.time() // 60) - minutes + 1)
 
     async def counts(self) -> dict[JobState, int]:
         return await self.backend.counts(self.name)

@@ -22,6 +22,8 @@ log = logging.getLogger("relaymq.recovery")
 
 RETENTION_INTERVAL = 60.0
 """Seconds between two retention passes over one queue."""
+PRUNE_INTERVAL = 300.0
+"""Seconds between two prunings of the history (every queue's at once) by one worker."""
 
 
 def lock_name(queue: str) -> str:
@@ -42,6 +44,7 @@ class Maintenance:
         self.owner = owner
         self._held: set[str] = set()
         self._cleaned_at: dict[str, float] = {}
+        self._pruned_at = -PRUNE_INTERVAL
 
     async def run(self) -> None:
         """Every ``stalled_check_interval``: one pass over the queues this worker leads."""
@@ -65,7 +68,24 @@ class Maintenance:
                 log.warning("maintenance of %s failed: %s", queue, e)
             except Exception:  # a bug in one pass must not end maintenance for good
                 log.exception("maintenance of %s failed", queue)
+        if self._held:
+            await self._prune_history()
         return done
+
+    async def _prune_history(self) -> None:
+        """Forget history older than ``history_retention``, at most every ``PRUNE_INTERVAL``
+        (by a worker that leads a queue: the pass covers every queue, and is idempotent)."""
+        now = time.monotonic()
+        if now - self._pruned_at < PRUNE_INTERVAL:
+            return
+        self._pruned_at = now
+        before = int((time.time() - self.settings.history_retention) // 60)
+        try:
+            await self.ops.prune_tallies(before)
+        except BackendError as e:
+            log.warning("pruning the history failed: %s", e)
+        except Exception:
+            log.exception("pruning the history failed")
 
     async def _lead(self, queue: str) -> bool:
         ttl = self.settings.stalled_check_interval * 3

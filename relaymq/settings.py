@@ -33,6 +33,11 @@ class Settings:
     """Recoveries a job may go through before it fails into the DLQ (poison-job guard)."""
     max_payload_bytes: int = 1024 * 1024
     """Largest serialized job payload accepted at enqueue (below every backend's own limit)."""
+    history_flush_interval: float = 5.0
+    """Seconds between two writes of a worker's outcome counts to the backend's per-minute
+    history (the dashboard's charts); 0 records no history."""
+    history_retention: float = 7 * 86400.0
+    """Seconds of history kept; older minutes are pruned by the elected maintenance."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -48,6 +53,8 @@ class Settings:
             raise ConfigError("stalled_check_interval must be positive, shutdown_timeout >= 0")
         if self.max_stalled < 0 or self.max_payload_bytes < 1:
             raise ConfigError("max_stalled must be >= 0 and max_payload_bytes >= 1")
+        if self.history_flush_interval < 0 or self.history_retention <= 0:
+            raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -109,6 +109,31 @@ class Settle:
 
 
 @dataclass(frozen=True, slots=True)
+class Tally:
+    """What one queue's jobs came to in one minute: the dashboard's history."""
+
+    queue: str
+    minute: int
+    """``int(unix seconds // 60)``."""
+    completed: int = 0
+    retried: int = 0
+    """Attempts that failed and will run again."""
+    failed: int = 0
+    """Jobs that ended failed for good (dead-lettered: failed or expired)."""
+
+
+def merge_tallies(tallies: Sequence[Tally]) -> list[Tally]:
+    """One tally per (queue, minute), summed: what a backend adds in one write."""
+    sums: dict[tuple[str, int], list[int]] = {}
+    for t in tallies:
+        s = sums.setdefault((t.queue, t.minute), [0, 0, 0])
+        s[0] += t.completed
+        s[1] += t.retried
+        s[2] += t.failed
+    return [Tally(q, m, *s) for (q, m), s in sums.items() if any(s)]
+
+
+@dataclass(frozen=True, slots=True)
 class Beat:
     """One heartbeat: renew ``claim``; store ``progress`` when given."""
 
@@ -400,6 +425,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def list_workers(self) -> list[WorkerInfo]:
         """Workers whose registration has not lapsed."""
+
+    # -- history ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        """Add ``tallies`` to the stored counters of their (queue, minute), atomically and in
+        one round trip where the backend allows: many workers add at once, none is lost."""
+
+    @abc.abstractmethod
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        """The stored minutes of ``queue`` from minute ``since`` on, oldest first (only
+        minutes with a count)."""
+
+    @abc.abstractmethod
+    async def prune_tallies(self, before: int) -> None:
+        """Forget every queue's minutes before ``before`` (a backend may keep up to a day
+        more, when it stores a day as one record); ``obliterate`` forgets a queue's."""
 
     # -- events -----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
 from relaymq.worker.execution import Execution
 from relaymq.worker.heartbeats import Heartbeats
+from relaymq.worker.history import History
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.settling import Settler
 from relaymq.worker.threads import ThreadPool
@@ -104,6 +105,7 @@ class Worker:
         self._paused: set[str] = set()
         self._next_pause_check = 0.0
         self._settler = Settler(self.ops, self._claims, self._record)
+        self._history = History(self.ops, self.settings.history_flush_interval)
         self._heartbeats = Heartbeats(
             self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
         )
@@ -164,6 +166,8 @@ class Worker:
                 helpers.append(
                     asyncio.create_task(self._maintenance.run(), name="relaymq-recovery")
                 )
+            if self.settings.history_flush_interval > 0:
+                helpers.append(asyncio.create_task(self._history.run(), name="relaymq-history"))
             with contextlib.suppress(BackendError):  # only a log line: tried again when idle
                 await self._check_paused(self.queues)
             self.started.set()
@@ -210,6 +214,10 @@ class Worker:
         except BackendError as e:
             log.error("could not settle %d outcomes at shutdown (%s): they will be recovered "
                       "as stalled jobs", len(self._settler), e)  # fmt: skip
+        try:
+            await self._history.flush()
+        except BackendError as e:
+            log.warning("could not write the last history counts at shutdown (%s)", e)
 
     def _abandon(self, r: RunningJob) -> None:
         """Exit without a handler whose thread still runs: its claim is neither released (it
@@ -345,6 +353,7 @@ class Worker:
                         r.claim.token, s.outcome.value, extra=extra)  # fmt: skip
             return
         self._count(_OUTCOME_COUNTER[s.outcome], 1)
+        self._history.count(job.queue, s.outcome)
         error = s.error or ""
         summary = error.strip().splitlines()[-1] if error.strip() else ""
         if s.outcome is Outcome.COMPLETE:

@@ -26,7 +26,9 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
+    merge_tallies,
 )
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
@@ -50,6 +52,7 @@ class InMemoryBackend(Backend, DeliveryStore):
         self._queues: dict[str, QueueState] = {}
         self._locks: dict[str, tuple[str, float]] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
+        self._tallies: dict[str, dict[int, Tally]] = {}
         self._fanout = Fanout()
         self._wakeup = Wakeup()
 
@@ -306,6 +309,7 @@ class InMemoryBackend(Backend, DeliveryStore):
 
     async def obliterate(self, queue: str) -> None:
         self._queues.pop(queue, None)
+        self._tallies.pop(queue, None)
 
     async def list_queues(self) -> list[str]:
         return sorted(n for n, q in self._queues.items() if q.jobs or q.paused)
@@ -320,6 +324,24 @@ class InMemoryBackend(Backend, DeliveryStore):
     async def list_workers(self) -> list[WorkerInfo]:
         now = self._now()
         return [info for info, until in self._workers.values() if until > now]
+
+    # -- history ----------------------------------------------------------------------------
+
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        for t in merge_tallies(tallies):
+            minutes = self._tallies.setdefault(t.queue, {})
+            old = minutes.get(t.minute) or Tally(t.queue, t.minute)
+            minutes[t.minute] = Tally(t.queue, t.minute, old.completed + t.completed,
+                                      old.retried + t.retried, old.failed + t.failed)  # fmt: skip
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        minutes = self._tallies.get(queue, {})
+        return [minutes[m] for m in sorted(minutes) if m >= since]
+
+    async def prune_tallies(self, before: int) -> None:
+        for minutes in self._tallies.values():
+            for m in [m for m in minutes if m < before]:
+                del minutes[m]
 
     # -- events -----------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ plus its share of heartbeats: 7 for a batch of one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final, ParamSpec, TypeVar
@@ -51,13 +52,22 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
+    merge_tallies,
 )
 from relaymq.backends.mongodb import transitions as tx
 from relaymq.backends.mongodb.config import parse
 from relaymq.backends.mongodb.errors import translated
 from relaymq.backends.mongodb.eventlog import EventLog, Subscription
-from relaymq.backends.mongodb.indexes import JOBS, LOCKS, QUEUES, WORKERS, ensure_indexes
+from relaymq.backends.mongodb.indexes import (
+    JOBS,
+    LOCKS,
+    QUEUES,
+    TALLIES,
+    WORKERS,
+    ensure_indexes,
+)
 from relaymq.backends.mongodb.records import (
     Document,
     describe,
@@ -146,6 +156,7 @@ class MongoDBBackend(Backend):
         self._queues: AsyncCollection[Document] = db[QUEUES]
         self._locks: AsyncCollection[Document] = db[LOCKS]
         self._workers: AsyncCollection[Document] = db[WORKERS]
+        self._tallies: AsyncCollection[Document] = db[TALLIES]
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
 
     async def close(self) -> None:
@@ -562,6 +573,7 @@ class MongoDBBackend(Backend):
     async def obliterate(self, queue: str) -> None:
         await self._jobs.delete_many({"queue": queue})
         await self._queues.delete_one({"_id": queue})
+        await self._tallies.delete_many({"queue": queue})
 
     @translated
     async def list_queues(self) -> list[str]:
@@ -591,6 +603,37 @@ class MongoDBBackend(Backend):
             except (KeyError, TypeError, ValueError):
                 continue  # an unreadable registration is not a live worker
         return workers
+
+    # -- history ----------------------------------------------------------------------------
+
+    @translated
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        ops = [
+            UpdateOne(
+                {"_id": f"{t.queue}|{t.minute}"},
+                {"$inc": {"completed": t.completed, "retried": t.retried, "failed": t.failed},
+                 "$setOnInsert": {"queue": t.queue, "minute": t.minute}},
+                upsert=True,
+            )
+            for t in merge_tallies(tallies)
+        ]  # fmt: skip
+        if ops:
+            await self._tallies.bulk_write(ops, ordered=False)
+
+    @translated
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        out = []
+        async for d in self._tallies.find({"queue": queue, "minute": {"$gte": since}}).sort(
+            "minute"
+        ):
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged one: skipped
+                out.append(Tally(queue, int(d["minute"]), int(d.get("completed", 0)),
+                                 int(d.get("retried", 0)), int(d.get("failed", 0))))  # fmt: skip
+        return out
+
+    @translated
+    async def prune_tallies(self, before: int) -> None:
+        await self._tallies.delete_many({"minute": {"$lt": before}})
 
     # -- events -----------------------------------------------------------------------------
 

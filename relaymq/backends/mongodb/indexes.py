@@ -19,6 +19,9 @@ Collections of one database (the URL path names it):
     to the newest events on publish. ``counters`` holds its id allocator.
 ``counters``
     ``{_id: "events", n: <last event id>}``.
+``tallies``
+    The history: ``{_id: "<queue>|<minute>", queue, minute, completed, retried, failed}``,
+    each count a ``$inc`` counter.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ LOCKS: Final = "locks"
 WORKERS: Final = "workers"
 EVENTS: Final = "events"
 COUNTERS: Final = "counters"
+TALLIES: Final = "tallies"
 
 INDEXES: Final[dict[str, list[IndexModel]]] = {
     JOBS: [
@@ -69,6 +73,11 @@ INDEXES: Final[dict[str, list[IndexModel]]] = {
         IndexModel([("claim_id", ASCENDING)], name="claim_id", sparse=True),
     ],
     WORKERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
+    # A queue's history in minute order; pruning every queue's old minutes.
+    TALLIES: [
+        IndexModel([("queue", ASCENDING), ("minute", ASCENDING)], name="queue_minute"),
+        IndexModel([("minute", ASCENDING)], name="minute"),
+    ],
 }
 
 

@@ -31,7 +31,9 @@ from relaymq.backends.base import (
     Enqueued,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
+    merge_tallies,
 )
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
@@ -400,6 +402,23 @@ class PostgresBackend(Backend, DeliveryStore):
             with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged row is skipped
                 out.append(WorkerInfo.from_record(r, r["seen_at"].timestamp()))
         return out
+
+    # -- history ----------------------------------------------------------------------------
+
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        merged = merge_tallies(tallies)
+        if merged:
+            columns = ([t.queue for t in merged], [t.minute for t in merged],
+                       [t.completed for t in merged], [t.retried for t in merged],
+                       [t.failed for t in merged])  # fmt: skip
+            await self._execute("add_tallies", *columns)
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        return [Tally(queue, r["minute"], r["completed"], r["retried"], r["failed"])
+                for r in await self._fetch("tallies", queue, since)]  # fmt: skip
+
+    async def prune_tallies(self, before: int) -> None:
+        await self._execute("prune_tallies", before)
 
     # -- events -----------------------------------------------------------------------------
 

@@ -407,8 +407,10 @@ SELECT count(*) AS n FROM gone;
 DELETE FROM relaymq_jobs WHERE queue = $1;
 
 -- name: obliterate_queue
--- Second step of obliterate (same transaction): the queue's counter rows and pause flag.
-WITH flag AS (DELETE FROM relaymq_queues WHERE name = $1)
+-- Second step of obliterate (same transaction): the queue's counter rows, pause flag and
+-- history.
+WITH flag AS (DELETE FROM relaymq_queues WHERE name = $1),
+     history AS (DELETE FROM relaymq_tallies WHERE queue = $1)
 DELETE FROM relaymq_counts WHERE queue = $1;
 
 -- name: list_queues
@@ -523,3 +525,22 @@ DELETE FROM relaymq_events WHERE created_at < now() - make_interval(secs => $1);
 -- name: ping
 -- The LISTEN connection's liveness check. out: one row.
 SELECT 1;
+
+-- name: add_tallies
+-- in: $1 queues, $2 minutes, $3 completed, $4 retried, $5 failed (parallel arrays, one entry
+-- per (queue, minute)). Adds to each minute's counters, in one statement.
+INSERT INTO relaymq_tallies AS t (queue, minute, completed, retried, failed)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+ON CONFLICT (queue, minute) DO UPDATE SET
+    completed = t.completed + EXCLUDED.completed,
+    retried = t.retried + EXCLUDED.retried,
+    failed = t.failed + EXCLUDED.failed;
+
+-- name: tallies
+-- in: $1 queue, $2 first minute. out: minute, completed, retried, failed, oldest first.
+SELECT minute, completed, retried, failed FROM relaymq_tallies
+WHERE queue = $1 AND minute >= $2 ORDER BY minute;
+
+-- name: prune_tallies
+-- in: $1 minute: every queue's minutes before it.
+DELETE FROM relaymq_tallies WHERE minute < $1;

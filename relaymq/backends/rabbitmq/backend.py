@@ -49,6 +49,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
 )
 from relaymq.backends.rabbitmq import config, topology
@@ -372,6 +373,17 @@ class RabbitMQBackend(Backend):
 
     async def list_workers(self) -> list[WorkerInfo]:
         return await self.store.list_workers()
+
+    # -- history (the store's) ----------------------------------------------------------------
+
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        await self.store.add_tallies(tallies)
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        return await self.store.tallies(queue, since)
+
+    async def prune_tallies(self, before: int) -> None:
+        await self.store.prune_tallies(before)
 
     # -- events -----------------------------------------------------------------------------
 

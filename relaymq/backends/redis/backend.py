@@ -33,7 +33,9 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
+    merge_tallies,
 )
 from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import parse_url
@@ -397,13 +399,16 @@ class RedisBackend(Backend, DeliveryStore):
         for state in STATE_SUFFIXES:
             await self._purge(queue, state)
         k = self._keys
+        days = [(d, member) for d, q, member in await self._tallied() if q == queue]
         await self._run(
             [
-                ("DEL", k.meta(queue), k.paused(queue), k.wake(queue)),
+                ("DEL", k.meta(queue), k.paused(queue), k.wake(queue),
+                 *(k.tallies(queue, d) for d, _ in days)),
                 ("SREM", k.queues, queue),
+                *(("SREM", k.tallied, member) for _, member in days),
             ],
             "obliterate",
-        )
+        )  # fmt: skip
 
     async def list_queues(self) -> list[str]:
         [members] = await self._run([("SMEMBERS", self._keys.queues)], "list_queues")
@@ -434,6 +439,57 @@ class RedisBackend(Backend, DeliveryStore):
             "list_workers", [self._keys.workers], [self._now(), self._keys.worker_prefix]
         )
         return worker_infos(reply)
+
+    # -- history ----------------------------------------------------------------------------
+    # A hash per queue and day (keys.py); the global ``tallied`` set lists the days kept, so
+    # reading and pruning never scan keys.
+
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        k = self._keys
+        commands: list[tuple[Any, ...]] = []
+        days: set[tuple[str, int]] = set()
+        for t in merge_tallies(tallies):
+            key, day = k.tallies(t.queue, t.minute // 1440), t.minute // 1440
+            for suffix, n in (("c", t.completed), ("r", t.retried), ("f", t.failed)):
+                if n:
+                    commands.append(("HINCRBY", key, f"{t.minute}:{suffix}", n))
+            days.add((t.queue, day))
+        if commands:
+            commands.append(("SADD", k.tallied, *(f"{d}|{q}" for q, d in sorted(days))))
+            await self._run(commands, "add_tallies")
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        days = sorted(d for d, q, _ in await self._tallied() if q == queue and d >= since // 1440)
+        if not days:
+            return []
+        hashes = await self._run([("HGETALL", self._keys.tallies(queue, d)) for d in days],
+                                 "tallies")  # fmt: skip
+        minutes: dict[int, list[int]] = {}
+        for fields in hashes:
+            for field, value in fields.items():
+                minute, _, kind = field.decode().partition(":")
+                if kind in ("c", "r", "f") and minute.lstrip("-").isdigit():
+                    minutes.setdefault(int(minute), [0, 0, 0])["crf".index(kind)] = int(value)
+        return [Tally(queue, m, *minutes[m]) for m in sorted(minutes) if m >= since]
+
+    async def prune_tallies(self, before: int) -> None:
+        gone = [(d, q, member) for d, q, member in await self._tallied()
+                if (d + 1) * 1440 <= before]  # fmt: skip
+        if gone:
+            k = self._keys
+            await self._run([*(("DEL", k.tallies(q, d)) for d, q, _ in gone),
+                             ("SREM", k.tallied, *(m for _, _, m in gone))],
+                            "prune_tallies")  # fmt: skip
+
+    async def _tallied(self) -> list[tuple[int, str, bytes]]:
+        """Every history day kept: (day, queue, its member of the ``tallied`` set)."""
+        [members] = await self._run([("SMEMBERS", self._keys.tallied)], "tallied")
+        out = []
+        for m in members:
+            day, _, queue = m.decode().partition("|")
+            if queue and day.lstrip("-").isdigit():
+                out.append((int(day), queue, m))
+        return out
 
     # -- events -----------------------------------------------------------------------------
 

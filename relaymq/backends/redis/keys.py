@@ -20,6 +20,9 @@ key                        type    content
                                    ``stalled`` (recoveries so far)
 ``base:paused``            string  exists while the queue is paused
 ``base:wake``              list    wake-up tokens (at most ``WAKE_MAX``); idle workers BLPOP
+``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
+                                   fields ``<minute>:c``, ``:r``, ``:f`` (completed,
+                                   retried, failed), each a HINCRBY counter
 =========================  ======  =========================================================
 
 A state set's suffix is the state's name, so a job in state ``s`` is a member of ``base:s``
@@ -30,6 +33,7 @@ Global keys (few, in their own slot ``{<prefix>:global}``; no per-queue script t
 ``<prefix>:{<prefix>:global}:queues``          set   names of queues ever enqueued or paused
 ``<prefix>:{<prefix>:global}:workers``         zset  worker id, score = registration expiry
 ``<prefix>:{<prefix>:global}:worker:<id>``     hash  ``info`` (JSON), ``seen_at``
+``<prefix>:{<prefix>:global}:tallied``         set   ``<day>|<queue>`` of every history day kept
 ``<prefix>:lock:<name>``                       hash  ``owner``, ``until`` (a lease)
 ``<prefix>:events``                            pub/sub channel of framed event batches
 
@@ -78,6 +82,7 @@ class Keys:
         self.queues = g + ":queues"
         self.workers = g + ":workers"
         self.worker_prefix = g + ":worker:"
+        self.tallied = g + ":tallied"
         self.events = f"{prefix}:events"
 
     def base(self, queue: str) -> str:
@@ -99,6 +104,9 @@ class Keys:
 
     def wake(self, queue: str) -> str:
         return self.base(queue) + ":wake"
+
+    def tallies(self, queue: str, day: int) -> str:
+        return f"{self.base(queue)}:tallies:{day}"
 
     def worker(self, worker_id: str) -> str:
         return self.worker_prefix + worker_id

@@ -43,7 +43,9 @@ from relaymq.backends.base import (
     Enqueued,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
+    merge_tallies,
 )
 from relaymq.backends.sqlfile import read
 from relaymq.backends.sqlite import ops
@@ -58,21 +60,22 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
 
 
 def _upgrade(conn: sqlite3.Connection) -> None:
-    """Bring a file of schema 1 to schema 2 (adds ``jobs.traceparent``), under the write lock
-    and after reading the version again: another process may have just done it."""
+    """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
+    ``tallies`` table), under the write lock and after reading the version again: another
+    process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()
-        if version < 2:
-            conn.execute(Q["upgrade_to_2"])
-            conn.execute(Q["set_version_2"])
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute(Q[f"upgrade_to_{step}"])
+            conn.execute(Q[f"set_version_{step}"])
         conn.commit()
     except BaseException:
         conn.rollback()
@@ -374,6 +377,19 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     async def list_workers(self) -> list[WorkerInfo]:
         return await self._read(ops.list_workers)
+
+    # -- history ----------------------------------------------------------------------------
+
+    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
+        merged = merge_tallies(tallies)
+        if merged:
+            await self._write(ops.add_tallies, merged)
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        return await self._read(ops.tallies, queue, since)
+
+    async def prune_tallies(self, before: int) -> None:
+        await self._write(ops.prune_tallies, before)
 
     # -- delivery store (the metadata of a broker's deliveries) -------------------------------
 

@@ -24,6 +24,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    Tally,
     WorkerInfo,
 )
 from relaymq.backends.sqlfile import named_queries
@@ -344,7 +345,8 @@ def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float
 
 
 def obliterate(conn: Conn, now: float, queue: str) -> None:
-    for name in ("obliterate_jobs", "resume", "obliterate_counts", "obliterate_seq"):
+    for name in ("obliterate_jobs", "resume", "obliterate_counts", "obliterate_seq",
+                 "obliterate_tallies"):  # fmt: skip
         conn.execute(Q[name], {"queue": queue})
 
 
@@ -393,6 +395,25 @@ def events_after(conn: Conn, now: float, after: int, limit: int) -> list[tuple[i
         (int(i), bytes(body))
         for i, body in conn.execute(Q["events_after"], {"after": after, "limit": limit})
     ]
+
+
+# -- history --------------------------------------------------------------------------------
+
+
+def add_tallies(conn: Conn, now: float, tallies: Sequence[Tally]) -> None:
+    conn.executemany(Q["add_tally"], [
+        {"queue": t.queue, "minute": t.minute, "completed": t.completed, "retried": t.retried,
+         "failed": t.failed} for t in tallies
+    ])  # fmt: skip
+
+
+def tallies(conn: Conn, now: float, queue: str, since: int) -> list[Tally]:
+    rows = conn.execute(Q["tallies"], {"queue": queue, "since": since})
+    return [Tally(queue, m, c, r, f) for m, c, r, f in rows]
+
+
+def prune_tallies(conn: Conn, now: float, before: int) -> None:
+    conn.execute(Q["prune_tallies"], {"before": before})
 
 
 # -- delivery store -------------------------------------------------------------------------

@@ -31,6 +31,20 @@ ALTER TABLE jobs ADD COLUMN traceparent TEXT;
 -- name: set_version_2
 PRAGMA user_version = 2;
 
+-- name: upgrade_to_3
+-- Schema 2 -> 3: the per-minute history of each queue's outcomes (the dashboard's charts).
+CREATE TABLE IF NOT EXISTS tallies (
+    queue     TEXT    NOT NULL,
+    minute    INTEGER NOT NULL,
+    completed INTEGER NOT NULL DEFAULT 0,
+    retried   INTEGER NOT NULL DEFAULT 0,
+    failed    INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, minute)
+) WITHOUT ROWID;
+
+-- name: set_version_3
+PRAGMA user_version = 3;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -362,3 +376,25 @@ WHERE rowid = :rowid AND state = 'delayed'
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
           cancel_requested, progress, result, error, finished_at, traceparent, rowid;
+
+-- name: add_tally
+-- In: :queue, :minute, :completed, :retried, :failed. Adds to the minute's counters.
+INSERT INTO tallies (queue, minute, completed, retried, failed)
+VALUES (:queue, :minute, :completed, :retried, :failed)
+ON CONFLICT (queue, minute) DO UPDATE SET
+    completed = completed + excluded.completed,
+    retried = retried + excluded.retried,
+    failed = failed + excluded.failed;
+
+-- name: tallies
+-- In: :queue, :since. Out: minute, completed, retried, failed, oldest first.
+SELECT minute, completed, retried, failed FROM tallies
+WHERE queue = :queue AND minute >= :since ORDER BY minute;
+
+-- name: prune_tallies
+-- In: :before. Every queue's minutes before it.
+DELETE FROM tallies WHERE minute < :before;
+
+-- name: obliterate_tallies
+-- In: :queue.
+DELETE FROM tallies WHERE queue = :queue;
