@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs pytest django services bench clean
+.PHONY: demo test lint typecheck docs pytest django services browser bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaymq demo
 
-test: $(STAMP) services lint typecheck docs pytest django
+test: $(STAMP) services browser lint typecheck docs pytest django
 
 lint: $(STAMP)
 	$(BIN)/ruff check relaymq tests tests_django benchmarks
@@ -26,6 +26,9 @@ typecheck: $(STAMP)
 
 services:
 	bash scripts/services.sh
+
+browser:  # Debian's Chromium, for the dashboard's browser tests (Playwright)
+	bash scripts/chromium.sh
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet
@@ -40,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py --url $${URL:-sqlite:///$$(mktemp -d)/bench.db}
 
 clean:
-	rm -rf $(VENV) .venv-django .mypy_cache .ruff_cache .pytest_cache .site
+	rm -rf $(VENV) .venv-django .mypy_cache .ruff_cache .pytest_cache .site .screenshots

@@ -25,6 +25,7 @@ from relaymq.cli.common import (
     settings_from_env,
     with_backend,
 )
+from relaymq.cli.dashboard import dashboard
 from relaymq.cli.dlq import dlq_group
 from relaymq.cli.jobs import job_group
 from relaymq.cli.logs import JSONFormatter, PlainFormatter
@@ -203,7 +204,7 @@ def demo(jobs: int, keep: bool) -> None:
         raise click.exceptions.Exit(code)
 
 
-for command in (queue_group, job_group, dlq_group, workers, stats):
+for command in (queue_group, job_group, dlq_group, workers, stats, dashboard):
     cli.add_command(command)
 
 __all__ = ["ConfigProblem", "Unreachable", "backend_option", "json_option", "run", "with_backend"]

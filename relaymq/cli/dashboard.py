@@ -1,0 +1,81 @@
+"""``relaymq dashboard``: serve the web dashboard over one backend."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+
+import click
+
+from relaymq.cli.common import ConfigProblem, Unreachable, backend_option
+from relaymq.errors import BackendUnavailableError, ConfigError
+
+log = logging.getLogger("relaymq.dashboard")
+
+
+@click.command("dashboard")
+@backend_option
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="RELAYMQ_DASHBOARD_HOST",
+              show_envvar=True, help="Address to listen on.")  # fmt: skip
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
+              envvar="RELAYMQ_DASHBOARD_PORT", show_envvar=True)  # fmt: skip
+@click.option("--token", envvar="RELAYMQ_DASHBOARD_TOKEN", show_envvar=True,
+              help="Sign-in secret, also accepted as 'Authorization: Bearer <token>'.")  # fmt: skip
+@click.option("--password", envvar="RELAYMQ_DASHBOARD_PASSWORD", show_envvar=True,
+              help="Sign-in secret for the login form.")  # fmt: skip
+def dashboard(backend: str, host: str, port: int, token: str | None,
+              password: str | None) -> None:  # fmt: skip
+    """Serve the web dashboard: queues, jobs, dead letters, workers, live, with actions.
+
+    Anywhere but a loopback address it needs --token or --password."""
+    try:
+        import uvicorn  # noqa: F401
+
+        from relaymq.dashboard import Access, exposure_problem
+    except ImportError as e:
+        raise ConfigProblem(f"{e} (the dashboard: pip install 'relaymq[dashboard]')") from e
+    problem = exposure_problem(host, Access(token, password))
+    if problem:
+        raise ConfigProblem(problem)
+    try:
+        asyncio.run(_serve(backend, host, port, token, password))
+    except ConfigError as e:
+        raise ConfigProblem(str(e)) from e
+    except BackendUnavailableError as e:
+        raise Unreachable(str(e)) from e
+
+
+async def _serve(url: str, host: str, port: int, token: str | None,
+                 password: str | None) -> None:  # fmt: skip
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """Stopped by our own signal handlers: uvicorn's would raise the signal again after
+        its graceful shutdown, and the command would not exit 0."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        def stop(self) -> None:
+            self.should_exit = True
+
+    from relaymq.backends import from_url
+    from relaymq.dashboard import create_app
+
+    backend = from_url(url)
+    backend.create_missing = False
+    await backend.connect()
+    try:
+        app = create_app(backend, token=token, password=password)
+        server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a graceful stop, then exit code 0
+            loop.add_signal_handler(sig, server.stop)
+        log.info("dashboard at http://%s:%d/ over %s", host, port, backend.url)
+        await server.serve()
+    finally:
+        await backend.close()

@@ -1,0 +1,21 @@
+"""The web dashboard: every queue's counts and history, its jobs, the dead letters and the
+workers, with the operator's actions; live over Server-Sent Events.
+
+``relaymq dashboard --backend URL`` serves it; ``create_app(backend)`` gives the ASGI app to
+serve or mount yourself. Needs the ``dashboard`` extra: ``pip install 'relaymq[dashboard]'``.
+"""
+
+from __future__ import annotations
+
+try:
+    import jinja2  # noqa: F401
+    import starlette  # noqa: F401
+except ImportError as e:  # pragma: no cover - the hint is the point
+    raise ImportError(
+        "the relaymq dashboard needs Starlette and Jinja2: pip install 'relaymq[dashboard]'"
+    ) from e
+
+from relaymq.dashboard.app import create_app
+from relaymq.dashboard.security import Access, exposure_problem
+
+__all__ = ["Access", "create_app", "exposure_problem"]

@@ -1,0 +1,442 @@
+"""The dashboard's pages and actions: a Starlette app over one connected backend.
+
+Every page is rendered on the server (Jinja2); ``static/dashboard.js`` only keeps counts and a
+job's events live from ``/events`` (Server-Sent Events) and asks before destructive actions.
+Actions are POST forms guarded by ``security`` (auth when configured, CSRF always); each
+redirects back with a one-line message of what it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from relaymq.backends.base import Backend
+from relaymq.cli.output import decoded, summary, when
+from relaymq.cli.workers import collect_workers
+from relaymq.dashboard import charts, security
+from relaymq.dashboard.live import Hub
+from relaymq.dashboard.security import Access
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError, JobNotFoundError
+from relaymq.job import DLQ_STATES, Job, JobState
+from relaymq.options import validate_queue_name
+from relaymq.queue import Queue
+
+PAGE_SIZE = 50
+STATES = tuple(JobState)
+DLQ = tuple(s for s in JobState if s in DLQ_STATES)
+BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
+QUEUE_ACTIONS = ("pause", "resume", "drain")
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass
+class Dashboard:
+    backend: Backend
+    access: Access
+    hub: Hub
+    templates: Jinja2Templates
+    page_size: int = PAGE_SIZE
+
+    # -- guards -----------------------------------------------------------------------------
+
+    def signed_in(self, request: Request) -> bool:
+        if not self.access.required:
+            return True
+        return self.access.accepts_session(
+            request.cookies.get(security.SESSION_COOKIE)
+        ) or self.access.accepts_bearer(request.headers.get("authorization"))
+
+    def page(self, fn: Endpoint) -> Endpoint:
+        """A page: signed in (else to the login form), with a CSRF cookie for its forms."""
+
+        async def endpoint(request: Request) -> Response:
+            if not self.signed_in(request):
+                target = request.url_for("login").include_query_params(next=request.url.path)
+                return RedirectResponse(str(target), status_code=303)
+            try:
+                return with_csrf(request, await fn(request))
+            except (ConfigError, ValueError) as e:  # a bad queue name, state or page number
+                return PlainTextResponse(f"bad request: {e}", status_code=400)
+
+        return endpoint
+
+    def action(self, fn: Callable[[Request, FormData], Awaitable[Response]]) -> Endpoint:
+        """A POST form: signed in, and carrying the CSRF cookie's value."""
+
+        async def endpoint(request: Request) -> Response:
+            if not self.signed_in(request):
+                return PlainTextResponse("sign in first", status_code=401)
+            form = await request.form()
+            field = form.get(security.CSRF_FIELD)
+            cookie = request.cookies.get(security.CSRF_COOKIE)
+            if not security.csrf_matches(cookie, field if isinstance(field, str) else None):
+                return PlainTextResponse(
+                    "This form did not come from this dashboard, or it has expired: reload the "
+                    "page and try again.", status_code=403,
+                )  # fmt: skip
+            try:
+                return await fn(request, form)
+            except (ConfigError, ValueError) as e:
+                return PlainTextResponse(f"refused: {e}", status_code=400)
+
+        return endpoint
+
+    def render(self, request: Request, template: str, **context: Any) -> Response:
+        context |= {"csrf": csrf_of(request), "auth": self.access.required,
+                    "message": request.query_params.get("done", "")}  # fmt: skip
+        return self.templates.TemplateResponse(request, template, context)
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        names = await self.backend.list_queues()
+        rows = await asyncio.gather(*(self._queue_row(n) for n in names))
+        return self.render(request, "overview.html", rows=rows, states=STATES)
+
+    async def _queue_row(self, name: str) -> dict[str, Any]:
+        q = Queue(name, self.backend)
+        counts, paused, tallies = await asyncio.gather(q.counts(), q.is_paused(), q.history(1440))
+        minute = int(time.time() // 60)
+        hour = charts.window(tallies, "last hour", minute, 60, 60)
+        day = charts.window(tallies, "last day", minute, 1440, 48)
+        return {
+            "name": name, "counts": counts, "paused": paused, "hour": hour, "day": day,
+            "hour_chart": charts.sparkline(hour), "day_chart": charts.sparkline(day),
+        }  # fmt: skip
+
+    async def queue(self, request: Request) -> Response:
+        q = self._queue(request)
+        wanted = request.query_params.get("id", "").strip()
+        if wanted:
+            if await q.get_job(wanted) is not None:
+                return RedirectResponse(job_url(request, q.name, wanted), status_code=303)
+            listing = await self._listing(request, q)
+            return self.render(request, "queue.html", **listing | {"missing": wanted})
+        return self.render(request, "queue.html", **await self._listing(request, q))
+
+    async def _listing(self, request: Request, q: Queue) -> dict[str, Any]:
+        state = JobState(request.query_params.get("state", JobState.WAITING.value))
+        task = request.query_params.get("task", "").strip() or None
+        page = max(1, int(request.query_params.get("page", "1") or 1))
+        offset = (page - 1) * self.page_size
+        jobs = await q.list_jobs(state, offset, self.page_size + 1, task=task)
+        counts, paused = await asyncio.gather(q.counts(), q.is_paused())
+        return {"queue": q.name, "state": state, "task": task or "", "page": page,
+                "jobs": jobs[: self.page_size], "more": len(jobs) > self.page_size,
+                "counts": counts, "paused": paused, "states": STATES, "missing": None}  # fmt: skip
+
+    async def job(self, request: Request) -> Response:
+        q = self._queue(request)
+        job = await q.get_job(request.path_params["job_id"])
+        if job is None:
+            response = self.render(request, "missing.html", queue=q.name,
+                                   job_id=request.path_params["job_id"])  # fmt: skip
+            response.status_code = 404
+            return response
+        return self.render(request, "job.html", job=job, view=job_view(job))
+
+    async def dlq(self, request: Request) -> Response:
+        sections = []
+        for name in await self.backend.list_queues():
+            q = Queue(name, self.backend)
+            counts = await q.counts()
+            if not any(counts.get(s, 0) for s in DLQ):
+                continue
+            jobs: list[Job] = []
+            for s in DLQ:
+                jobs += await q.list_jobs(s, 0, self.page_size)
+            sections.append({"queue": name, "counts": counts, "jobs": jobs})
+        return self.render(request, "dlq.html", sections=sections)
+
+    async def workers(self, request: Request) -> Response:
+        return self.render(request, "workers.html", workers=await collect_workers(self.backend))
+
+    async def events(self, request: Request) -> Response:
+        if not self.signed_in(request):
+            return PlainTextResponse("sign in first", status_code=401)
+        queue, job_id = request.query_params.get("queue"), request.query_params.get("job")
+        follow = (queue, job_id) if queue and job_id else None
+        return StreamingResponse(
+            self.hub.stream(follow), media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )  # fmt: skip
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def queue_action(self, request: Request, form: FormData) -> Response:
+        q = self._queue(request)
+        what = str(form.get("action", ""))
+        if what == "pause":
+            await q.pause()
+            done = f"{q.name} paused"
+        elif what == "resume":
+            await q.resume()
+            done = f"{q.name} resumed"
+        elif what == "drain":
+            done = f"{await q.drain()} waiting and delayed jobs of {q.name} deleted"
+        else:
+            raise ConfigError(f"unknown queue action {what!r}; one of {', '.join(QUEUE_ACTIONS)}")
+        return back(request, form, done)
+
+    async def jobs_action(self, request: Request, form: FormData) -> Response:
+        """Retry, cancel or remove the ticked jobs, or (``every``) every job of a state,
+        narrowed by task."""
+        q = self._queue(request)
+        what = str(form.get("action", ""))
+        if what not in BULK:
+            raise ConfigError(f"unknown action {what!r}; one of {', '.join(BULK)}")
+        ids = [str(i) for i in form.getlist("ids")]
+        task = str(form.get("task") or "") or None
+        state = JobState(str(form["state"])) if form.get("state") else None
+        if form.get("every"):
+            if state is None:
+                raise ConfigError("acting on every job needs a state")
+            selection: dict[str, Any] = {"state": state, "task": task}
+        elif ids:
+            selection = {"job_ids": ids}
+        else:
+            return back(request, form, "nothing selected: tick jobs first")
+        act = {"retry": q.retry_jobs, "cancel": q.cancel_jobs, "remove": q.remove_jobs}[what]
+        n = await act(**selection)
+        return back(request, form, f"{n} job{'s' if n != 1 else ''} {BULK[what]}")
+
+    async def job_action(self, request: Request, form: FormData) -> Response:
+        q = self._queue(request)
+        job_id = request.path_params["job_id"]
+        what = str(form.get("action", ""))
+        try:
+            if what == "retry":
+                ok = await q.retry_job(job_id)
+                done = "waiting again" if ok else "not retried: only ended jobs can be"
+            elif what == "cancel":
+                done = f"cancel: {(await q.cancel(job_id)).value}"
+            elif what == "remove":
+                await q.remove_job(job_id)
+                return RedirectResponse(
+                    with_message(str(request.url_for("queue", queue=q.name)), "job removed"),
+                    status_code=303,
+                )  # fmt: skip
+            else:
+                raise ConfigError(f"unknown action {what!r}; one of {', '.join(BULK)}")
+        except JobNotFoundError as e:
+            done = str(e)
+        return RedirectResponse(with_message(job_url(request, q.name, job_id), done),
+                                status_code=303)  # fmt: skip
+
+    async def dlq_action(self, request: Request, form: FormData) -> Response:
+        """Replay (retry) or purge (remove) dead-lettered jobs of one queue: the ticked ones,
+        or every one (``every``)."""
+        q = Queue(validate_queue_name(str(form.get("queue", ""))), self.backend)
+        what = str(form.get("action", ""))
+        ids = [str(i) for i in form.getlist("ids")]
+        selection: dict[str, Any] = {"state": DLQ} if form.get("every") else {"job_ids": ids}
+        if not form.get("every") and not ids:
+            return back(request, form, "nothing selected: tick jobs first")
+        if what == "replay":
+            n = await q.retry_jobs(**selection)
+            done = f"{n} job{'s' if n != 1 else ''} of {q.name} replayed"
+        elif what == "purge":
+            if not form.get("every"):
+                selection["state"] = DLQ
+            n = await q.remove_jobs(**selection)
+            done = f"{n} job{'s' if n != 1 else ''} of {q.name} purged"
+        else:
+            raise ConfigError(f"unknown action {what!r}; one of replay, purge")
+        return back(request, form, done)
+
+    # -- signing in -------------------------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return with_csrf(
+                request,
+                self.render(
+                    request, "login.html", failed=False, next=request.query_params.get("next", "")
+                ),
+            )
+        form = await request.form()
+        cookie = request.cookies.get(security.CSRF_COOKIE)
+        field = form.get(security.CSRF_FIELD)
+        secret = form.get("secret")
+        if not security.csrf_matches(cookie, field if isinstance(field, str) else None):
+            return PlainTextResponse("reload the sign-in page and try again", status_code=403)
+        if not isinstance(secret, str) or not self.access.accepts_secret(secret):
+            response = self.render(request, "login.html", failed=True,
+                                   next=str(form.get("next", "")))  # fmt: skip
+            response.status_code = 401
+            return response
+        target = str(form.get("next") or "")
+        if not target.startswith("/") or target.startswith("//"):  # never off this site
+            target = str(request.url_for("overview"))
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(security.SESSION_COOKIE, self.access.new_session(),
+                            max_age=security.SESSION_SECONDS, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")  # fmt: skip
+        return response
+
+    async def logout(self, request: Request, form: FormData) -> Response:
+        response = RedirectResponse(str(request.url_for("login")), status_code=303)
+        response.delete_cookie(security.SESSION_COOKIE)
+        return response
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _queue(self, request: Request) -> Queue:
+        return Queue(validate_queue_name(request.path_params["queue"]), self.backend)
+
+
+def csrf_of(request: Request) -> str:
+    token = getattr(request.state, "csrf", None) or request.cookies.get(security.CSRF_COOKIE)
+    if not token:
+        token = security.new_csrf()
+    request.state.csrf = token
+    return str(token)
+
+
+def with_csrf(request: Request, response: Response) -> Response:
+    """Set the CSRF cookie the page's forms were rendered with, if the browser lacks it."""
+    token = csrf_of(request)
+    if request.cookies.get(security.CSRF_COOKIE) != token:
+        response.set_cookie(security.CSRF_COOKIE, token, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")  # fmt: skip
+    return response
+
+
+def job_url(request: Request, queue: str, job_id: str) -> str:
+    return str(request.url_for("job", queue=queue, job_id=job_id))
+
+
+def with_message(url: str, message: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'done': message})}"
+
+
+def back(request: Request, form: FormData, message: str) -> Response:
+    """Back to the page the form was on (a path of this site), with ``message``."""
+    target = str(form.get("back") or "")
+    if not target.startswith("/") or target.startswith("//"):
+        target = str(request.url_for("overview"))
+    target = target.split("done=")[0].rstrip("?&")
+    return RedirectResponse(with_message(target, message), status_code=303)
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    """What the job page shows, decoded for reading."""
+    payload = decoded(job.payload)
+    args = payload if not isinstance(payload, dict) else {
+        "args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}  # fmt: skip
+    times = [("created", job.created_at), ("run at", job.run_at), ("claimed", job.claimed_at),
+             ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)]  # fmt: skip
+    return {"arguments": args, "result": decoded(job.result), "progress": decoded(job.progress),
+            "error_line": summary(job.error),
+            "times": [(label, when(at)) for label, at in times if at]}  # fmt: skip
+
+
+def create_app(
+    backend: Backend,
+    *,
+    token: str | None = None,
+    password: str | None = None,
+    metrics: bool = True,
+    live_interval: float = 0.5,
+    page_size: int = PAGE_SIZE,
+) -> Starlette:
+    """The dashboard as an ASGI app over ``backend`` (connected, and closed, by the caller):
+    serve it with uvicorn, or mount it (``Mount("/relaymq", create_app(backend))``).
+
+    With ``token`` or ``password``, nothing is readable or writable without signing in (or,
+    for the token, ``Authorization: Bearer``); without either it is open to anyone who
+    reaches it, so serve it on a loopback address (``relaymq dashboard`` refuses otherwise).
+    ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client)."""
+    env = Environment(loader=PackageLoader("relaymq.dashboard", "templates"),
+                      autoescape=select_autoescape(default=True))  # fmt: skip
+    env.filters["when"] = when
+    env.filters["summary"] = summary
+    env.filters["pretty"] = pretty
+    d = Dashboard(backend, Access(token, password), Hub(backend, live_interval),
+                  Jinja2Templates(env=env), page_size)  # fmt: skip
+    routes = [
+        Route("/", d.page(d.overview), name="overview"),
+        Route("/queues/{queue}", d.page(d.queue), name="queue"),
+        Route("/queues/{queue}/actions", d.action(d.queue_action), methods=["POST"],
+              name="queue_action"),
+        Route("/queues/{queue}/jobs", d.action(d.jobs_action), methods=["POST"],
+              name="jobs_action"),
+        Route("/queues/{queue}/jobs/{job_id}", d.page(d.job), name="job"),
+        Route("/queues/{queue}/jobs/{job_id}/actions", d.action(d.job_action),
+              methods=["POST"], name="job_action"),
+        Route("/dlq", d.page(d.dlq), name="dlq"),
+        Route("/dlq/actions", d.action(d.dlq_action), methods=["POST"], name="dlq_action"),
+        Route("/workers", d.page(d.workers), name="workers"),
+        Route("/events", d.events, name="events"),
+        Route("/login", d.login, methods=["GET", "POST"], name="login"),
+        Route("/logout", d.action(d.logout), methods=["POST"], name="logout"),
+        Mount("/static", StaticFiles(packages=[("relaymq.dashboard", "static")]), name="static"),
+    ]  # fmt: skip
+    if metrics:
+        routes.append(Route("/metrics", MetricsApp(d), name="metrics"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await d.hub.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={BackendError: backend_error})  # fmt: skip
+    app.state.dashboard = d
+    return app
+
+
+class MetricsApp:
+    """Prometheus metrics (the queue gauges, read when scraped) behind the same sign-in: an
+    ASGI app, so ``Route`` passes it the raw request."""
+
+    def __init__(self, d: Dashboard) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from relaymq.metrics import Metrics, asgi_app
+
+        self.d = d
+        metrics = Metrics(CollectorRegistry())
+        metrics.watch(d.backend)
+        self.inner = asgi_app(metrics)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self.d.signed_in(Request(scope)):
+            await PlainTextResponse("sign in first", status_code=401)(scope, receive, send)
+            return
+        await self.inner(scope, receive, send)
+
+
+async def backend_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, BackendUnavailableError):
+        text = f"The backend cannot be reached right now ({exc}); reload once it is back."
+    else:
+        text = f"The backend answered with an error: {exc}"
+    return PlainTextResponse(text, status_code=503)
+
+
+def pretty(value: Any) -> str:
+    import orjson
+
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode()
+    except TypeError:
+        return repr(value)

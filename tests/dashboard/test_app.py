@@ -1,0 +1,294 @@
+"""The dashboard's pages and actions over HTTP (httpx against the ASGI app, on the test's own
+event loop): what each page shows, what each action changes, and what is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from relaymq import Queue
+from relaymq.backends.base import Backend, Tally
+from relaymq.backends.memory import InMemoryBackend
+from relaymq.cli.app import cli
+from relaymq.dashboard import Access, create_app, exposure_problem
+from relaymq.job import JobState
+from relaymq.worker import Worker
+from tests.dashboard.support import ERROR, client, csrf, failed, waiting
+from tests.redis.server import PrivateRedis
+from tests.support.jobs import queue_name
+from tests.support.waiting import poll_until
+from tests.tasks import add
+
+
+@pytest_asyncio.fixture
+async def memory() -> AsyncIterator[InMemoryBackend]:
+    b = InMemoryBackend()
+    await b.connect()
+    yield b
+    await b.close()
+
+
+async def test_the_overview_shows_every_queue_with_its_counts_and_history(
+    backend: Backend,
+) -> None:
+    """On every backend: counts per state, the paused flag, and the stored history's totals."""
+    busy, idle = Queue(queue_name("busy"), backend), Queue(queue_name("idle"), backend)
+    await failed(busy, 1)
+    await waiting(busy, 3)
+    await waiting(idle, 1)
+    await idle.pause()
+    minute = int(time.time() // 60)
+    await backend.add_tallies([Tally(busy.name, minute, completed=7, retried=1, failed=2)])
+    async with client(backend) as c:
+        page = (await c.get("/")).text
+    assert f'data-count="{busy.name}:waiting">3<' in page
+    assert f'data-count="{busy.name}:failed">1<' in page
+    assert f'data-paused="{idle.name}">paused' in page  # shown
+    assert f'data-paused="{busy.name}" hidden>paused' in page  # not paused: hidden
+    assert "7 done, 30.0% failed" in page  # 3 failed attempts of 10 ended
+
+
+async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
+    memory: InMemoryBackend,
+) -> None:
+    q = Queue(queue_name(), memory)
+    ids = await waiting(q, 5)
+    async with client(memory, page_size=2) as c:
+        first = (await c.get(f"/queues/{q.name}")).text
+        third = (await c.get(f"/queues/{q.name}?state=waiting&page=3")).text
+        found = await c.get(f"/queues/{q.name}?id={ids[3]}")
+        missing = (await c.get(f"/queues/{q.name}?id=nope")).text
+        by_task = (await c.get(f"/queues/{q.name}?state=waiting&task=tests.tasks:add")).text
+        other_task = (await c.get(f"/queues/{q.name}?state=waiting&task=other")).text
+    assert ids[0] in first and ids[1] in first and ids[2] not in first and "next page" in first
+    assert ids[4] in third and ids[3] not in third and "next page" not in third
+    assert (found.status_code, found.headers["location"]) == (
+        303, f"http://dash/queues/{q.name}/jobs/{ids[3]}")  # fmt: skip
+    assert "No job with id nope" in missing
+    assert ids[0] in by_task and ids[0] not in other_task and "No waiting jobs" in other_task
+
+
+async def test_the_job_page_shows_arguments_error_and_traceback(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    [job] = await failed(q, 1)
+    async with client(memory) as c:
+        page = (await c.get(f"/queues/{q.name}/jobs/{job.id}")).text
+        gone = await c.get(f"/queues/{q.name}/jobs/nope")
+    assert "tests.tasks:add" in page and "state-failed" in page
+    assert "ValueError: card declined" in page and "Traceback (most recent call last)" in page
+    assert '"args": [\n    0,\n    0\n  ]' in html.unescape(page)  # decoded, pretty
+    assert gone.status_code == 404 and "No such job" in gone.text
+
+
+async def test_bulk_retry_of_ticked_jobs_and_of_every_job_in_a_state(
+    memory: InMemoryBackend,
+) -> None:
+    q = Queue(queue_name(), memory)
+    jobs = await failed(q, 3)
+    async with client(memory) as c:
+        token = await csrf(c, f"/queues/{q.name}?state=failed")
+        back = f"/queues/{q.name}?state=failed"
+        one = await c.post(f"/queues/{q.name}/jobs", data={
+            "csrf": token, "action": "retry", "ids": [jobs[0].id], "back": back})  # fmt: skip
+        rest = await c.post(f"/queues/{q.name}/jobs", data={
+            "csrf": token, "action": "retry", "every": "1", "state": "failed",
+            "back": back})  # fmt: skip
+    assert one.status_code == 303 and "1+job+retried" in one.headers["location"]
+    assert "2+jobs+retried" in rest.headers["location"]
+    assert (await q.counts())[JobState.WAITING] == 3
+
+
+async def test_queue_actions_pause_resume_drain(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await waiting(q, 2)
+    async with client(memory) as c:
+        token = await csrf(c, f"/queues/{q.name}")
+        url = f"/queues/{q.name}/actions"
+        await c.post(url, data={"csrf": token, "action": "pause"})
+        assert await q.is_paused()
+        await c.post(url, data={"csrf": token, "action": "resume"})
+        assert not await q.is_paused()
+        drained = await c.post(url, data={"csrf": token, "action": "drain"})
+        bad = await c.post(url, data={"csrf": token, "action": "explode"})
+    assert "2+waiting+and+delayed+jobs" in drained.headers["location"]
+    assert (await q.counts()).get(JobState.WAITING, 0) == 0
+    assert bad.status_code == 400 and "unknown queue action" in bad.text
+
+
+async def test_the_dlq_page_replays_and_purges(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    jobs = await failed(q, 3)
+    async with client(memory) as c:
+        page = (await c.get("/dlq")).text
+        token = await csrf(c, "/dlq")
+        replay = await c.post("/dlq/actions", data={
+            "csrf": token, "queue": q.name, "action": "replay", "ids": [jobs[0].id]})  # fmt: skip
+        purge = await c.post("/dlq/actions", data={
+            "csrf": token, "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+    assert all(j.id in page for j in jobs) and "ValueError: card declined" in page
+    assert "1+job+of" in replay.headers["location"] and "replayed" in replay.headers["location"]
+    assert "2+jobs+of" in purge.headers["location"]
+    counts = await q.counts()
+    assert (counts.get(JobState.WAITING), counts.get(JobState.FAILED, 0)) == (1, 0)
+
+
+async def test_a_post_without_the_csrf_value_changes_nothing(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    jobs = await failed(q, 1)
+    async with client(memory) as c:
+        await csrf(c, "/dlq")  # the browser has the cookie; a forged form lacks the value
+        forged = await c.post("/dlq/actions", data={
+            "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+        wrong = await c.post("/dlq/actions", data={
+            "csrf": "guess", "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+    assert forged.status_code == wrong.status_code == 403
+    assert (await q.get_job(jobs[0].id)) is not None
+
+
+async def test_with_a_token_nothing_is_readable_or_writable_without_signing_in(
+    memory: InMemoryBackend,
+) -> None:
+    q = Queue(queue_name(), memory)
+    jobs = await failed(q, 1)
+    async with client(memory, token="s3cret") as c:
+        page = await c.get(f"/queues/{q.name}")
+        assert page.status_code == 303 and "/login?next=" in page.headers["location"]
+        for path in ("/events", "/metrics"):
+            assert (await c.get(path)).status_code == 401
+        token = await csrf(c, "/login")
+        post = await c.post("/dlq/actions", data={
+            "csrf": token, "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+        assert post.status_code == 401 and await q.get_job(jobs[0].id) is not None
+        wrong = await c.post("/login", data={"csrf": token, "secret": "guess", "next": "/"})
+        assert wrong.status_code == 401 and "not the dashboard" in wrong.text
+        signed = await c.post("/login", data={
+            "csrf": token, "secret": "s3cret", "next": f"/queues/{q.name}"})  # fmt: skip
+        assert signed.headers["location"] == f"/queues/{q.name}"
+        assert (await c.get(f"/queues/{q.name}")).status_code == 200
+        await c.post("/logout", data={"csrf": token})
+        assert (await c.get("/")).status_code == 303
+    async with client(memory, token="s3cret") as scraper:
+        headers = {"Authorization": "Bearer s3cret"}
+        assert (await scraper.get("/metrics", headers=headers)).status_code == 200
+        assert (await scraper.get("/metrics", headers={"Authorization": "Bearer x"})).is_error
+
+
+async def test_a_password_signs_in_but_is_no_bearer_token(memory: InMemoryBackend) -> None:
+    async with client(memory, password="pw") as c:
+        assert (await c.get("/", headers={"Authorization": "Bearer pw"})).status_code == 303
+        token = await csrf(c, "/login")
+        offsite = await c.post("/login", data={"csrf": token, "secret": "pw",
+                                                "next": "//evil.example/"})  # fmt: skip
+        assert offsite.headers["location"] == "http://dash/"  # never redirected off the site
+        assert (await c.get("/")).status_code == 200
+
+
+def test_serving_beyond_loopback_needs_a_secret() -> None:
+    assert exposure_problem("127.0.0.1", Access()) is None
+    assert exposure_problem("::1", Access()) is None
+    assert exposure_problem("localhost", Access()) is None
+    assert "not a loopback address" in (exposure_problem("0.0.0.0", Access()) or "")
+    assert exposure_problem("0.0.0.0", Access(password="pw")) is None
+    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://", "--host",
+                                       "0.0.0.0"])  # fmt: skip
+    assert result.exit_code == 2 and "not a loopback address" in result.output
+
+
+async def test_metrics_are_served_by_the_same_app(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await waiting(q, 2)
+    async with client(memory) as c:
+        text = (await c.get("/metrics")).text
+    assert f'relaymq_queue_jobs{{queue="{q.name}",state="waiting"}} 2.0' in text
+
+
+async def test_the_workers_page_lists_a_running_worker(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    worker = Worker(memory, [q.name])
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.started.wait(), 10)
+        async with client(memory) as c:
+            page = (await c.get("/workers")).text
+    finally:
+        worker.stop()
+        await running
+    assert worker.id in page and q.name in page
+
+
+@pytest.mark.parametrize("path", ["/", "/dlq", "/workers", "/login"])
+async def test_every_page_renders_with_nothing_stored(memory: InMemoryBackend, path: str) -> None:
+    async with client(memory) as c:
+        r = await c.get(path)
+    assert r.status_code == 200 and "relaymq" in r.text
+    assert ERROR not in r.text
+
+
+async def test_mounted_under_a_path_its_links_and_actions_stay_under_it(
+    memory: InMemoryBackend,
+) -> None:
+    q = Queue(queue_name(), memory)
+    await failed(q, 1)
+    outer = Starlette(routes=[Mount("/ops/relaymq", create_app(memory))])
+    transport = httpx.ASGITransport(app=outer)
+    async with httpx.AsyncClient(transport=transport, base_url="http://site") as c:
+        page = (await c.get("/ops/relaymq/dlq")).text
+        assert f'href="http://site/ops/relaymq/queues/{q.name}"' in page
+        assert 'action="http://site/ops/relaymq/dlq/actions"' in page
+        assert 'src="http://site/ops/relaymq/static/dashboard.js"' in page
+        assert (await c.get("/ops/relaymq/static/dashboard.js")).status_code == 200
+        token = await csrf(c, "/ops/relaymq/dlq")
+        replay = await c.post("/ops/relaymq/dlq/actions", data={
+            "csrf": token, "queue": q.name, "action": "replay", "every": "1",
+            "back": "/ops/relaymq/dlq"})  # fmt: skip
+    assert replay.headers["location"].startswith("/ops/relaymq/dlq?done=1+job")
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [("/queues/bad%20name!", "queue name"), ("/queues/q?state=bogus", "bogus"),
+     ("/queues/q?page=abc", "abc")],
+)  # fmt: skip
+async def test_bad_input_in_a_url_is_a_clear_400(
+    memory: InMemoryBackend, path: str, says: str
+) -> None:
+    async with client(memory) as c:
+        r = await c.get(path)
+    assert r.status_code == 400 and says in r.text
+
+
+async def test_a_backend_that_goes_away_is_a_503_and_it_serves_again_when_back(
+    tmp_path: Path,
+) -> None:
+    from relaymq.backends import connect
+
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    backend = await connect(f"{server.url}?prefix=dash-down")
+    try:
+        await Queue("emails", backend).add(add.call(1, 1))
+        async with client(backend) as c:
+            server.kill()
+            down = await c.get("/")
+            server.start()
+
+            async def served() -> bool:
+                return (await c.get("/")).status_code == 200
+
+            await poll_until(served, "the dashboard serving again", within=20)
+            back = await c.get("/")
+    finally:
+        await backend.close()
+        server.kill()
+    assert down.status_code == 503 and "cannot be reached" in down.text, down.text
+    assert 'data-count="emails:waiting">1<' in back.text  # persisted, and served again

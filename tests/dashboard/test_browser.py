@@ -1,0 +1,188 @@
+"""The dashboard in a real browser: Playwright drives Debian's Chromium against the app served
+by uvicorn on a free loopback port, with a worker and producers in the same process.
+
+A screenshot of each page goes to ``SCREENSHOTS`` (default ``.screenshots/`` at the top of the
+checkout) for a reviewer to look at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from relaymq import Queue
+from relaymq.backends.memory import InMemoryBackend
+from relaymq.dashboard import create_app
+from relaymq.job import JobState
+from relaymq.worker import Worker
+from tests.dashboard.support import failed, waiting
+from tests.support.jobs import queue_name
+from tests.support.waiting import poll_until
+from tests.tasks import with_context
+
+CHROMIUM = os.environ.get("RELAYMQ_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = Path(os.environ.get("RELAYMQ_SCREENSHOTS",
+                                  Path(__file__).parents[2] / ".screenshots"))  # fmt: skip
+WITHIN = 10_000
+"""Milliseconds a page gets to show what the test waits for."""
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _unavailable() -> str | None:
+    if not shutil.which(CHROMIUM):
+        return f"no Chromium at {CHROMIUM} (make test installs Debian's chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[dev]')"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _browser_there() -> None:
+    reason = _unavailable()
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"browser tests cannot run in CI: {reason}", pytrace=False)
+    if reason:
+        pytest.skip(reason)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass
+class Served:
+    backend: InMemoryBackend
+    url: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest_asyncio.fixture
+async def served() -> AsyncIterator[Served]:
+    import uvicorn
+
+    backend = InMemoryBackend()
+    await backend.connect()
+    port = _free_port()
+    app = create_app(backend, live_interval=0.1)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        await poll_until(lambda: server.started, "uvicorn listening", within=10)
+        yield Served(backend, f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        await serving
+        await backend.close()
+
+
+@pytest_asyncio.fixture
+async def page() -> AsyncIterator[object]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 800})
+            tab = await context.new_page()
+            tab.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+            yield tab
+        finally:
+            await browser.close()
+
+
+async def shoot(page: object, name: str) -> None:
+    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)  # type: ignore[attr-defined]
+
+
+async def live(page: object) -> None:
+    """Wait until the page's event stream is open (the header's dot turns green)."""
+    from playwright.async_api import expect
+
+    await expect(page.locator("#live.on")).to_have_count(1, timeout=WITHIN)  # type: ignore[attr-defined]
+
+
+async def test_the_overview_loads_and_a_count_changes_live(served: Served, page: object) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("emails"), served.backend)
+    await waiting(q, 1)
+    p: object = page
+    await p.goto(served.url + "/")  # type: ignore[attr-defined]
+    cell = p.locator(f'[data-count="{q.name}:waiting"]')  # type: ignore[attr-defined]
+    await expect(cell).to_have_text("1")
+    await live(p)
+    await waiting(q, 2)  # another process enqueues: the open page follows without a reload
+    await expect(cell).to_have_text("3", timeout=WITHIN)
+    await shoot(p, "overview")
+
+
+async def test_a_dead_letter_is_replayed_from_the_dlq_page(served: Served, page: object) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("billing"), served.backend)
+    jobs = await failed(q, 2)
+    p: object = page
+    await p.goto(served.url + "/dlq")  # type: ignore[attr-defined]
+    await expect(p.get_by_text("ValueError: card declined").first).to_be_visible()  # type: ignore[attr-defined]
+    await shoot(p, "dlq")
+    await p.get_by_label(f"select {jobs[0].id}").check()  # type: ignore[attr-defined]
+    await p.get_by_role("button", name="Replay").click()  # type: ignore[attr-defined]  # confirm: accepted
+    await expect(p.get_by_role("status")).to_contain_text(f"1 job of {q.name} replayed")  # type: ignore[attr-defined]
+    replayed = await q.get_job(jobs[0].id)
+    assert replayed is not None and replayed.state is JobState.WAITING
+    still = await q.get_job(jobs[1].id)
+    assert still is not None and still.state is JobState.FAILED
+
+
+async def test_a_job_page_shows_its_events_as_they_happen(served: Served, page: object) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("reports"), served.backend)
+    job_id = (await q.add(with_context.call("monthly"))).id  # it reports progress
+    p: object = page
+    await p.goto(f"{served.url}/queues/{q.name}/jobs/{job_id}")  # type: ignore[attr-defined]
+    await expect(p.locator("#job-state")).to_have_text("waiting")  # type: ignore[attr-defined]
+    await live(p)
+    worker = Worker(served.backend, [q.name])
+    running = asyncio.create_task(worker.run())
+    try:
+        completed = p.locator('#job-events li[data-event="job:completed"]')  # type: ignore[attr-defined]
+        await expect(completed).to_have_count(1, timeout=WITHIN)
+        await expect(p.locator("#job-state")).to_have_text("completed", timeout=WITHIN)  # type: ignore[attr-defined]
+        await expect(p.locator("#job-progress pre")).to_contain_text('"pct": 50')  # type: ignore[attr-defined]
+        await shoot(p, "job")
+        await p.goto(served.url + "/workers")  # type: ignore[attr-defined]
+        await expect(p.get_by_text(worker.id)).to_be_visible()  # type: ignore[attr-defined]
+        await shoot(p, "workers")
+    finally:
+        worker.stop()
+        await running
+
+
+async def test_the_queue_page_acts_on_ticked_jobs(served: Served, page: object) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("thumbnails"), served.backend)
+    ids = await waiting(q, 3)
+    p: object = page
+    await p.goto(f"{served.url}/queues/{q.name}")  # type: ignore[attr-defined]
+    await shoot(p, "queue")
+    await p.get_by_label(f"select {ids[1]}").check()  # type: ignore[attr-defined]
+    await p.get_by_role("button", name="Cancel").click()  # type: ignore[attr-defined]
+    await expect(p.get_by_role("status")).to_contain_text("1 job cancelled")  # type: ignore[attr-defined]
+    job = await q.get_job(ids[1])
+    assert job is not None and job.state is JobState.CANCELLED
+    await expect(p.locator(f'nav.tabs [data-count="{q.name}:waiting"]')).to_have_text("2")  # type: ignore[attr-defined]
