@@ -11,6 +11,7 @@ import asyncio
 import os
 import shutil
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from relaymq import Queue
+from relaymq.backends.base import Tally
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.dashboard import create_app
 from relaymq.job import JobState
@@ -119,6 +121,10 @@ async def test_the_overview_loads_and_a_count_changes_live(served: Served, page:
 
     q = Queue(queue_name("emails"), served.backend)
     await waiting(q, 1)
+    now = int(time.time() // 60)  # an hour of history, for the charts in the screenshot
+    await served.backend.add_tallies([Tally(q.name, now - i, completed=20 + i % 7 * 5,
+                                            retried=i % 11 == 0, failed=i % 13 == 0)
+                                      for i in range(0, 600, 3)])  # fmt: skip
     p: object = page
     await p.goto(served.url + "/")  # type: ignore[attr-defined]
     cell = p.locator(f'[data-count="{q.name}:waiting"]')  # type: ignore[attr-defined]
@@ -126,6 +132,7 @@ async def test_the_overview_loads_and_a_count_changes_live(served: Served, page:
     await live(p)
     await waiting(q, 2)  # another process enqueues: the open page follows without a reload
     await expect(cell).to_have_text("3", timeout=WITHIN)
+    await expect(p.locator("svg.spark rect.ok").first).to_be_visible()  # type: ignore[attr-defined]
     await shoot(p, "overview")
 
 
