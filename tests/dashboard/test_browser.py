@@ -8,6 +8,7 @@ checkout) for a reviewer to look at.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -15,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -71,14 +73,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest_asyncio.fixture
-async def served() -> AsyncIterator[Served]:
+@contextlib.asynccontextmanager
+async def serve(**options: Any) -> AsyncIterator[Served]:
+    """The dashboard over a fresh in-memory backend, on a free loopback port."""
     import uvicorn
 
     backend = InMemoryBackend()
     await backend.connect()
     port = _free_port()
-    app = create_app(backend, live_interval=0.1)
+    app = create_app(backend, live_interval=0.1, **options)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
     try:
@@ -88,6 +91,12 @@ async def served() -> AsyncIterator[Served]:
         server.should_exit = True
         await serving
         await backend.close()
+
+
+@pytest_asyncio.fixture
+async def served() -> AsyncIterator[Served]:
+    async with serve() as s:
+        yield s
 
 
 @pytest_asyncio.fixture
@@ -193,3 +202,22 @@ async def test_the_queue_page_acts_on_ticked_jobs(served: Served, page: object) 
     job = await q.get_job(ids[1])
     assert job is not None and job.state is JobState.CANCELLED
     await expect(p.locator(f'nav.tabs [data-count="{q.name}:waiting"]')).to_have_text("2")  # type: ignore[attr-defined]
+
+
+async def test_signing_in_with_the_password(page: object) -> None:
+    from playwright.async_api import expect
+
+    async with serve(password="correct horse") as s:
+        await waiting(Queue(queue_name("private"), s.backend), 1)
+        p: object = page
+        await p.goto(s.url + "/workers")  # type: ignore[attr-defined]
+        await expect(p.get_by_label("Token or password")).to_be_visible()  # type: ignore[attr-defined]
+        await shoot(p, "login")
+        await p.get_by_label("Token or password").fill("wrong")  # type: ignore[attr-defined]
+        await p.get_by_role("button", name="Sign in").click()  # type: ignore[attr-defined]
+        await expect(p.get_by_role("alert")).to_contain_text("not the dashboard")  # type: ignore[attr-defined]
+        await p.get_by_label("Token or password").fill("correct horse")  # type: ignore[attr-defined]
+        await p.get_by_role("button", name="Sign in").click()  # type: ignore[attr-defined]
+        await expect(p.get_by_role("heading", name="Workers")).to_be_visible()  # type: ignore[attr-defined]
+        await p.get_by_role("button", name="Sign out").click()  # type: ignore[attr-defined]
+        await expect(p.get_by_label("Token or password")).to_be_visible()  # type: ignore[attr-defined]
