@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from relaymq import events
-from relaymq.backends.base import Backend
-from relaymq.job import JobState
+from relaymq import instrumented
+from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.job import Job, JobState
 from relaymq.settings import Settings
 
 
@@ -60,10 +60,8 @@ async def drain(
     from relaymq.worker import Worker
 
     worker = Worker(backend, list(queues), settings=settings or Settings())
-    subscription = await events.subscribe(backend)
-    errors: dict[str, str] = {}
-    heard = asyncio.Event()
-    listening = asyncio.create_task(_failures(subscription, set(queues), errors, heard))
+    failures = _Failures(set(queues))
+    instrumented.observe(failures)
     running = asyncio.create_task(worker.run())
     try:
         deadline = time.monotonic() + within
@@ -80,18 +78,12 @@ async def drain(
     finally:
         worker.stop()
         await running
-        with contextlib.suppress(TimeoutError):  # the last job:failed events coming through
-            async with asyncio.timeout(2):
-                while len(errors) < worker.stats.failed and not listening.done():
-                    heard.clear()
-                    await heard.wait()
-        listening.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listening
-        await subscription.aclose()
+        instrumented.unobserve(failures)
     s = worker.stats
     delayed = sum([(await backend.counts(q))[JobState.DELAYED] for q in queues])
-    return Drained(s.completed, s.retried, s.failed, s.expired, s.cancelled, delayed, errors)
+    return Drained(
+        s.completed, s.retried, s.failed, s.expired, s.cancelled, delayed, failures.errors
+    )
 
 
 async def _left(backend: Backend, queues: Sequence[str], wait_for_delayed: bool) -> str | None:
@@ -104,11 +96,14 @@ async def _left(backend: Backend, queues: Sequence[str], wait_for_delayed: bool)
     return ", ".join(left) or None
 
 
-async def _failures(
-    subscription: events.Subscription, queues: set[str], errors: dict[str, str],
-    heard: asyncio.Event,
-) -> None:  # fmt: skip
-    async for event in subscription:
-        if event.name == events.JOB_FAILED and event.queue in queues and event.job_id:
-            errors[event.job_id] = str(event.data.get("error", ""))
-            heard.set()
+class _Failures(instrumented.Observer):
+    """Collects the error of each job of ``queues`` whose failure for good the backend stored
+    (from the worker itself: events may be dropped when the backend is busy)."""
+
+    def __init__(self, queues: set[str]) -> None:
+        self.queues = queues
+        self.errors: dict[str, str] = {}
+
+    def settled(self, job: Job, settle: Settle, applied: bool) -> None:
+        if applied and settle.outcome is Outcome.FAIL and job.queue in self.queues:
+            self.errors[job.id] = settle.error or ""

@@ -91,6 +91,8 @@ DEFAULT_DATABASE: Final = "relaymq"
 DUPLICATE_KEY: Final = 11000
 CLAIM_ROUNDS: Final = 3
 RECOVER_BATCH: Final = 500
+IDS_PER_FIND: Final = 200
+"""Ids in one ``$in``: the MongoDB-protocol test server refuses a query tree deeper than 1000."""
 
 
 class MongoDBBackend(Backend):
@@ -440,8 +442,11 @@ class MongoDBBackend(Backend):
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         if not ids:
             return []
-        cursor = self._jobs.find({"queue": queue, "id": {"$in": list(ids)}})
-        found = {doc["id"]: to_job(doc) async for doc in cursor}
+        found: dict[str, Job] = {}
+        for at in range(0, len(ids), IDS_PER_FIND):  # a bounded $in: servers cap query size
+            chunk = list(ids[at : at + IDS_PER_FIND])
+            cursor = self._jobs.find({"queue": queue, "id": {"$in": chunk}})
+            found.update({doc["id"]: to_job(doc) async for doc in cursor})
         return [found.get(i) for i in ids]
 
     @translated
