@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs pytest django services browser bench clean
+.PHONY: demo test lint typecheck docs pytest django services browser bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ django:  # Django 6 needs Python >= 3.12: its own virtualenv (.venv-django)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py --url $${URL:-sqlite:///$$(mktemp -d)/bench.db}
+
+soak: $(STAMP) services  # the long chaos soak on every backend (an hour or more; SOAK_ARGS="--jobs 20000 redis")
+	$(BIN)/python -m tests.soak.run $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-django .mypy_cache .ruff_cache .pytest_cache .site .screenshots

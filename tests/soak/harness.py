@@ -1,0 +1,339 @@
+"""The chaos soak: worker processes run jobs that append to a ledger while the soak SIGKILLs
+workers, freezes them (SIGSTOP, then SIGCONT after the stalled threshold) and crashes the
+server (private instances, persistence on), with producers enqueueing throughout. Then the
+checker reads every job back and classifies it against the ledger:
+
+- **completed once**: its executions are exactly the ones its kind needs (a ``flaky`` job
+  fails its first attempt on purpose);
+- **duplicated, explained**: an extra execution started in a process that was killed or
+  frozen while it ran, or while the server was being restarted;
+- **duplicated, unexplained**, **lost** (acknowledged, then gone), **stuck** (not completed by
+  the deadline), **stale write** (the result comes from an attempt that is not the job's
+  last: a settle from a lost claim was accepted). Any of these fails the soak.
+
+It also reports how long after a kill the killed worker's jobs started again (recovery
+latency), against ``stalled_threshold``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relaymq import Queue
+from relaymq.backends import connect
+from relaymq.errors import BackendError
+from relaymq.job import Job, JobState
+from tests.soak import tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = 250
+
+
+@dataclass(frozen=True)
+class Profile:
+    jobs: int
+    workers: int
+    kills: int
+    freezes: int
+    restarts: int
+    deadline: float
+    """Seconds the whole soak may take before unfinished jobs count as stuck."""
+
+
+SHORT = Profile(jobs=600, workers=3, kills=3, freezes=1, restarts=1, deadline=120)
+LONG = Profile(jobs=100_000, workers=4, kills=200, freezes=40, restarts=10, deadline=3600)
+
+
+@dataclass
+class Target:
+    """A backend to soak: its URL and, for a server, how to crash and restart it."""
+
+    name: str
+    url: str
+    restart: Callable[[], Awaitable[None]] | None = None
+    stalled_threshold: float = 1.5
+    """The workers' (heartbeats and recovery scale with it): longer for a slow server."""
+    share: float = 1.0
+    """The share of a profile's jobs this target runs (a slow test server runs fewer)."""
+
+
+@dataclass
+class Report:
+    target: str
+    jobs: int
+    stalled_threshold: float
+    seconds: float = 0.0
+    completed_once: int = 0
+    explained: int = 0
+    unexplained: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    kills: int = 0
+    freezes: int = 0
+    restarts: int = 0
+    recovery: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.unexplained or self.lost or self.stuck or self.stale)
+
+    def summary(self) -> str:
+        rec = sorted(self.recovery)
+        p50 = statistics.median(rec) if rec else float("nan")
+        p99 = rec[min(len(rec) - 1, int(len(rec) * 0.99))] if rec else float("nan")
+        return (
+            f"{self.target}: {self.jobs} jobs in {self.seconds:.1f}s; completed once "
+            f"{self.completed_once}, duplicated with a crash that explains it {self.explained}, "
+            f"unexplained {len(self.unexplained)}, lost {len(self.lost)}, stuck "
+            f"{len(self.stuck)}, stale writes {len(self.stale)}; {self.kills} kills, "
+            f"{self.freezes} freezes, {self.restarts} server restarts; recovery after a kill "
+            f"p50 {p50:.2f}s p99 {p99:.2f}s (stalled_threshold {self.stalled_threshold}s, "
+            f"{len(rec)} jobs)"
+        )
+
+
+@dataclass
+class Chaos:
+    """What the soak did to whom, and when (monotonic clock)."""
+
+    killed: dict[int, float] = field(default_factory=dict)
+    frozen: dict[int, tuple[float, float]] = field(default_factory=dict)
+    restarts: list[tuple[float, float]] = field(default_factory=list)
+
+
+class Workers:
+    def __init__(self, target: Target, queue: str, ledger: Path) -> None:
+        self.target, self.queue, self.ledger = target, queue, ledger
+        self.procs: list[asyncio.subprocess.Process] = []
+
+    async def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_SOAK_LEDGER": str(self.ledger),
+               "RELAYMQ_LOG_LEVEL": "ERROR"}  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.soak.worker", self.target.url, self.queue,
+            str(self.target.stalled_threshold), cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        self.procs.append(proc)
+
+    def live(self) -> list[asyncio.subprocess.Process]:
+        return [p for p in self.procs if p.returncode is None]
+
+    async def stop(self) -> None:
+        for p in self.live():
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                await asyncio.wait_for(p.wait(), 20)
+            except TimeoutError:
+                p.kill()
+                await p.wait()
+
+
+async def soak(target: Target, profile: Profile, tmp: Path, seed: int | None = None) -> Report:
+    rng = random.Random(seed)
+    profile = dataclasses.replace(profile, jobs=max(1, round(profile.jobs * target.share)))
+    ledger = tmp / "ledger"
+    ledger.mkdir(parents=True, exist_ok=True)
+    queue_name = f"soak-{rng.getrandbits(32):08x}"
+    kinds = {f"j{i:06d}": ("flaky" if i % 10 == 0 else "ok") for i in range(profile.jobs)}
+    backend = await connect(target.url)
+    queue = Queue(queue_name, backend)
+    workers = Workers(target, queue_name, ledger)
+    chaos = Chaos()
+    began = time.monotonic()
+    report = Report(target.name, profile.jobs, target.stalled_threshold)
+    try:
+        for _ in range(profile.workers):
+            await workers.start()
+        producing = asyncio.create_task(_produce(queue, kinds))
+        await _run_chaos(target, profile, queue, workers, chaos, rng, began)
+        await producing
+        report.seconds = time.monotonic() - began
+    finally:
+        await workers.stop()
+    jobs = await _read_all(queue, list(kinds))
+    await backend.close()
+    _check(report, kinds, jobs, _read_ledger(ledger), chaos)
+    report.kills, report.freezes = len(chaos.killed), len(chaos.frozen)
+    report.restarts = len(chaos.restarts)
+    return report
+
+
+async def _retrying(call: Callable[[], Awaitable[object]], what: str, within: float) -> object:
+    """A backend call tried again while the server restarts."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except BackendError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)  # the server is restarting: a pause between attempts
+
+
+async def _produce(queue: Queue, kinds: dict[str, str]) -> None:
+    """Enqueue every job in batches while the chaos runs (fixed ids: a retried batch is
+    answered as duplicates, never stored twice)."""
+    ids = list(kinds)
+    for at in range(0, len(ids), BATCH):
+        calls = [tasks.step.with_options(job_id=i).call(kinds[i]) for i in ids[at : at + BATCH]]
+        await _retrying(lambda calls=calls: queue.add_bulk(calls), "enqueue", 60)
+        await asyncio.sleep(0)
+
+
+async def _completed(queue: Queue) -> int:
+    try:
+        return (await queue.counts()).get(JobState.COMPLETED, 0)
+    except BackendError:
+        return -1  # the server is restarting
+
+
+async def _run_chaos(
+    target: Target, profile: Profile, queue: Queue, workers: Workers, chaos: Chaos,
+    rng: random.Random, began: float,
+) -> None:  # fmt: skip
+    """Do each disruption when its share of the jobs has completed; return when all have."""
+    plan = [("kill", rng.uniform(0.05, 0.9)) for _ in range(profile.kills)]
+    plan += [("freeze", rng.uniform(0.05, 0.9)) for _ in range(profile.freezes)]
+    if target.restart is not None:
+        plan += [("restart", (i + 1) / (profile.restarts + 1)) for i in range(profile.restarts)]
+    plan.sort(key=lambda p: p[1])
+    thaws: list[asyncio.Task[None]] = []
+    while True:
+        done = await _completed(queue)
+        if done >= profile.jobs:
+            break
+        if time.monotonic() - began > profile.deadline:
+            break
+        while plan and done >= 0 and done >= plan[0][1] * profile.jobs:
+            action, _ = plan.pop(0)
+            if action == "kill":
+                victim = rng.choice(workers.live())
+                victim.kill()
+                chaos.killed[victim.pid] = time.monotonic()
+                await workers.start()
+            elif action == "freeze":
+                victim = rng.choice(workers.live())
+                if victim.pid in chaos.frozen:
+                    continue
+                victim.send_signal(signal.SIGSTOP)
+                thaws.append(asyncio.create_task(_thaw(victim, chaos, target.stalled_threshold)))
+            elif target.restart is not None:
+                start = time.monotonic()
+                await target.restart()
+                chaos.restarts.append((start, time.monotonic()))
+        await asyncio.sleep(0.05)  # a pause between two looks at the counts
+    for t in thaws:
+        await t
+
+
+async def _thaw(victim: asyncio.subprocess.Process, chaos: Chaos, stalled: float) -> None:
+    frozen_at = time.monotonic()
+    await asyncio.sleep(stalled * 2)  # long enough to be recovered
+    with contextlib.suppress(ProcessLookupError):
+        victim.send_signal(signal.SIGCONT)
+    chaos.frozen[victim.pid] = (frozen_at, time.monotonic())
+
+
+async def _read_all(queue: Queue, ids: list[str]) -> dict[str, Job | None]:
+    out: dict[str, Job | None] = {}
+    for at in range(0, len(ids), 500):
+        chunk = ids[at : at + 500]
+        found = await _retrying(lambda chunk=chunk: queue.get_jobs(chunk), "read", 60)
+        out.update(zip(chunk, found, strict=True))  # type: ignore[call-overload]
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    attempt: int
+    pid: int
+    at: float
+    """Wall-clock start."""
+
+
+def _read_ledger(ledger: Path) -> dict[str, list[Run]]:
+    runs: dict[str, list[Run]] = defaultdict(list)
+    for path in ledger.glob("*.log"):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 4:  # a line cut by a SIGKILL mid-write is not a run
+                runs[parts[0]].append(Run(int(parts[1]), int(parts[2]), float(parts[3])))
+    for r in runs.values():
+        r.sort(key=lambda run: run.at)
+    return runs
+
+
+def _check(
+    report: Report, kinds: dict[str, str], jobs: dict[str, Job | None],
+    ledger: dict[str, list[Run]], chaos: Chaos,
+) -> None:  # fmt: skip
+    # The chaos times are monotonic, the ledger's wall-clock: line them up.
+    offset = time.time() - time.monotonic()
+    killed = {pid: at + offset for pid, at in chaos.killed.items()}
+    frozen = {pid: (a + offset, b + offset) for pid, (a, b) in chaos.frozen.items()}
+    restarts = [(a + offset, b + offset) for a, b in chaos.restarts]
+    for job_id, kind in kinds.items():
+        job = jobs.get(job_id)
+        runs = ledger.get(job_id, [])
+        if job is None:
+            report.lost.append(job_id)
+            continue
+        if job.state is not JobState.COMPLETED:
+            report.stuck.append(f"{job_id} {job.state.value} after {len(runs)} runs")
+            continue
+        result = job.result_value()
+        if not runs or result[0] != job.attempts:
+            report.stale.append(f"{job_id}: result of attempt {result[0]}, job at {job.attempts}")
+            continue
+        # Every run but the one that completed the job (its attempt is the job's last) and a
+        # flaky job's designed first failure needs a disruption to explain it.
+        extra = [r for r in runs if r.attempt != job.attempts
+                 and not (kind == "flaky" and r.attempt == 1)]  # fmt: skip
+        if not extra:
+            report.completed_once += 1
+            continue
+        stalled = report.stalled_threshold
+        unexplained = [r for r in extra
+                       if not _explained(r, runs, killed, frozen, restarts, stalled)]  # fmt: skip
+        if unexplained:
+            report.unexplained.append(f"{job_id}: {runs}")
+        else:
+            report.explained += 1
+        for r in extra:
+            if r.pid in killed:
+                later = [n.at for n in runs if n.at > killed[r.pid]]
+                if later:
+                    report.recovery.append(min(later) - killed[r.pid])
+
+
+def _explained(
+    run: Run, runs: list[Run], killed: dict[int, float], frozen: dict[int, tuple[float, float]],
+    restarts: list[tuple[float, float]], stalled: float,
+) -> bool:  # fmt: skip
+    """An execution that did not end the job is explained by its process being killed or
+    frozen after it started, or by a server restart before the next execution started."""
+    after = [r.at for r in runs if r.at > run.at]
+    until = min(after) if after else float("inf")
+    if run.pid in killed and killed[run.pid] >= run.at - 1:
+        return True
+    if run.pid in frozen and frozen[run.pid][1] >= run.at - 1:
+        return True
+    return any(start <= until and end + stalled * 4 >= run.at
+               for start, end in restarts)  # fmt: skip

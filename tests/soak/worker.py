@@ -1,0 +1,38 @@
+"""One soak worker process: ``python -m tests.soak.worker URL QUEUE STALLED_THRESHOLD`` (the
+ledger directory in ``RELAYMQ_SOAK_LEDGER``); runs until SIGTERM, or the soak SIGKILLs it."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from relaymq import Settings, Worker
+from relaymq.backends import connect
+from tests.soak import tasks  # noqa: F401 - registers the task
+
+
+def settings(stalled_threshold: float) -> Settings:
+    """Short thresholds, so a kill is recovered in seconds (a slow server gets longer ones);
+    max_stalled high, so no job of the soak is dead-lettered for having been on killed workers
+    too often."""
+    return Settings(
+        concurrency=8, heartbeat_interval=stalled_threshold / 7.5,
+        stalled_threshold=stalled_threshold, stalled_check_interval=stalled_threshold / 5,
+        shutdown_timeout=2.0, max_stalled=1000, history_flush_interval=0,
+    )  # fmt: skip
+
+
+async def main(url: str, queue: str, stalled_threshold: float) -> None:
+    backend = await connect(url)
+    worker = Worker(backend, [queue], settings=settings(stalled_threshold))
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, worker.stop)
+    try:
+        await worker.run()
+    finally:
+        await backend.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3])))
