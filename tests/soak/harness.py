@@ -62,11 +62,19 @@ class Target:
 
     name: str
     url: str
-    restart: Callable[[], Awaitable[None]] | None = None
+    stop: Callable[[], Awaitable[None]] | None = None
+    """Crash the server (SIGKILL or an immediate shutdown: no clean checkpoint)."""
+    start: Callable[[], Awaitable[None]] | None = None
+    """Start it again on the same data."""
     stalled_threshold: float = 1.5
     """The workers' (heartbeats and recovery scale with it): longer for a slow server."""
     share: float = 1.0
     """The share of a profile's jobs this target runs (a slow test server runs fewer)."""
+
+    async def restart(self) -> None:
+        assert self.stop is not None and self.start is not None
+        await self.stop()
+        await self.start()
 
 
 @dataclass
@@ -211,7 +219,7 @@ async def _run_chaos(
     """Do each disruption when its share of the jobs has completed; return when all have."""
     plan = [("kill", rng.uniform(0.05, 0.9)) for _ in range(profile.kills)]
     plan += [("freeze", rng.uniform(0.05, 0.9)) for _ in range(profile.freezes)]
-    if target.restart is not None:
+    if target.stop is not None:
         plan += [("restart", (i + 1) / (profile.restarts + 1)) for i in range(profile.restarts)]
     plan.sort(key=lambda p: p[1])
     thaws: list[asyncio.Task[None]] = []
@@ -234,7 +242,7 @@ async def _run_chaos(
                     continue
                 victim.send_signal(signal.SIGSTOP)
                 thaws.append(asyncio.create_task(_thaw(victim, chaos, target.stalled_threshold)))
-            elif target.restart is not None:
+            elif target.stop is not None:
                 start = time.monotonic()
                 await target.restart()
                 chaos.restarts.append((start, time.monotonic()))

@@ -48,12 +48,14 @@ async def redis(tmp: Path) -> AsyncIterator[Target]:
     server = PrivateRedis(tmp / "redis")
     server.start()
 
-    async def restart() -> None:
+    async def stop() -> None:
         await asyncio.to_thread(server.kill)
+
+    async def start() -> None:
         await asyncio.to_thread(server.start)
 
     try:
-        yield Target("redis", f"{server.url}?prefix=soak", restart)
+        yield Target("redis", f"{server.url}?prefix=soak", stop, start)
     finally:
         server.kill()
 
@@ -66,12 +68,14 @@ async def postgres(tmp: Path) -> AsyncIterator[Target]:
     await asyncio.to_thread(cluster.init)
     await asyncio.to_thread(cluster.start)
 
-    async def restart() -> None:
+    async def stop() -> None:
         await asyncio.to_thread(cluster.stop_immediate)  # a crash: no checkpoint
+
+    async def start() -> None:
         await asyncio.to_thread(cluster.start)
 
     try:
-        yield Target("postgres", f"{cluster.url}?migrate=true", restart)
+        yield Target("postgres", f"{cluster.url}?migrate=true", stop, start)
     finally:
         await asyncio.to_thread(cluster.destroy)
 
@@ -83,12 +87,10 @@ async def mongodb(tmp: Path) -> AsyncIterator[Target]:
     server = MongoServer(tmp / "mongo.db")
     await server.start()
 
-    async def restart() -> None:
-        await server.kill()
-        await server.start()
-
     try:
-        yield Target("mongodb", server.url, restart, stalled_threshold=6.0, share=0.25)
+        yield Target(
+            "mongodb", server.url, server.kill, server.start, stalled_threshold=6.0, share=0.25
+        )
     finally:
         await server.kill()
 
@@ -105,20 +107,18 @@ async def rabbitmq_redis(tmp: Path) -> AsyncIterator[Target]:
     broker = node.PrivateNode()
     turn = 0
 
-    async def restart() -> None:
+    async def stop() -> None:
         nonlocal turn
         turn += 1
-        if turn % 2:
-            await asyncio.to_thread(broker.kill)
-            await asyncio.to_thread(broker.start)
-        else:
-            await asyncio.to_thread(store.kill)
-            await asyncio.to_thread(store.start)
+        await asyncio.to_thread(broker.kill if turn % 2 else store.kill)
+
+    async def start() -> None:
+        await asyncio.to_thread(broker.start if turn % 2 else store.start)
 
     try:
         await asyncio.to_thread(broker.start)
         url = support.url(tmp, f"{store.url}?prefix=soak", amqp_url=node.URL)
-        yield Target("rabbitmq_redis", url, restart)
+        yield Target("rabbitmq_redis", url, stop, start)
     finally:
         await asyncio.to_thread(broker.stop)
         store.kill()

@@ -1,4 +1,5 @@
-"""The worker on every backend: outcomes, retries, bad input, TTL, cancellation, shutdown."""
+"""The worker on every backend: outcomes, retries, TTL, cancellation, shutdown. Bad input has
+its own catalogue: test_bad_input.py."""
 
 from __future__ import annotations
 
@@ -14,10 +15,8 @@ from relaymq import (
     JobFailedError,
     JobState,
     Queue,
-    SerializationError,
 )
 from relaymq.backends.base import Backend
-from relaymq.errors import PayloadTooLargeError
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.support.jobs import new_job
@@ -73,29 +72,6 @@ async def test_exhausted_retries_fail_into_the_dlq(queue: Queue, run_worker: Run
             await handle.result(timeout=10)
     assert tasks.LEDGER[k] == 2  # retries=1: two attempts
     assert [j.id for j in await queue.list_jobs(JobState.FAILED)] == [handle.id]
-
-
-async def test_unknown_task_is_retried_then_fails_into_the_dlq_naming_it(
-    live: Backend, q: str, run_worker: RunWorker
-) -> None:
-    await live.enqueue([new_job(q, "ghost", task="tests.nowhere:missing", max_attempts=2)])
-    async with run_worker():
-        await wait_state(live, q, "ghost", JobState.FAILED)  # after a backoff of 1-1.2 s
-    job = await live.get_job(q, "ghost")
-    assert job is not None and job.attempts == 2  # retried (a rolling deploy), then failed
-    assert job.error is not None and "tests.nowhere:missing" in job.error
-
-
-async def test_undecodable_payload_fails_and_others_go_on(
-    live: Backend, q: str, queue: Queue, run_worker: RunWorker
-) -> None:
-    await live.enqueue([new_job(q, "garbled", task=tasks.add.name, payload=b"\xff{not json")])
-    good = await queue.add(tasks.add.call(1, 1))
-    async with run_worker():
-        assert await good.result(timeout=10) == 2
-        await wait_state(live, q, "garbled", JobState.FAILED)
-    job = await live.get_job(q, "garbled")
-    assert job is not None and job.error is not None and "payload" in job.error
 
 
 async def test_expired_job_goes_to_the_dlq_without_running(
@@ -158,34 +134,6 @@ async def test_timeout_counts_as_a_failed_attempt(queue: Queue, run_worker: RunW
         with pytest.raises(JobFailedError, match="timed out"):
             await handle.result(timeout=10)
     assert tasks.LEDGER[k] == 1
-
-
-async def test_unserialisable_result_fails_with_reason(queue: Queue, run_worker: RunWorker) -> None:
-    async with run_worker():
-        handle = await queue.add(tasks.bad_result.call(key()))
-        with pytest.raises(JobFailedError, match="result cannot be serialized"):
-            await handle.result(timeout=10)
-
-
-async def test_unserialisable_arguments_are_rejected_and_nothing_stored(queue: Queue) -> None:
-    with pytest.raises(SerializationError, match="cannot serialize"):
-        await queue.add(tasks.add.call(object(), 1))  # type: ignore[arg-type]
-    with pytest.raises(SerializationError):
-        await queue.add_bulk([tasks.add.call(1, 1), tasks.add.call("\ud800", 1)])  # type: ignore[arg-type]
-    assert sum((await queue.counts()).values()) == 0
-
-
-async def test_oversized_payload_is_rejected(queue: Queue) -> None:
-    small = Queue(queue.name, queue.backend, settings=queue.settings.replace(max_payload_bytes=64))
-    with pytest.raises(PayloadTooLargeError):
-        await small.add(tasks.add.call(1, "x" * 100))  # type: ignore[arg-type]
-    assert sum((await queue.counts()).values()) == 0
-
-
-async def test_nul_characters_round_trip(queue: Queue, run_worker: RunWorker) -> None:
-    async with run_worker():
-        handle = await queue.add(tasks.add.call("a\x00", "\x00b"))  # type: ignore[arg-type]
-        assert await handle.result(timeout=10) == "a\x00\x00b"
 
 
 async def test_claims_are_sized_to_free_slots(queue: Queue, run_worker: RunWorker) -> None:
