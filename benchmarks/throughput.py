@@ -44,19 +44,27 @@ class Run:
 @contextlib.asynccontextmanager
 async def worker(backend: Backend, url: str, queue: str, concurrency: int) -> AsyncIterator[None]:
     """One worker: a subprocess, or a task in this process for process-local backends."""
+    if backend.capabilities.cross_process:
+        async with worker_process(backend, url, queue, concurrency):
+            yield
+        return
+    w = Worker(backend, [queue], settings=Settings(concurrency=concurrency))
+    running = asyncio.create_task(w.run())
+    await w.started.wait()
+    try:
+        yield
+    finally:
+        w.stop()
+        await running
+
+
+@contextlib.asynccontextmanager
+async def worker_process(
+    backend: Backend, url: str, queue: str, concurrency: int
+) -> AsyncIterator[int]:
+    """A ``relaymq worker`` process on ``queue``, online when this yields its pid."""
     online = await events.subscribe(backend)
     try:
-        if not backend.capabilities.cross_process:
-            await online.aclose()
-            w = Worker(backend, [queue], settings=Settings(concurrency=concurrency))
-            running = asyncio.create_task(w.run())
-            await w.started.wait()
-            try:
-                yield
-            finally:
-                w.stop()
-                await running
-            return
         env = {**os.environ, "RELAYMQ_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "relaymq", "worker", "benchmarks.tasks", "-q", queue,
@@ -68,7 +76,7 @@ async def worker(backend: Backend, url: str, queue: str, concurrency: int) -> As
                     if event.name == events.WORKER_ONLINE and queue in event.data.get("queues", []):
                         break
             await online.aclose()  # do not make this process decode every event of the run
-            yield
+            yield proc.pid
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
