@@ -130,6 +130,9 @@ class Chaos:
 
     killed: dict[int, float] = field(default_factory=dict)
     frozen: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Each worker frozen once at most, from SIGSTOP to SIGCONT."""
+    stopped: set[int] = field(default_factory=set)
+    """Workers frozen now or before."""
     restarts: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -269,9 +272,12 @@ async def _run_chaos(
                 chaos.killed[victim.pid] = time.monotonic()
                 await workers.start()
             elif action == "freeze":
-                victim = rng.choice(workers.live())
-                if victim.pid in chaos.frozen:
-                    continue
+                fresh = [p for p in workers.live() if p.pid not in chaos.stopped]
+                if not fresh:  # every live worker was frozen once: one more to freeze
+                    await workers.start()
+                    fresh = [workers.procs[-1]]
+                victim = rng.choice(fresh)
+                chaos.stopped.add(victim.pid)
                 victim.send_signal(signal.SIGSTOP)
                 thaws.append(asyncio.create_task(_thaw(victim, chaos, target.stalled_threshold)))
             elif target.stop is not None:
