@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +40,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=LONG.jobs)
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
+    # the soak crashes servers on purpose: the drivers' reconnect tracebacks are not news
+    for driver in ("asyncpg", "aio_pika", "aiormq", "pymongo"):
+        logging.getLogger(driver).setLevel(logging.CRITICAL)
     if unknown := set(args.backends) - set(NAMES):
         parser.error(
             f"unknown backend {', '.join(sorted(unknown))}: choose from {', '.join(NAMES)}"
