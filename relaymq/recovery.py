@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from relaymq.backends.base import Recovered
 from relaymq.errors import BackendError
@@ -37,8 +37,13 @@ class Maintenance:
         queues: Sequence[str],
         settings: Settings,
         owner: str,
+        *,
+        hold_off: Callable[[], bool] | None = None,
     ) -> None:
         self.ops = ops
+        self.hold_off = hold_off
+        """True while this worker's own heartbeats may be late (its event loop was blocked):
+        a pass then would take its live jobs for stalled ones, so it waits for the next."""
         self.queues = list(queues)
         self.settings = settings
         self.owner = owner
@@ -49,7 +54,8 @@ class Maintenance:
     async def run(self) -> None:
         """Every ``stalled_check_interval``: one pass over the queues this worker leads."""
         while True:
-            await self.run_once()
+            if self.hold_off is None or not self.hold_off():
+                await self.run_once()
             await asyncio.sleep(self.settings.stalled_check_interval)
 
     async def run_once(self) -> dict[str, Recovered]:

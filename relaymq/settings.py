@@ -31,6 +31,9 @@ class Settings:
     """Seconds a stopping worker waits for running jobs before releasing their claims."""
     max_stalled: int = 3
     """Recoveries a job may go through before it fails into the DLQ (poison-job guard)."""
+    max_blocked: float = 300.0
+    """Seconds a handler may block the worker's event loop while its claims are renewed from
+    a thread of their own; past that they are left to stalled recovery. 0: no such thread."""
     max_payload_bytes: int = 1024 * 1024
     """Largest serialized job payload accepted at enqueue (below every backend's own limit)."""
     history_flush_interval: float = 5.0
@@ -51,8 +54,8 @@ class Settings:
             )
         if self.stalled_check_interval <= 0 or self.shutdown_timeout < 0:
             raise ConfigError("stalled_check_interval must be positive, shutdown_timeout >= 0")
-        if self.max_stalled < 0 or self.max_payload_bytes < 1:
-            raise ConfigError("max_stalled must be >= 0 and max_payload_bytes >= 1")
+        if self.max_stalled < 0 or self.max_payload_bytes < 1 or self.max_blocked < 0:
+            raise ConfigError("max_stalled and max_blocked must be >= 0, max_payload_bytes >= 1")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
 

@@ -149,6 +149,17 @@ def meet(key: str, parties: int) -> int:
 
 
 @task(queue="tests")
+async def block_loop(key: str) -> str:
+    """An async handler that blocks the event loop (no await) until the test sets
+    ``thread_gate(key)`` from another thread: what the worker's loop watch is for."""
+    LEDGER[key] += 1
+    thread_started(key).set()
+    if not thread_gate(key).wait(30):
+        raise TimeoutError("the test never opened the gate")
+    return key
+
+
+@task(queue="tests")
 def block_thread(key: str) -> str:
     """A plain function that blocks its thread until the test sets ``thread_gate(key)``."""
     LEDGER[key] += 1

@@ -59,7 +59,7 @@ def from_url(url: str, *, clock: Clock | None = None, **options: Any) -> Backend
     inner = cls.inner_urls(url)
     if inner:  # built over other backends (a broker's metadata store): the options are theirs
         options = {k: from_url(u, clock=clock, **options) for k, u in inner.items()}
-    backend: Backend = cls(url, clock=clock, **options)  # type: ignore[call-arg]
+    backend: Backend = cls(url, clock=clock, **options)
     return backend
 
 

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from relaymq.job import Claim, Job, JobState, NewJob
 from relaymq.options import MAX_PRIORITY
@@ -221,6 +221,22 @@ class Backend(abc.ABC):
     retention: float | None = None
     """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
     maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""
+
+    _made_with: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        self = super().__new__(cls)
+        self._made_with = (args, kwargs)  # what heartbeat_handle builds its twin from
+        return self
+
+    def heartbeat_handle(self) -> Backend | None:
+        """A new, unconnected handle on the same state with its own connections, for the
+        heartbeats a worker sends from its own thread while its event loop is blocked
+        (``relaymq.worker.loopwatch``). None when the backend cannot have one (in-memory state
+        belongs to one event loop). The default builds this class again with the arguments
+        this handle was built with."""
+        args, kwargs = self._made_with
+        return type(self)(*args, **kwargs)
 
     @classmethod
     def inner_urls(cls, url: str) -> dict[str, str]:

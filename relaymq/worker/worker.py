@@ -37,6 +37,7 @@ from relaymq.settings import Settings
 from relaymq.worker.execution import Execution
 from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.history import History
+from relaymq.worker.loopwatch import LoopWatch
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.settling import Settler
 from relaymq.worker.threads import ThreadPool
@@ -68,6 +69,8 @@ class WorkerStats:
     lost: int = 0
     empty_claims: int = 0
     """Claims that found nothing to do (the worker then waits)."""
+    loop_blocked: int = 0
+    """Times a handler blocked the event loop for half a heartbeat interval or more."""
 
 
 class Worker:
@@ -114,7 +117,17 @@ class Worker:
             pool=self._pool,
         )  # fmt: skip
         self._rotation = 0
-        self._maintenance = Maintenance(self.ops, self.queues, self.settings, self.id)
+        self._watch = (
+            LoopWatch(backend, self._claims, self.info,
+                      interval=self.settings.heartbeat_interval,
+                      max_blocked=self.settings.max_blocked,
+                      registry_ttl=self._registry_ttl, unblocked=self._unblocked)
+            if self.settings.max_blocked > 0 else None
+        )  # fmt: skip
+        self._maintenance = Maintenance(
+            self.ops, self.queues, self.settings, self.id,
+            hold_off=self._watch.recently_blocked if self._watch else None,
+        )  # fmt: skip
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -166,6 +179,8 @@ class Worker:
                 helpers.append(
                     asyncio.create_task(self._maintenance.run(), name="relaymq-recovery")
                 )
+            if self._watch is not None:
+                helpers.append(asyncio.create_task(self._watch.run(), name="relaymq-loopwatch"))
             if self.settings.history_flush_interval > 0:
                 helpers.append(asyncio.create_task(self._history.run(), name="relaymq-history"))
             with contextlib.suppress(BackendError):  # only a log line: tried again when idle
@@ -232,6 +247,10 @@ class Worker:
     @property
     def _registry_ttl(self) -> float:
         return self.settings.heartbeat_interval * 3
+
+    def _unblocked(self, seconds: float) -> None:
+        log.warning("the event loop runs again after %.1fs blocked", seconds)
+        self._count("loop_blocked", 1)
 
     async def _renew_registration(self) -> None:
         await self.ops.register_worker(self.info, self._registry_ttl)

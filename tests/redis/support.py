@@ -42,6 +42,11 @@ class CleaningRedisBackend(RedisBackend):
     Tests only: finding the keys uses SCAN, which the backend itself never does.
     """
 
+    def heartbeat_handle(self) -> Backend:
+        """A plain handle: the test's clean-up stays with the handles the test made."""
+        args, kwargs = self._made_with
+        return RedisBackend(*args, **kwargs)
+
     async def close(self) -> None:
         client: Any = self._t.client
         if client is not None:

@@ -38,6 +38,11 @@ def url(tmp: Path) -> str:
 class _TestBackend(MongoDBBackend):
     """Drops its test database when the last handle on it closes."""
 
+    def heartbeat_handle(self) -> Backend:
+        """A plain handle: the test's clean-up stays with the handles the test made."""
+        args, kwargs = self._made_with
+        return MongoDBBackend(*args, **kwargs)
+
     async def close(self) -> None:
         _handles[self.database_name] -= 1
         if _handles[self.database_name] <= 0 and self._client is not None:

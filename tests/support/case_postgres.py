@@ -60,6 +60,11 @@ class _TestBackend(PostgresBackend):
 
     _closed = False
 
+    def heartbeat_handle(self) -> Backend:
+        """A plain handle: the test's clean-up stays with the handles the test made."""
+        args, kwargs = self._made_with
+        return PostgresBackend(*args, **kwargs)
+
     async def close(self) -> None:
         await super().close()
         if self._closed:

@@ -142,6 +142,42 @@ async def test_an_unexpected_error_in_one_pass_is_logged_and_the_next_pass_runs(
     assert (await m.run_once())["q"].requeued == ["a"]
 
 
+async def test_maintenance_holds_off_while_its_worker_loop_was_blocked(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    original = backend.recover_stalled
+    passes: list[str] = []
+
+    async def counted(*args: Any) -> Any:
+        passes.append("recovery")
+        return await original(*args)
+
+    backend.recover_stalled = counted  # type: ignore[method-assign]
+    asked: list[int] = []  # recovery passes made before each question
+    recovered = asyncio.Event()
+
+    def hold_off() -> bool:  # blocked for three passes, then not
+        asked.append(len(passes))
+        if len(passes):
+            recovered.set()
+        return len(asked) <= 3
+
+    settings = Settings(stalled_threshold=10, stalled_check_interval=0.01)
+    m = Maintenance(Instrumented(backend), ["q"], settings, "w1", hold_off=hold_off)
+    await backend.enqueue([new_job("q", "a")])
+    await backend.claim(["q"], "w1", 1)
+    clock.advance(100)
+    running = asyncio.create_task(m.run())
+    try:
+        async with asyncio.timeout(5):  # the pass after the hold-off ended
+            await recovered.wait()
+    finally:
+        running.cancel()
+    assert asked[:4] == [0, 0, 0, 0] and asked[4] == 1
+    job = await backend.get_job("q", "a")
+    assert job is not None and job.state is JobState.WAITING
+
+
 async def test_only_the_lease_holder_runs_maintenance(
     backend: InMemoryBackend, clock: FakeClock
 ) -> None:

@@ -56,6 +56,10 @@ class InMemoryBackend(Backend, DeliveryStore):
         self._fanout = Fanout()
         self._wakeup = Wakeup()
 
+    def heartbeat_handle(self) -> None:
+        """None: this state lives in one event loop's memory, not behind a connection."""
+        return None
+
     def _queue(self, name: str) -> QueueState:
         q = self._queues.get(name)
         if q is None:

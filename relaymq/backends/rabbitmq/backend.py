@@ -95,6 +95,10 @@ class RabbitMQBackend(Backend):
         self._wakeup = Wakeup()
         self._background: set[asyncio.Future[Any]] = set()
 
+    def heartbeat_handle(self) -> Backend | None:
+        """The metadata store's: claims are held and renewed there, not on the broker."""
+        return self.store.heartbeat_handle()
+
     @classmethod
     def inner_urls(cls, url: str) -> dict[str, str]:
         return {"store": config.parse(url).store}
