@@ -29,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.peers.common import cpu_seconds  # noqa: E402
 from benchmarks.tasks import noop  # noqa: E402
 from relaymq import Queue, Settings, Worker, connect, events  # noqa: E402
 from relaymq.backends.base import Backend  # noqa: E402
@@ -39,20 +40,25 @@ from relaymq.job import JobState  # noqa: E402
 class Run:
     enqueue_per_s: float
     e2e_per_s: float
+    worker_cpu_us_per_job: float | None
+    """The worker process's user + system CPU per job (None: the worker ran in this process)."""
 
 
 @contextlib.asynccontextmanager
-async def worker(backend: Backend, url: str, queue: str, concurrency: int) -> AsyncIterator[None]:
-    """One worker: a subprocess, or a task in this process for process-local backends."""
+async def worker(
+    backend: Backend, url: str, queue: str, concurrency: int
+) -> AsyncIterator[int | None]:
+    """One worker: a subprocess (its pid is yielded), or a task in this process for
+    process-local backends."""
     if backend.capabilities.cross_process:
-        async with worker_process(backend, url, queue, concurrency):
-            yield
+        async with worker_process(backend, url, queue, concurrency) as pid:
+            yield pid
         return
     w = Worker(backend, [queue], settings=Settings(concurrency=concurrency))
     running = asyncio.create_task(w.run())
     await w.started.wait()
     try:
-        yield
+        yield None
     finally:
         w.stop()
         await running
@@ -95,20 +101,26 @@ async def until_completed(queue: Queue, n: int, deadline: float) -> None:
             await asyncio.sleep(0.02)
 
 
-async def one_run(url: str, jobs: int, concurrency: int, chunk: int) -> Run:
+async def one_run(url: str, jobs: int, concurrency: int, chunk: int, single: bool) -> Run:
     backend = await connect(url)
     queue = Queue(f"bench-{uuid.uuid4().hex[:8]}", backend)
     try:
         bound = noop.with_options(queue=queue.name)
         calls = [bound.call() for _ in range(jobs)]
-        async with worker(backend, url, queue.name, concurrency):
+        async with worker(backend, url, queue.name, concurrency) as pid:
+            cpu = cpu_seconds(pid) if pid is not None else 0.0
             start = time.perf_counter()
-            for k in range(0, jobs, chunk):
-                await queue.add_bulk(calls[k : k + chunk])
+            if single:  # one call per job, as a web request makes
+                for call in calls:
+                    await queue.add(call)
+            else:
+                for k in range(0, jobs, chunk):
+                    await queue.add_bulk(calls[k : k + chunk])
             enqueued = time.perf_counter()
             await until_completed(queue, jobs, deadline=600)
             done = time.perf_counter()
-        return Run(jobs / (enqueued - start), jobs / (done - start))
+            cpu_us = (cpu_seconds(pid) - cpu) / jobs * 1e6 if pid is not None else None
+        return Run(jobs / (enqueued - start), jobs / (done - start), cpu_us)
     finally:
         await queue.obliterate()
         await backend.close()
@@ -146,6 +158,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=1000, help="jobs per add_bulk call")
+    parser.add_argument("--single", action="store_true",
+                        help="one Queue.add per job (peers: one enqueue each)")  # fmt: skip
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--peers", default="", help="comma-separated, e.g. huey,asyncmq")
     parser.add_argument("--peer-backend", default=None, help="redis|postgres|rabbitmq")
@@ -153,7 +167,7 @@ def main() -> int:
                         help="let each peer use its own default job count")  # fmt: skip
     args = parser.parse_args()
 
-    runs = [asyncio.run(one_run(args.url, args.jobs, args.concurrency, args.chunk))
+    runs = [asyncio.run(one_run(args.url, args.jobs, args.concurrency, args.chunk, args.single))
             for _ in range(args.runs)]  # fmt: skip
     lat = asyncio.run(latency(args.url, args.latency_samples)) if args.latency_samples else []
     ours = {
@@ -161,20 +175,32 @@ def main() -> int:
         "e2e_per_s": statistics.median(r.e2e_per_s for r in runs),
     }
     scheme = args.url.split("://", 1)[0]
-    print(f"relaymq {scheme}: {args.jobs} jobs, concurrency {args.concurrency}, "
+    how = "one add per job" if args.single else f"add_bulk of {args.chunk}"
+    print(f"relaymq {scheme}: {args.jobs} jobs ({how}), concurrency {args.concurrency}, "
           f"median of {args.runs} runs")  # fmt: skip
     print(f"  enqueue    {ours['enqueue_per_s']:>10,.0f} jobs/s   runs: "
           + ", ".join(f"{r.enqueue_per_s:,.0f}" for r in runs))  # fmt: skip
     print(f"  end-to-end {ours['e2e_per_s']:>10,.0f} jobs/s   runs: "
           + ", ".join(f"{r.e2e_per_s:,.0f}" for r in runs))  # fmt: skip
+    cpu = [r.worker_cpu_us_per_job for r in runs if r.worker_cpu_us_per_job is not None]
+    ours["worker_cpu_us_per_job"] = statistics.median(cpu) if cpu else 0
+    if cpu:
+        print(f"  worker CPU {ours['worker_cpu_us_per_job']:>8,.0f} us/job   runs: "
+              + ", ".join(f"{c:,.0f}" for c in cpu))  # fmt: skip
     if lat:
         print(f"  pickup latency p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms"
               f" ({len(lat)} samples)")  # fmt: skip
     for peer in filter(None, args.peers.split(",")):
         result = run_peer(peer, args.peer_backend or _peer_backend(scheme), args)
-        ratio = ours["e2e_per_s"] / result["e2e_per_s"] if result.get("e2e_per_s") else 0
-        print(f"  {peer} {result.get('version', '')}: end-to-end {result['e2e_per_s']:,.0f} "
-              f"jobs/s ({result.get('jobs')} jobs) -> relaymq is {ratio:.1f}x")  # fmt: skip
+        for what in ("enqueue", "e2e"):
+            theirs = result.get(f"{what}_per_s") or 0
+            ratio = ours[f"{what}_per_s"] / theirs if theirs else 0
+            print(f"  {peer} {result.get('version', '')}: {what} {theirs:,.0f} jobs/s "
+                  f"({result.get('jobs')} jobs) -> relaymq is {ratio:.2f}x")  # fmt: skip
+        theirs_cpu = result.get("worker_cpu_us_per_job")
+        if theirs_cpu and ours["worker_cpu_us_per_job"]:
+            print(f"  {peer}: worker CPU {theirs_cpu:,.0f} us/job -> relaymq uses "
+                  f"{ours['worker_cpu_us_per_job'] / theirs_cpu:.2f}x")  # fmt: skip
     return 0
 
 
@@ -188,8 +214,10 @@ def run_peer(peer: str, backend: str, args: Any) -> dict[str, Any]:
 
     # jobs=0: the peer's own default, which is smaller for peers too slow for 10,000 in a
     # bounded run (asyncmq on PostgreSQL and RabbitMQ); the printed line says how many.
-    result: dict[str, Any] = peer_runner(peer, backend, None, 0 if args.peer_default_jobs
-                                         else args.jobs, args.runs)  # fmt: skip
+    result: dict[str, Any] = peer_runner(
+        peer, backend, None, 0 if args.peer_default_jobs else args.jobs, args.runs,
+        extra_args=["--single"] if args.single else [],
+    )  # fmt: skip
     return result
 
 

@@ -65,6 +65,11 @@ def base_parser(description: str) -> argparse.ArgumentParser:
         default=DEFAULT_DEADLINE_S,
         help="hard limit in seconds for the whole run (default %(default)s)",
     )
+    p.add_argument(
+        "--single",
+        action="store_true",
+        help="enqueue one job per call (what a web request does), not in bulk",
+    )
     # Internal: the same script is re-executed as the worker process.
     p.add_argument("--role", choices=("driver", "worker"), default="driver", help=argparse.SUPPRESS)
     return p
@@ -89,9 +94,37 @@ def postgres_url_for_db(server_url: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its live descendants (/proc; Linux).
+
+    The worker's own cost per job: unlike jobs/s it barely moves when other processes share
+    the cores. Read it before and after the measured span."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
+        children.setdefault(ppid, []).append(int(entry))
+        times[int(entry)] = (utime + stime) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += times.get(p, 0.0)
+        todo += children.get(p, [])
+    return total
+
+
 def emit_result(
-    peer: str, version: str, backend: str, jobs: int, enqueue_s: float, e2e_s: float
-) -> None:
+    peer: str, version: str, backend: str, jobs: int, enqueue_s: float, e2e_s: float,
+    worker_cpu_s: float | None = None,
+) -> None:  # fmt: skip
     """Print the one JSON line that run.py reads."""
     line = {
         "peer": peer,
@@ -103,6 +136,8 @@ def emit_result(
         "enqueue_s": round(enqueue_s, 4),
         "e2e_s": round(e2e_s, 4),
     }
+    if worker_cpu_s is not None:
+        line["worker_cpu_us_per_job"] = round(worker_cpu_s / jobs * 1e6, 1)
     print(json.dumps(line), flush=True)
 
 
@@ -138,6 +173,10 @@ class Worker:
             env=full_env,
             cwd=cwd,
         )
+
+    def cpu(self) -> float:
+        """CPU seconds the worker (and any process it started) used so far."""
+        return cpu_seconds(self.proc.pid)
 
     def check_alive(self) -> None:
         code = self.proc.poll()

@@ -71,12 +71,14 @@ def main() -> None:
         wait_until(lambda: done() >= 1, worker, args.deadline, "the warm-up job")
         target = done() + jobs
 
+        cpu0 = worker.cpu()
         t0 = time.perf_counter()
         for i in range(jobs):
             dramatiq_tasks.noop.send(i)
         t_enqueued = time.perf_counter()
         t_done = wait_until(lambda: done() >= target, worker, args.deadline,
                             f"{jobs} jobs to complete")  # fmt: skip
+        cpu = worker.cpu() - cpu0
         ok = True
     finally:
         worker.stop(keep_log=not ok)
@@ -85,7 +87,8 @@ def main() -> None:
         dramatiq_tasks.counter.delete(dramatiq_tasks.DONE_KEY)
         dramatiq_tasks.broker.close()
 
-    emit_result("dramatiq", version("dramatiq"), "rabbitmq", jobs, t_enqueued - t0, t_done - t0)
+    emit_result("dramatiq", version("dramatiq"), "rabbitmq", jobs, t_enqueued - t0, t_done - t0,
+                cpu)  # fmt: skip
 
 
 if __name__ == "__main__":

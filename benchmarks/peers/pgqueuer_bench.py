@@ -110,12 +110,18 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         await queries.enqueue(ENTRYPOINT, None)
         await await_until(queue_empty, worker, args.deadline, "the warm-up job")
 
+        cpu0 = worker.cpu()
         t0 = time.perf_counter()
-        await queries.enqueue([ENTRYPOINT] * args.jobs, [None] * args.jobs, [0] * args.jobs)
+        if args.single:  # one INSERT per call
+            for _ in range(args.jobs):
+                await queries.enqueue(ENTRYPOINT, None)
+        else:
+            await queries.enqueue([ENTRYPOINT] * args.jobs, [None] * args.jobs, [0] * args.jobs)
         t_enqueued = time.perf_counter()
         t_done = await await_until(
             queue_empty, worker, args.deadline, f"{args.jobs} jobs to complete"
         )
+        cpu = worker.cpu() - cpu0
         left = sum(row.count for row in await queries.queue_size())
         if left:
             raise BenchError(f"queue_size() still reports {left} jobs after the table emptied")
@@ -125,7 +131,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         await conn.close()
 
     emit_result(
-        "pgqueuer", version("pgqueuer"), "postgres", args.jobs, t_enqueued - t0, t_done - t0
+        "pgqueuer", version("pgqueuer"), "postgres", args.jobs, t_enqueued - t0, t_done - t0, cpu
     )
 
 

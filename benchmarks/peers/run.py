@@ -186,6 +186,11 @@ def run_peer(
         "runs": runs,
         "enqueue_per_s": statistics.median(s["enqueue_per_s"] for s in samples),
         "e2e_per_s": statistics.median(s["e2e_per_s"] for s in samples),
+        "worker_cpu_us_per_job": (
+            statistics.median(s["worker_cpu_us_per_job"] for s in samples)
+            if all("worker_cpu_us_per_job" in s for s in samples)
+            else None
+        ),
         "samples": samples,
     }
 
