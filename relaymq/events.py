@@ -10,7 +10,8 @@ from typing import Any, Final
 
 import orjson
 
-from relaymq.backends.base import Backend
+from relaymq.backends.base import Backend, Enqueued
+from relaymq.job import NewJob
 
 JOB_WAITING: Final = "job:waiting"
 JOB_DELAYED: Final = "job:delayed"
@@ -66,6 +67,19 @@ def decode(raw: bytes) -> list[Event]:
         return [Event.from_dict(d) for d in (items if isinstance(items, list) else [items])]
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return []
+
+
+def enqueued(jobs: Sequence[NewJob], answers: Sequence[Enqueued], at: float) -> list[Event]:
+    """The event of each enqueue: the job waits, is delayed, or was a duplicate. (The Redis and
+    PostgreSQL backends write the same events in their own enqueue script and statement.)"""
+    return [
+        Event(
+            JOB_DEDUPLICATED if answer.duplicate
+            else JOB_DELAYED if new.delay > 0 else JOB_WAITING,
+            new.queue, at, answer.id,
+        )
+        for new, answer in zip(jobs, answers, strict=True)
+    ]  # fmt: skip
 
 
 async def publish(backend: Backend, events: Sequence[Event]) -> None:

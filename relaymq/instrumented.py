@@ -3,7 +3,9 @@
 ``Queue``, ``Worker`` and ``Maintenance`` call the backend only through ``Instrumented``, so
 what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call,
 and the events of each call go out through ``_report`` (worker outcomes, batched) or
-``_announce`` (producer and admin actions, at once). Backends never publish events themselves.
+``_announce`` (producer and admin actions, at once). Backends publish events themselves in one
+place only: ``enqueue_announced``, which stores jobs and sends their events in one round trip
+where the backend can, and the facade decides when it is called.
 
 Observers (``relaymq.metrics``, ``relaymq.tracing``) are told what happened through the
 ``Observer`` hooks, installed process-wide with ``observe``. With none installed, each hook
@@ -201,8 +203,8 @@ class Instrumented:
             except Exception:
                 observer_log.exception("observer %r failed", o)
         try:
-            with self._call("enqueue"):
-                answers = await self.backend.enqueue(jobs)
+            with self._call("enqueue"):  # with the events, in one round trip where it can
+                answers = await self.backend.enqueue_announced(jobs, time.time())
         except BaseException as e:
             refused = e
             if observers:
@@ -210,16 +212,6 @@ class Instrumented:
             raise
         if observers:
             tell(lambda o: o.enqueued(jobs, answers, None))
-        now = time.time()
-        announced = [
-            events.Event(
-                events.JOB_DEDUPLICATED if answer.duplicate
-                else events.JOB_DELAYED if new.delay > 0 else events.JOB_WAITING,
-                new.queue, now, answer.id,
-            )
-            for new, answer in zip(jobs, answers, strict=True)
-        ]  # fmt: skip
-        await self._announce(announced)
         return answers
 
     # -- worker -----------------------------------------------------------------------------

@@ -276,6 +276,18 @@ class Backend(abc.ABC):
         within the same batch. When this returns, every non-duplicate job is durably accepted.
         """
 
+    async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
+        """``enqueue``, and publish each job's event (``job:waiting``, ``job:delayed`` or
+        ``job:deduplicated``, stamped ``at``) in one message once the jobs are stored.
+
+        This default makes two calls; a backend that can store and publish in one round trip
+        (one script, statement or transaction) overrides it, to the same effect."""
+        from relaymq import events  # it imports this module
+
+        answers = await self.enqueue(jobs)
+        await events.publish(self, events.enqueued(jobs, answers, at))
+        return answers
+
     # -- worker -----------------------------------------------------------------------------
 
     @abc.abstractmethod

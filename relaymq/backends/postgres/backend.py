@@ -40,7 +40,7 @@ from relaymq.backends.postgres.config import Options, parse
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, migrate, migrations, server_settings
-from relaymq.backends.postgres.notify import Notes, decode, event_channel
+from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
 from relaymq.backends.postgres.records import to_job
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError
@@ -189,27 +189,17 @@ class PostgresBackend(Backend, DeliveryStore):
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         if not jobs:
             return []
-        rows = await self._fetch(
-            "enqueue",
-            [j.queue for j in jobs],
-            [j.id for j in jobs],
-            [j.task for j in jobs],
-            [j.payload for j in jobs],
-            [j.priority for j in jobs],
-            [float(j.delay) for j in jobs],
-            [j.ttl for j in jobs],
-            [j.max_attempts for j in jobs],
-            [j.timeout for j in jobs],
-            self._now(),
-            [j.traceparent for j in jobs],
-        )
-        stored = {(r["queue"], r["id"]) for r in rows}
-        out: list[Enqueued] = []
-        for j in jobs:
-            key = (j.queue, j.id)
-            out.append(Enqueued(j.id, duplicate=key not in stored))
-            stored.discard(key)  # a repeat later in the batch is a duplicate
-        return out
+        return _answers(jobs, await self._fetch("enqueue", *_enqueue_args(jobs, self._now())))
+
+    async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
+        """One statement, whose notification carries the events, when they fit in one."""
+        size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: an event's own bytes
+        if not jobs or size >= NOTIFY_LIMIT:
+            return await super().enqueue_announced(jobs, at)
+        channel = event_channel(self.options.schema)
+        rows = await self._fetch("enqueue_announced", *_enqueue_args(jobs, self._now()),
+                                 channel, str(self._notes.number()), at)  # fmt: skip
+        return _answers(jobs, [r for r in rows if r["id"] is not None])
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -499,3 +489,25 @@ class PostgresBackend(Backend, DeliveryStore):
         if limit <= 0:
             return []
         return [to_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
+
+
+def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:
+    """The arguments $1..$11 of the ``enqueue`` statements: one array per column."""
+    return [
+        [j.queue for j in jobs], [j.id for j in jobs], [j.task for j in jobs],
+        [j.payload for j in jobs], [j.priority for j in jobs], [float(j.delay) for j in jobs],
+        [j.ttl for j in jobs], [j.max_attempts for j in jobs], [j.timeout for j in jobs], now,
+        [j.traceparent for j in jobs],
+    ]  # fmt: skip
+
+
+def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:
+    """Each job's answer from the (queue, id) rows stored: a repeat later in the batch is a
+    duplicate too."""
+    stored = {(r["queue"], r["id"]) for r in rows}
+    out: list[Enqueued] = []
+    for j in jobs:
+        key = (j.queue, j.id)
+        out.append(Enqueued(j.id, duplicate=key not in stored))
+        stored.discard(key)
+    return out

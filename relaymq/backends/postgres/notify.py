@@ -40,6 +40,10 @@ class Notes:
     def __init__(self) -> None:
         self._n = itertools.count()
 
+    def number(self) -> int:
+        """The next notification's number (an enqueue statement's own notification)."""
+        return next(self._n)
+
     @staticmethod
     def too_large(event: bytes) -> bool:
         return len(event) >= NOTIFY_LIMIT

@@ -122,6 +122,13 @@ class RedisBackend(Backend, DeliveryStore):
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        return await self._enqueue(jobs, "", 0.0)
+
+    async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
+        """One round trip: each script call publishes the events of its jobs."""
+        return await self._enqueue(jobs, self._keys.events, at)
+
+    async def _enqueue(self, jobs: Sequence[NewJob], channel: str, at: float) -> list[Enqueued]:
         by_queue: dict[str, list[int]] = {}
         heads: dict[tuple[Any, ...], str] = {}  # the options part of a head, per distinct set
         head_of: list[str] = []
@@ -143,7 +150,7 @@ class RedisBackend(Backend, DeliveryStore):
         for queue, indexes in by_queue.items():
             commands.append(("SADD", self._keys.queues, queue))
             chunks.append([])
-            head = self._evalsha("enqueue", [self._keys.base(queue)], [now])
+            head = self._evalsha("enqueue", [self._keys.base(queue)], [now, channel, queue, at])
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = []

@@ -243,6 +243,14 @@ class SQLiteBackend(Backend, DeliveryStore):
         self._wakeup.notify()
         return answers
 
+    async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
+        if not jobs:
+            return []
+        answers = await self._write(ops.enqueue_announced, jobs, at, self.options.events_keep)
+        self._wakeup.notify()
+        self._published.notify()
+        return answers
+
     # -- worker -----------------------------------------------------------------------------
 
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:

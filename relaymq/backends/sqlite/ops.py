@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from relaymq import events
 from relaymq.backends.base import (
     OUTCOME_STATE,
     Beat,
@@ -378,6 +379,15 @@ def list_workers(conn: Conn, now: float) -> list[WorkerInfo]:
 
 
 # -- events ---------------------------------------------------------------------------------
+
+
+def enqueue_announced(
+    conn: Conn, now: float, jobs: Sequence[NewJob], at: float, keep: int
+) -> list[Enqueued]:
+    """``enqueue`` and the jobs' events in one transaction: one commit, not two."""
+    answers = enqueue(conn, now, jobs)
+    publish(conn, now, [events.encode(events.enqueued(jobs, answers, at))], keep)
+    return answers
 
 
 def publish(conn: Conn, now: float, events: Sequence[bytes], keep: int) -> None:
