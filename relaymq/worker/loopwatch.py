@@ -73,6 +73,8 @@ class LoopWatch:
         self._loop_thread = threading.get_ident()
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        self._wake: Callable[[], object] = lambda: None
+        """Wakes the watching thread's loop at once (set once that loop runs)."""
 
     # -- on the worker's loop ---------------------------------------------------------------
 
@@ -88,6 +90,7 @@ class LoopWatch:
                 await asyncio.sleep(self.tick)
         finally:
             self._done.set()
+            self._wake()
             await asyncio.to_thread(self._thread.join, 10.0)  # its handle closes
 
     def _ticked(self) -> None:
@@ -115,9 +118,13 @@ class LoopWatch:
     async def _watching(self) -> None:
         renewed_at = -float("inf")
         gave_up: float | None = None
+        woken = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._wake = lambda: loop.call_soon_threadsafe(woken.set)
         try:
             while not self._done.is_set():
-                await asyncio.sleep(self.tick)  # the handle's own tasks run meanwhile
+                with contextlib.suppress(TimeoutError):  # the handle's own tasks run meanwhile
+                    await asyncio.wait_for(woken.wait(), self.tick)
                 since = self._blocked()
                 if since is None:
                     continue

@@ -61,6 +61,16 @@ _READS = frozenset(
 """Statements that change nothing: retried once when a pooled connection turns out dead."""
 
 
+class _Connection(asyncpg.Connection):  # type: ignore[misc]
+    """A pool connection. They hold no session state (no LISTEN, session-level locks, cursors
+    or SET: settings come with the connection, locks are per transaction), so giving one back
+    to the pool needs no reset statement; asyncpg's default sends one on every release, a
+    round trip per call. A transaction left open is still rolled back on release."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class PostgresBackend(Backend, DeliveryStore):
     """PostgreSQL 13+ through asyncpg (``postgresql://`` and ``postgres://``)."""
 
@@ -95,6 +105,7 @@ class PostgresBackend(Backend, DeliveryStore):
             try:
                 pool = await asyncpg.create_pool(
                     self.options.dsn,
+                    connection_class=_Connection,
                     min_size=1,
                     max_size=self.options.pool_size,
                     server_settings=server_settings(self.options),
