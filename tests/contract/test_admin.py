@@ -104,6 +104,26 @@ async def test_remove_drain_clean_obliterate(backend: Backend, q: str, clock: Fa
     assert q not in await backend.list_queues()
 
 
+async def test_a_paused_queue_keeps_its_due_jobs_delayed(
+    backend: Backend, q: str, clock: FakeClock
+) -> None:
+    """A claim on a paused queue hands out nothing and moves nothing: a due delayed job is
+    still delayed (RabbitMQ promoted it to waiting; found by the state-machine test)."""
+    await backend.enqueue([new_job(q, "later", delay=10)])
+    await backend.pause(q)
+    clock.advance(15)
+    assert (await backend.claim([q], "w", 5)).jobs == []
+    job = await backend.get_job(q, "later")
+    assert job is not None and job.state is JobState.DELAYED
+    await backend.resume(q)
+    claimed: list[str] = []
+    async with asyncio.timeout(10):  # a broker delivers what the store promoted
+        while not claimed:
+            claimed = [j.id for j in (await backend.claim([q], "w", 5)).jobs]
+            await asyncio.sleep(0.01 if not claimed else 0)
+    assert claimed == ["later"]
+
+
 async def test_list_queues(backend: Backend, q: str) -> None:
     await backend.enqueue([new_job(q + "-a"), new_job(q + "-b")])
     await backend.pause(q + "-c")

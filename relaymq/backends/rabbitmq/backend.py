@@ -157,8 +157,8 @@ class RabbitMQBackend(Backend):
             if len(claimed) >= limit:
                 break
             qd = await self._deliveries(name)
-            if self._later.promote_due(name, now):
-                await self._shielded(self._later.promote(name, now))
+            if self._later.promote_due(name, now) and not await self.store.is_paused(name):
+                await self._shielded(self._later.promote(name, now))  # paused: they stay delayed
             if qd.paused:
                 if await self.store.is_paused(name):
                     continue
