@@ -37,6 +37,8 @@ class Options:
     delay: float = 0.0
     job_id: str | None = None
     backend: Backend | None = None
+    sandbox: bool = False
+    """Run each attempt in a child process of the worker (``relaymq.worker.sandbox``)."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid option."""

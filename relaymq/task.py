@@ -167,6 +167,7 @@ def task(
     timeout: float | None = None,
     priority: int = 0,
     backend: Backend | None = None,
+    sandbox: bool = False,
 ) -> _Decorator:
     """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``,
     so a worker can import it on demand (a task defined in a script run as ``__main__`` needs
@@ -176,10 +177,14 @@ def task(
     remain). An async handler is cancelled when it passes. A plain function runs in one of
     the worker's threads, which cannot be stopped: it is told through ``JobContext.cancelled``
     and keeps its slot and its claim (still renewed) until it returns, and only then is the
-    attempt settled as failed, so the next attempt never runs beside an overrunning one."""
+    attempt settled as failed, so the next attempt never runs beside an overrunning one.
+
+    ``sandbox=True`` runs each attempt in a child process of the worker instead, which a
+    timeout, a cancel or the worker's shutdown kills for real, and whose crash fails or retries
+    the attempt (``relaymq.worker.sandbox``). The task must live in an importable module."""
     options = Options(
         queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
-        priority=priority, backend=backend,
+        priority=priority, backend=backend, sandbox=sandbox,
     )  # fmt: skip
     options.validate()
     return _Decorator(name, options)

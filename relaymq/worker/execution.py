@@ -26,6 +26,7 @@ from relaymq.serializers import Serializer
 from relaymq.task import JobContext, Task, resolve
 from relaymq.worker import logcontext
 from relaymq.worker.running import RunningJob, StopReason
+from relaymq.worker.sandbox import Sandbox, SandboxFailed
 from relaymq.worker.threads import ThreadPool
 
 log = logging.getLogger("relaymq.worker")
@@ -106,6 +107,7 @@ class Execution:
         report: Callable[[RunningJob, Any], None],
         fresh_for: float = START_CHECK_AFTER,
         pool: Executor | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.serializer = serializer
         self.still_held = still_held
@@ -113,6 +115,8 @@ class Execution:
         self.fresh_for = fresh_for
         self.pool = pool or ThreadPool(4)
         """Where plain handlers run (the worker gives its own, sized to its concurrency)."""
+        self.sandbox = sandbox or Sandbox(1)
+        """Where sandboxed handlers run (the worker's, one child per slot at most)."""
         logcontext.install()
 
     async def run(self, r: RunningJob, now: float) -> Settle | None:
@@ -166,9 +170,10 @@ class Execution:
                 args, kwargs = models.load_args(args, kwargs)
         except (SerializationError, KeyError, TypeError, ValueError) as e:
             return Settle(claim, Outcome.FAIL, error=f"cannot decode the job's payload: {e}")
-        if t.is_async and not await self._still_to_run(r):
+        sandboxed = t.options.sandbox
+        if (t.is_async or sandboxed) and not await self._still_to_run(r):
             return after_stop(r)
-        if t.takes_context:
+        if t.takes_context and not sandboxed:
             r.ctx = JobContext(job.id, job.queue, job.task, job.attempts,
                                lambda value: self.report(r, value))  # fmt: skip
             args.insert(0, r.ctx)
@@ -179,7 +184,9 @@ class Execution:
         backoff = t.options.backoff
         began = time.monotonic()
         try:
-            if not t.is_async:
+            if sandboxed:
+                value = await self._in_sandbox(r, t, args, kwargs)
+            elif not t.is_async:
                 value = await self._in_thread(r, t, args, kwargs)
                 if value is NOT_STARTED:
                     return after_stop(r) if r.stop_reason else Settle(claim, Outcome.RELEASE)
@@ -188,7 +195,7 @@ class Execution:
             else:
                 async with asyncio.timeout(job.timeout):
                     value = await t.fn(*args, **kwargs)
-        except Overran as e:
+        except (Overran, SandboxFailed) as e:
             settle = failure(job, backoff, str(e))
             _raised(job, e)
         except TimeoutError as e:
@@ -220,6 +227,19 @@ class Execution:
         if r.stop_reason is None and self._starts_late(r):
             await self.still_held(r)
         return r.stop_reason is None
+
+    async def _in_sandbox(
+        self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Run the handler in one of the sandbox's child processes; a timeout or a stop
+        (the job's task cancelled) kills the child."""
+        job = r.job
+        context = (job.id, job.queue, job.task, job.attempts) if t.takes_context else None
+        call = self.sandbox.run(job.task, args, kwargs, context, lambda v: self.report(r, v))
+        if job.timeout is None:
+            return await call
+        async with asyncio.timeout(job.timeout):
+            return await call
 
     async def _in_thread(
         self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]

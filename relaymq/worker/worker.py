@@ -39,6 +39,7 @@ from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.history import History
 from relaymq.worker.loopwatch import LoopWatch
 from relaymq.worker.running import Claims, RunningJob, StopReason
+from relaymq.worker.sandbox import Sandbox
 from relaymq.worker.settling import Settler
 from relaymq.worker.threads import ThreadPool
 
@@ -112,9 +113,11 @@ class Worker:
         self._heartbeats = Heartbeats(
             self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
         )
+        self._sandbox = Sandbox(self.settings.concurrency)
+        """Child processes for sandboxed tasks, started on first need."""
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
-            pool=self._pool,
+            pool=self._pool, sandbox=self._sandbox,
         )  # fmt: skip
         self._rotation = 0
         self._watch = (
@@ -220,6 +223,7 @@ class Worker:
             for r in self._claims.running_jobs():
                 self._abandon(r)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._sandbox.close()
         async with self._settler.lock:  # never cancel the settle loop in the middle of a settle
             for helper in helpers:
                 helper.cancel()
