@@ -6,11 +6,12 @@ a child killed from outside) ends only the child. The worker then settles the jo
 for an async handler stopped the same way, and a crash fails or retries the attempt with an
 error naming the exit code or signal.
 
-Children are started with ``spawn`` (the worker has threads and an event loop, which a fork
-would copy half-way), one per slot at most, on first need, and kept for the next sandboxed
-job; a child that was killed or crashed is replaced. A child finds its task by name, as a
-worker does (so the task must live in an importable module), and dies with the worker
-(``PR_SET_PDEATHSIG`` on Linux; elsewhere it ends when its pipe closes between jobs).
+Children are new interpreters (``python -c``, not a fork: the worker has threads and an event
+loop, which a fork would copy half-way; not ``multiprocessing``'s spawn either, which imports the
+worker's main script again, guard or not), one per slot at most, started on first need and kept
+for the next sandboxed job; a child that was killed or crashed is replaced. A child finds its
+task by name, as a worker does (so the task must live in an importable module), and dies with
+the worker (``PR_SET_PDEATHSIG`` on Linux; elsewhere it ends when its pipe closes).
 
 Arguments, results and progress values cross the pipe pickled; the job's own serializer still
 decodes the arguments and encodes the result in the worker. ``JobContext.progress`` works in a
@@ -23,17 +24,19 @@ import asyncio
 import contextlib
 import ctypes
 import logging
-import multiprocessing
+import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
+from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
 
 log = logging.getLogger("relaymq.worker")
 
-_SPAWN = multiprocessing.get_context("spawn")
 PR_SET_PDEATHSIG = 1
+_CHILD = "import sys; from relaymq.worker.sandbox import child; child(int(sys.argv[1]))"
 
 
 class SandboxFailed(Exception):
@@ -47,12 +50,16 @@ def _die_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _child_main(conn: Connection) -> None:
-    """The child: run one job per message until the pipe closes."""
+def child(fd: int) -> None:
+    """The child's main: run one job per message on the pipe ``fd`` until it closes."""
     _die_with_parent()
+    conn = Connection(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle
     from relaymq.task import JobContext, resolve
     from relaymq.worker.execution import describe
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
 
     while True:
         try:
@@ -66,8 +73,8 @@ def _child_main(conn: Connection) -> None:
                 ctx = JobContext(job_id, queue, task_name, attempt,
                                  lambda value: conn.send(("progress", value)))  # fmt: skip
                 args = [ctx, *args]
-            if t.is_async:
-                value = asyncio.run(t.fn(*args, **kwargs))
+            if t.is_async:  # one event loop for the child's life, as a worker has
+                value = loop.run_until_complete(t.fn(*args, **kwargs))
             else:
                 value = t.fn(*args, **kwargs)
             reply: tuple[str, Any] = ("ok", value)
@@ -96,14 +103,16 @@ def _set(future: asyncio.Future[None]) -> None:
 
 class _Child:
     def __init__(self) -> None:
-        self.conn, theirs = _SPAWN.Pipe()
-        self.process = _SPAWN.Process(target=_child_main, args=(theirs,),
-                                      name="relaymq-sandbox", daemon=True)  # fmt: skip
-        self.process.start()
+        self.conn, theirs = Pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
         theirs.close()
 
     @property
-    def pid(self) -> int | None:
+    def pid(self) -> int:
         return self.process.pid
 
     async def receive(self) -> tuple[str, Any]:
@@ -120,8 +129,9 @@ class _Child:
         try:
             message: tuple[str, Any] = self.conn.recv()
         except (EOFError, OSError):
-            await asyncio.to_thread(self.process.join, 5.0)
-            raise SandboxFailed(_death(self.process.exitcode)) from None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(self.process.wait, 5.0)
+            raise SandboxFailed(_death(self.process.returncode)) from None
         return message
 
     def kill(self) -> None:
@@ -130,7 +140,11 @@ class _Child:
             self.process.kill()
         self.conn.close()
         with contextlib.suppress(RuntimeError):  # no running loop: left to the OS
-            asyncio.get_running_loop().run_in_executor(None, self.process.join, 5.0)
+            asyncio.get_running_loop().run_in_executor(None, self._reap)
+
+    def _reap(self) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5.0)
 
 
 class Sandbox:
@@ -152,7 +166,8 @@ class Sandbox:
         """Run one attempt of ``task`` in a child and return its value. Raises
         ``SandboxFailed`` when the handler raised or its process died; a cancel (or a timeout
         around this call) kills the child."""
-        child = self._idle.pop() if self._idle else await asyncio.to_thread(_Child)
+        # Started on the loop's thread: the child dies with the thread that made it (Linux)
+        child = self._idle.pop() if self._idle else _Child()
         self._busy.add(child)
         reusable = False
         try:
@@ -182,4 +197,4 @@ class Sandbox:
 
     def pids(self) -> list[int]:
         """The children's process ids, idle and busy."""
-        return [c.pid for c in [*self._idle, *self._busy] if c.pid is not None]
+        return [c.pid for c in [*self._idle, *self._busy]]
