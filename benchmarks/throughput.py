@@ -5,9 +5,12 @@
 
 Workload (the same for the peers): N no-op jobs (default 10,000) enqueued in bulk, one worker
 process with concurrency 10 (in-process for memory://, which has no other process), median of
-``--runs`` runs. Reported: enqueue jobs/s; end-to-end jobs/s, from the start of the enqueue until
-the last job completed; pickup latency p50/p99 with an idle worker and one job at a time, taken
-from the job record (claimed_at - created_at, both on the backend's clock).
+``--runs`` runs. ``--workload side-effect``: each handler makes one Redis INCR; ``--single``:
+one enqueue call per job, as a web request makes; ``--workers N``: N worker processes.
+Reported: enqueue jobs/s; end-to-end jobs/s, from the start of the enqueue until the last job
+completed; the worker processes' CPU (user + system) per job, which moves little when other
+processes share the cores; pickup latency p50/p99 with an idle worker and one job at a time,
+taken from the job record (claimed_at - created_at, both on the backend's clock).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers.common import cpu_seconds  # noqa: E402
-from benchmarks.tasks import noop  # noqa: E402
+from benchmarks.tasks import noop, side_effect  # noqa: E402
 from relaymq import Queue, Settings, Worker, connect, events  # noqa: E402
 from relaymq.backends.base import Backend  # noqa: E402
 from relaymq.job import JobState  # noqa: E402
@@ -46,19 +49,20 @@ class Run:
 
 @contextlib.asynccontextmanager
 async def worker(
-    backend: Backend, url: str, queue: str, concurrency: int
-) -> AsyncIterator[int | None]:
-    """One worker: a subprocess (its pid is yielded), or a task in this process for
-    process-local backends."""
+    backend: Backend, url: str, queue: str, concurrency: int, count: int = 1
+) -> AsyncIterator[list[int]]:
+    """``count`` worker subprocesses (their pids are yielded), or one worker task in this
+    process for process-local backends (no pids)."""
     if backend.capabilities.cross_process:
-        async with worker_process(backend, url, queue, concurrency) as pid:
-            yield pid
+        async with contextlib.AsyncExitStack() as stack:
+            yield [await stack.enter_async_context(worker_process(backend, url, queue, concurrency))
+                   for _ in range(count)]  # fmt: skip
         return
     w = Worker(backend, [queue], settings=Settings(concurrency=concurrency))
     running = asyncio.create_task(w.run())
     await w.started.wait()
     try:
-        yield None
+        yield []
     finally:
         w.stop()
         await running
@@ -101,14 +105,19 @@ async def until_completed(queue: Queue, n: int, deadline: float) -> None:
             await asyncio.sleep(0.02)
 
 
-async def one_run(url: str, jobs: int, concurrency: int, chunk: int, single: bool) -> Run:
+WORKLOADS = {"noop": noop, "side-effect": side_effect}
+
+
+async def one_run(
+    url: str, jobs: int, concurrency: int, chunk: int, single: bool, workload: str, workers: int
+) -> Run:
     backend = await connect(url)
     queue = Queue(f"bench-{uuid.uuid4().hex[:8]}", backend)
     try:
-        bound = noop.with_options(queue=queue.name)
+        bound = WORKLOADS[workload].with_options(queue=queue.name)
         calls = [bound.call() for _ in range(jobs)]
-        async with worker(backend, url, queue.name, concurrency) as pid:
-            cpu = cpu_seconds(pid) if pid is not None else 0.0
+        async with worker(backend, url, queue.name, concurrency, workers) as pids:
+            cpu = sum(cpu_seconds(p) for p in pids)
             start = time.perf_counter()
             if single:  # one call per job, as a web request makes
                 for call in calls:
@@ -119,7 +128,7 @@ async def one_run(url: str, jobs: int, concurrency: int, chunk: int, single: boo
             enqueued = time.perf_counter()
             await until_completed(queue, jobs, deadline=600)
             done = time.perf_counter()
-            cpu_us = (cpu_seconds(pid) - cpu) / jobs * 1e6 if pid is not None else None
+            cpu_us = (sum(cpu_seconds(p) for p in pids) - cpu) / jobs * 1e6 if pids else None
         return Run(jobs / (enqueued - start), jobs / (done - start), cpu_us)
     finally:
         await queue.obliterate()
@@ -158,6 +167,18 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=1000, help="jobs per add_bulk call")
+    parser.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="noop",
+        help="side-effect: one Redis INCR per job (RELAYMQ_BENCH_SIDE_URL)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes on the queue (cross-process backends)",
+    )
     parser.add_argument("--single", action="store_true",
                         help="one Queue.add per job (peers: one enqueue each)")  # fmt: skip
     parser.add_argument("--latency-samples", type=int, default=200)
@@ -167,7 +188,8 @@ def main() -> int:
                         help="let each peer use its own default job count")  # fmt: skip
     args = parser.parse_args()
 
-    runs = [asyncio.run(one_run(args.url, args.jobs, args.concurrency, args.chunk, args.single))
+    runs = [asyncio.run(one_run(args.url, args.jobs, args.concurrency, args.chunk, args.single,
+                                args.workload, args.workers))
             for _ in range(args.runs)]  # fmt: skip
     lat = asyncio.run(latency(args.url, args.latency_samples)) if args.latency_samples else []
     ours = {
@@ -176,7 +198,8 @@ def main() -> int:
     }
     scheme = args.url.split("://", 1)[0]
     how = "one add per job" if args.single else f"add_bulk of {args.chunk}"
-    print(f"relaymq {scheme}: {args.jobs} jobs ({how}), concurrency {args.concurrency}, "
+    print(f"relaymq {scheme}: {args.jobs} {args.workload} jobs ({how}), "
+          f"{args.workers} worker process(es) of concurrency {args.concurrency}, "
           f"median of {args.runs} runs")  # fmt: skip
     print(f"  enqueue    {ours['enqueue_per_s']:>10,.0f} jobs/s   runs: "
           + ", ".join(f"{r.enqueue_per_s:,.0f}" for r in runs))  # fmt: skip
@@ -216,7 +239,7 @@ def run_peer(peer: str, backend: str, args: Any) -> dict[str, Any]:
     # bounded run (asyncmq on PostgreSQL and RabbitMQ); the printed line says how many.
     result: dict[str, Any] = peer_runner(
         peer, backend, None, 0 if args.peer_default_jobs else args.jobs, args.runs,
-        extra_args=["--single"] if args.single else [],
+        extra_args=["--workload", args.workload] + (["--single"] if args.single else []),
     )  # fmt: skip
     return result
 

@@ -66,6 +66,12 @@ def base_parser(description: str) -> argparse.ArgumentParser:
         help="hard limit in seconds for the whole run (default %(default)s)",
     )
     p.add_argument(
+        "--workload",
+        choices=("noop", "side-effect"),
+        default="noop",
+        help="side-effect: each job's handler makes one Redis call (INCR), see SIDE_URL_ENV",
+    )
+    p.add_argument(
         "--single",
         action="store_true",
         help="enqueue one job per call (what a web request does), not in bulk",
@@ -73,6 +79,12 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     # Internal: the same script is re-executed as the worker process.
     p.add_argument("--role", choices=("driver", "worker"), default="driver", help=argparse.SUPPRESS)
     return p
+
+
+SIDE_URL_ENV = "RELAYMQ_BENCH_SIDE_URL"
+"""The Redis a side-effect handler INCRs (``SIDE_KEY``), the same for relaymq and every peer."""
+SIDE_KEY = "relaymq_bench:side"
+DEFAULT_SIDE_URL = "redis://127.0.0.1:6379/0"
 
 
 def redis_db_url(url: str) -> str:

@@ -70,7 +70,8 @@ def main() -> None:
 
         cpu0 = worker.cpu()
         t0 = time.perf_counter()
-        huey_tasks.noop.map(range(jobs))  # one LPUSH per job: the same with --single
+        job = huey_tasks.side_effect if args.workload == "side-effect" else huey_tasks.noop
+        job.map(range(jobs))  # one LPUSH per job: the same with --single
         t_enqueued = time.perf_counter()
         t_done = wait_until(
             lambda: huey.result_count() >= target, worker, args.deadline, f"{jobs} jobs to complete"

@@ -9,7 +9,9 @@ environment because the consumer is started by huey's own command line.
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from common import DEFAULT_SIDE_URL, SIDE_KEY, SIDE_URL_ENV
 from huey import RedisHuey
 
 URL_ENV = "RELAYMQ_BENCH_HUEY_URL"
@@ -20,6 +22,21 @@ URL_ENV = "RELAYMQ_BENCH_HUEY_URL"
 huey = RedisHuey(
     "relaymq_bench_peer", url=os.environ.get(URL_ENV, "redis://127.0.0.1:6379/9"), results=True
 )
+
+
+_side: Any = None
+
+
+@huey.task()
+def side_effect(i: int) -> bool:
+    """One INCR on Redis, as relaymq's side_effect task makes (one client per consumer)."""
+    global _side
+    if _side is None:
+        import redis
+
+        _side = redis.Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
+    _side.incr(SIDE_KEY)
+    return True
 
 
 @huey.task()

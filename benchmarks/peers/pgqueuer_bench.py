@@ -27,6 +27,7 @@ Choices:
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from importlib.metadata import version
@@ -37,7 +38,10 @@ from common import (
     CONCURRENCY,
     DEFAULT_POSTGRES_DB,
     DEFAULT_POSTGRES_URL,
+    DEFAULT_SIDE_URL,
     PREFIX,
+    SIDE_KEY,
+    SIDE_URL_ENV,
     BenchError,
     Watchdog,
     Worker,
@@ -139,9 +143,16 @@ async def work(args: Any) -> None:
     conn = await asyncpg.connect(args.dsn)
     pgq = PgQueuer.from_asyncpg_connection(conn)
 
+    side: Any = None
+    if args.workload == "side-effect":  # one INCR per job, one client per worker process
+        from redis.asyncio import Redis
+
+        side = Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
+
     @pgq.entrypoint(ENTRYPOINT, concurrency_limit=CONCURRENCY)
     async def noop(job: Job) -> None:
-        return None
+        if side is not None:
+            await side.incr(SIDE_KEY)
 
     print(f"pgqueuer worker: entrypoint={ENTRYPOINT} concurrency_limit={CONCURRENCY}", flush=True)
     await pgq.run()

@@ -28,7 +28,7 @@ MARKER = "relaymq-peer-requirements.json"
 REQUIREMENTS: dict[str, list[str]] = {
     "huey": ["huey==3.5.4", "redis==8.1.0"],
     "asyncmq": ["asyncmq[postgres,aio-pika]==0.10.1"],
-    "pgqueuer": ["pgqueuer[asyncpg]==1.6.0"],
+    "pgqueuer": ["pgqueuer[asyncpg]==1.6.0", "redis==8.1.0"],  # redis: the side-effect workload
     "dramatiq": ["dramatiq[rabbitmq]==2.2.1", "redis==8.1.0"],
 }
 
