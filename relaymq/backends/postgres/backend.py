@@ -200,7 +200,8 @@ class PostgresBackend(Backend, DeliveryStore):
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         if not jobs:
             return []
-        return _answers(jobs, await self._fetch("enqueue", *_enqueue_args(jobs, self._now())))
+        rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()), None, "", 0.0)
+        return _answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
         """One statement, whose notification carries the events, when they fit in one."""
@@ -208,9 +209,9 @@ class PostgresBackend(Backend, DeliveryStore):
         if not jobs or size >= NOTIFY_LIMIT:
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
-        rows = await self._fetch("enqueue_announced", *_enqueue_args(jobs, self._now()),
+        rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()),
                                  channel, str(self._notes.number()), at)  # fmt: skip
-        return _answers(jobs, [r for r in rows if r["id"] is not None])
+        return _answers(jobs, rows)
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -513,9 +514,9 @@ def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:
 
 
 def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:
-    """Each job's answer from the (queue, id) rows stored: a repeat later in the batch is a
-    duplicate too."""
-    stored = {(r["queue"], r["id"]) for r in rows}
+    """Each job's answer from the (queue, id) rows stored (a row of NULLs: none was): a
+    repeat later in the batch is a duplicate too."""
+    stored = {(r["queue"], r["id"]) for r in rows if r["id"] is not None}
     out: list[Enqueued] = []
     for j in jobs:
         key = (j.queue, j.id)

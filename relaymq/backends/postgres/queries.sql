@@ -31,35 +31,16 @@ INSERT INTO relaymq_migrations (name) VALUES ($1);
 -- name: enqueue
 -- Store new jobs in the order given; a (queue, id) that already exists, in the table or
 -- earlier in the same batch, is skipped (a duplicate). Each stored job gets the next seq.
+-- With a channel $12, the same statement also sends one notification there carrying each
+-- job's event (job:waiting, job:delayed, or job:deduplicated for a job not stored), stamped
+-- $14, as events.py writes a batch: payload 't' || $13 || ':' || a JSON array (notify.py).
+-- It goes out at commit, so a subscriber never hears of a job before it can be read; the
+-- caller keeps it under NOTIFY's size limit.
 -- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
 --      $6 delay float8[], $7 ttl float8[], $8 max_attempts int[], $9 timeout float8[],
---      $10 now float8|NULL, $11 traceparent text[]
--- out: queue, id of each stored job (duplicates are absent).
-WITH t AS (SELECT coalesce(to_timestamp($10::float8), now()) AS now)
-INSERT INTO relaymq_jobs AS j (queue, id, task, payload, state, priority, seq, created_at,
-                               run_at, ttl, max_attempts, timeout, traceparent)
-SELECT u.queue, u.id, u.task, u.payload,
-       CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END,
-       u.priority, nextval('relaymq_job_seq'), t.now,
-       CASE WHEN u.delay > 0 THEN t.now + make_interval(secs => u.delay) END,
-       u.ttl, u.max_attempts, u.timeout, u.traceparent
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int[], $6::float8[],
-            $7::float8[], $8::int[], $9::float8[], $11::text[])
-         WITH ORDINALITY AS u(queue, id, task, payload, priority, delay, ttl, max_attempts,
-                              timeout, traceparent, ord)
-     CROSS JOIN t
-ORDER BY u.ord
-ON CONFLICT (queue, id) DO NOTHING
-RETURNING j.queue, j.id;
-
--- name: enqueue_announced
--- enqueue, and in the same statement one notification on channel $12 carrying each job's
--- event (job:waiting, job:delayed, or job:deduplicated for a job not stored), stamped $14, as
--- events.py writes a batch: payload 't' || $13 || ':' || a JSON array (notify.py). Sent at
--- commit, so a subscriber never hears of a job before it can be read. The caller keeps the
--- payload under NOTIFY's limit.
--- in:  $1..$11 as enqueue, $12 channel text, $13 notification number text, $14 at float8
--- out: sent, then queue, id of each stored job (one row of NULLs when none was stored).
+--      $10 now float8|NULL, $11 traceparent text[], $12 channel text|NULL (no events),
+--      $13 notification number text, $14 the events' time float8
+-- out: sent (notifications: 0 or 1), then queue, id of each stored job (NULLs: none was).
 WITH t AS (SELECT coalesce(to_timestamp($10::float8), now()) AS now),
 ins AS (
     INSERT INTO relaymq_jobs AS j (queue, id, task, payload, state, priority, seq, created_at,
@@ -84,14 +65,21 @@ asked AS (
     FROM unnest($1::text[], $2::text[], $6::float8[]) WITH ORDINALITY AS u(queue, id, delay, ord)
 ),
 note AS (
-    SELECT pg_notify($12, 't' || $13 || ':[' || string_agg(json_build_object(
-               'name', CASE WHEN NOT a.first OR ins.id IS NULL THEN 'job:deduplicated'
-                            WHEN a.delay > 0 THEN 'job:delayed' ELSE 'job:waiting' END,
-               'queue', a.queue, 'at', $14::float8, 'job_id', a.id, 'data', '{}'::json
-           )::text, ',' ORDER BY a.ord) || ']') AS sent
-    FROM asked a LEFT JOIN ins ON ins.queue = a.queue AND ins.id = a.id
+    SELECT pg_notify($12, 't' || $13 || ':[' || p.events || ']') AS sent
+    FROM (
+        SELECT string_agg(json_build_object(
+                   'name', CASE WHEN NOT a.first OR ins.id IS NULL THEN 'job:deduplicated'
+                                WHEN a.delay > 0 THEN 'job:delayed' ELSE 'job:waiting' END,
+                   'queue', a.queue, 'at', $14::float8, 'job_id', a.id, 'data', '{}'::json
+               )::text, ',' ORDER BY a.ord) AS events
+        FROM asked a LEFT JOIN ins ON ins.queue = a.queue AND ins.id = a.id
+    ) p
+    WHERE $12::text IS NOT NULL
 )
-SELECT note.sent IS NOT NULL AS sent, ins.queue, ins.id FROM note LEFT JOIN ins ON true;
+-- count(*) reads every row of note (sending the notification, if any), and always gives the
+-- one row that the stored jobs join
+SELECT n.sent, ins.queue, ins.id
+FROM (SELECT count(*) AS sent FROM note) n LEFT JOIN ins ON true;
 
 -- name: claim
 -- Take up to $3 jobs in one statement: waiting jobs and due delayed jobs of the unpaused
