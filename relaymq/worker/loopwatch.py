@@ -90,7 +90,8 @@ class LoopWatch:
                 await asyncio.sleep(self.tick)
         finally:
             self._done.set()
-            self._wake()
+            with contextlib.suppress(RuntimeError):  # its loop already ended (a failure)
+                self._wake()
             await asyncio.to_thread(self._thread.join, 10.0)  # its handle closes
 
     def _ticked(self) -> None:
@@ -166,7 +167,12 @@ class LoopWatch:
                 handle = self._backend.heartbeat_handle()
                 if handle is None:
                     return
-                await handle.connect()
+                try:
+                    await handle.connect()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await handle.close()
+                    raise
                 self._handle = handle
             if held:
                 await self._handle.heartbeat([Beat(c) for c in held])
