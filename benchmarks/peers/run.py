@@ -41,8 +41,10 @@ HERE = Path(__file__).resolve().parent
 # the JSON always says how many jobs were actually used.
 PEERS: dict[str, dict[str, int]] = {
     "huey": {"redis": 10_000},
+    "bullmq": {"redis": 10_000},
     "asyncmq": {"redis": 10_000, "postgres": 1_000, "rabbitmq": 200},
     "pgqueuer": {"postgres": 10_000},
+    "oban": {"postgres": 10_000},
     "dramatiq": {"rabbitmq": 10_000},
 }
 DEFAULT_RUNS = 3

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,18 @@ MARKER = "relaymq-peer-requirements.json"
 # huey does not declare its Redis client, so it is pinned here too.
 REQUIREMENTS: dict[str, list[str]] = {
     "huey": ["huey==3.5.4", "redis==8.1.0"],
+    "bullmq": ["bullmq==3.4.4"],  # BullMQ's Python port; brings its own redis client
     "asyncmq": ["asyncmq[postgres,aio-pika]==0.10.1"],
     "pgqueuer": ["pgqueuer[asyncpg]==1.6.0", "redis==8.1.0"],  # redis: the side-effect workload
     "dramatiq": ["dramatiq[rabbitmq]==2.2.1", "redis==8.1.0"],
+    "oban": ["oban==0.7.0", "redis==8.1.0"],  # Oban for Python: Python >= 3.12
 }
+MIN_PYTHON: dict[str, tuple[int, int]] = {"oban": (3, 12)}
+"""Peers that need a newer Python than the one running the benchmark get one of these."""
+NEWER_PYTHONS = [
+    str(Path.home() / ".pyenv/versions/3.13.0/bin/python3.13"),
+    "python3.13", "python3.12", "python3.14",
+]  # fmt: skip
 
 
 class VenvError(RuntimeError):
@@ -47,6 +56,7 @@ def _wanted(peer: str, base_python: str) -> dict[str, object]:
         check=True,
         capture_output=True,
         text=True,
+        env=_PYENV,
     ).stdout.strip()
     return {"requirements": REQUIREMENTS[peer], "python": version}
 
@@ -56,7 +66,7 @@ def ensure_venv(peer: str, base_python: str | None = None, quiet: bool = True) -
     return the path of its python."""
     if peer not in REQUIREMENTS:
         raise VenvError(f"unknown peer {peer!r}; known: {', '.join(sorted(REQUIREMENTS))}")
-    base_python = base_python or sys.executable
+    base_python = base_python or _python_for(peer)
     venv_dir = VENVS_DIR / peer
     python = venv_python(peer)
     marker = venv_dir / MARKER
@@ -90,8 +100,28 @@ def ensure_venv(peer: str, base_python: str | None = None, quiet: bool = True) -
     return python
 
 
+def _python_for(peer: str) -> str:
+    """This interpreter, or a newer one when the peer needs it (pyenv's 3.13.0 first)."""
+    minimum = MIN_PYTHON.get(peer)
+    if minimum is None or sys.version_info[:2] >= minimum:
+        return sys.executable
+    check = f"import sys; sys.exit(sys.version_info[:2] < {minimum!r})"
+    for candidate in NEWER_PYTHONS:
+        try:
+            ok = subprocess.run([candidate, "-c", check], env=_PYENV, capture_output=True)
+        except OSError:
+            continue
+        if ok.returncode == 0:
+            return candidate
+    raise VenvError(f"{peer} needs Python >= {'.'.join(map(str, minimum))}; none found")
+
+
+_PYENV = {**os.environ, "PYENV_VERSION": "3.13.0"}
+"""pyenv's shims pick the interpreter by this; harmless for any other Python."""
+
+
 def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_PYENV)
     if proc.returncode != 0:
         raise VenvError(
             f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
