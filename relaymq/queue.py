@@ -46,9 +46,6 @@ _pause_seen: weakref.WeakKeyDictionary[Backend, dict[str, tuple[float, bool]]] =
 """Per backend and queue: when this process last learnt whether the queue is paused, and the
 answer. Enqueues read it so that they need no extra round trip of their own."""
 
-_task_queues: weakref.WeakKeyDictionary[Backend, dict[str, Queue]] = weakref.WeakKeyDictionary()
-"""The ``Queue`` that ``Task.enqueue`` uses, per backend and queue name (``Queue.of``)."""
-
 
 class JobHandle(Generic[R]):
     """A reference to one enqueued job.
@@ -191,17 +188,6 @@ class Queue:
         self._ops = Instrumented(backend)
         self.serializer = serializer
         self.settings = settings or Settings.from_env()
-
-    @classmethod
-    def of(cls, name: str, backend: Backend) -> Queue:
-        """The process's shared ``Queue`` called ``name`` on ``backend``, with the default
-        serializer and the settings of the environment when it was first asked for (what
-        ``Task.enqueue`` uses: one per queue, not one per call)."""
-        queues = _task_queues.setdefault(backend, {})
-        queue = queues.get(name)
-        if queue is None:
-            queue = queues[name] = cls(name, backend)
-        return queue
 
     def __repr__(self) -> str:
         return f"<Queue {self.name} on {self.backend.url}>"

@@ -92,7 +92,7 @@ class Task(Generic[P, R]):
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue one job on the task's backend (or the default one); returns its handle."""
         backend = self.options.backend or await default_backend()
-        return await Queue.of(self.options.queue, backend).add(self.call(*args, **kwargs))
+        return await Queue(self.options.queue, backend).add(self.call(*args, **kwargs))
 
     def with_options(
         self,
