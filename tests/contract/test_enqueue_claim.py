@@ -66,6 +66,15 @@ async def test_promoted_delayed_job_queues_behind_earlier_waiting_ones(
     assert [taken.id] + [j.id for j in rest] == ["first", "2nd", "delayed", "later"]
 
 
+async def test_delayed_jobs_due_at_the_same_moment_keep_their_fifo_order(
+    backend: Backend, q: str, clock: FakeClock
+) -> None:
+    # found by tests/contract/test_stateful.py: Redis promoted equal run times in id order
+    await backend.enqueue([new_job(q, i, delay=5) for i in ("j9", "j10", "j8")])
+    clock.advance(6)
+    assert [j.id for j in (await backend.claim([q], "w", 3)).jobs] == ["j9", "j10", "j8"]
+
+
 async def test_duplicate_job_id_creates_nothing(backend: Backend, q: str) -> None:
     original = new_job(q, "same-id", payload=b'{"v":1}')
     [first] = await backend.enqueue([original])

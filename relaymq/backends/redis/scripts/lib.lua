@@ -94,17 +94,40 @@ local function quarantine(base, jk, id, from, nows)
   redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error', 'corrupt record')
 end
 
+-- The due delayed jobs of one queue (at most `max`): their ids, and {id, jk, r} records in the
+-- order they enter waiting (r = state, priority, seq; nil when unreadable). Jobs due at the same
+-- moment keep their FIFO order (their sequence), not the sorted set's byte order of their ids.
+local function due_jobs(base, now, max)
+  local found = redis.call('ZRANGEBYSCORE', base .. ':delayed', '-inf', fmt(now), 'WITHSCORES',
+                           'LIMIT', 0, max)
+  local due, order = {}, {}
+  for i = 1, #found, 2 do
+    local id = found[i]
+    local jk = job_key(base, id)
+    local r = read(jk, 'state', 'priority', 'seq')
+    due[#due + 1] = id
+    order[#order + 1] = {id = id, jk = jk, r = r, at = tonumber(found[i + 1]),
+                         seq = (r and tonumber(r[3])) or 0}
+  end
+  table.sort(order, function(a, b)
+    if a.at ~= b.at then
+      return a.at < b.at
+    end
+    return a.seq < b.seq
+  end)
+  return due, order
+end
+
 -- Promote up to `max` due delayed jobs of one queue into waiting, in run-time order.
 local function promote(base, now, max)
   local dkey = base .. ':delayed'
-  local due = redis.call('ZRANGEBYSCORE', dkey, '-inf', fmt(now), 'LIMIT', 0, max)
+  local due, order = due_jobs(base, now, max)
   if #due == 0 then
     return 0
   end
   local moved = 0
-  for _, id in ipairs(due) do
-    local jk = job_key(base, id)
-    local r = read(jk, 'state', 'priority')
+  for _, o in ipairs(order) do
+    local id, jk, r = o.id, o.jk, o.r
     if r and r[1] == 'delayed' and tonumber(r[2]) then
       make_waiting(base, jk, id, tonumber(r[2]), nil)
       moved = moved + 1

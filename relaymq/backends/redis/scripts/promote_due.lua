@@ -2,16 +2,16 @@
 -- KEYS[1]  base of the queue
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2]  most jobs promoted
--- Returns  {id1, job1, id2, job2, ...} in run-time order, job = the values in FIELDS order.
+-- Returns  {id1, job1, id2, job2, ...} in run-time order (FIFO among equal run times), job =
+--          the values in FIELDS order.
 -- Promoted jobs get a new sequence through the FIFO allocator; idle workers are woken.
 local base = KEYS[1]
 local now, nows = clock(ARGV[1])
 local dkey = base .. ':delayed'
-local due = redis.call('ZRANGEBYSCORE', dkey, '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
+local due, order = due_jobs(base, now, tonumber(ARGV[2]))
 local out = {}
-for _, id in ipairs(due) do
-  local jk = job_key(base, id)
-  local r = read(jk, 'state', 'priority')
+for _, o in ipairs(order) do
+  local id, jk, r = o.id, o.jk, o.r
   if r and r[1] == 'delayed' and tonumber(r[2]) then
     make_waiting(base, jk, id, tonumber(r[2]), nil)
     out[#out + 1] = id
