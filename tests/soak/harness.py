@@ -260,16 +260,18 @@ async def _run_chaos(
     thaws: list[asyncio.Task[None]] = []
     while True:
         done = await _completed(queue)
-        if done >= profile.jobs:
-            break
         if time.monotonic() - began > profile.deadline:
             break
+        # Every disruption whose share is reached goes first, before the check for the end: a
+        # fast backend can finish the rest of the jobs during a server restart, and the plan's
+        # later kills and freezes must still happen (to the workers left, idle or not).
         while plan and done >= 0 and done >= plan[0][1] * profile.jobs:
             action, _ = plan.pop(0)
             if action == "kill":
                 victim = rng.choice(workers.live())
                 victim.kill()
                 chaos.killed[victim.pid] = time.monotonic()
+                await victim.wait()  # reaped: the next kill cannot pick it again
                 await workers.start()
             elif action == "freeze":
                 fresh = [p for p in workers.live() if p.pid not in chaos.stopped]
@@ -284,6 +286,8 @@ async def _run_chaos(
                 start = time.monotonic()
                 await target.restart()
                 chaos.restarts.append((start, time.monotonic()))
+        if done >= profile.jobs:
+            break
         await asyncio.sleep(0.05)  # a pause between two looks at the counts
     for t in thaws:
         await t

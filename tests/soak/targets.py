@@ -117,7 +117,10 @@ async def rabbitmq_redis(tmp: Path) -> AsyncIterator[Target]:
 
     try:
         await asyncio.to_thread(broker.start)
+        # reconcile_after=5: a delivery lost with the broker is published again within the
+        # soak's time frame (the default, 60 s, is longer than the short profile)
         url = support.url(tmp, f"{store.url}?prefix=soak", amqp_url=node.URL)
+        url += "&reconcile_after=5"
         yield Target("rabbitmq_redis", url, stop, start)
     finally:
         await asyncio.to_thread(broker.stop)
