@@ -33,7 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers.common import cpu_seconds  # noqa: E402
-from benchmarks.tasks import noop, side_effect  # noqa: E402
+from benchmarks.tasks import (  # noqa: E402
+    DEFAULT_SIDE_URL,
+    SIDE_KEY,
+    SIDE_KEY_ENV,
+    SIDE_URL_ENV,
+    noop,
+    side_effect,
+)
 from relaymq import Queue, Settings, Worker, connect, events  # noqa: E402
 from relaymq.backends.base import Backend  # noqa: E402
 from relaymq.job import JobState  # noqa: E402
@@ -108,11 +115,28 @@ async def until_completed(queue: Queue, n: int, deadline: float) -> None:
 WORKLOADS = {"noop": noop, "side-effect": side_effect}
 
 
+async def side_effect_count(key: str, *, delete: bool = False) -> int:
+    """How many times this run's side-effect jobs INCRed ``key``; ``delete``: then drop it (the
+    side Redis is db 0 by default, shared, never flushed)."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
+    try:
+        count = int(await client.get(key) or 0)
+        if delete:
+            await client.delete(key)
+        return count
+    finally:
+        await client.aclose()
+
+
 async def one_run(
     url: str, jobs: int, concurrency: int, chunk: int, single: bool, workload: str, workers: int
 ) -> Run:
     backend = await connect(url)
     queue = Queue(f"bench-{uuid.uuid4().hex[:8]}", backend)
+    side_key = f"{SIDE_KEY}:{queue.name}"  # this run's own, set before the workers start
+    os.environ[SIDE_KEY_ENV] = side_key
     try:
         bound = WORKLOADS[workload].with_options(queue=queue.name)
         calls = [bound.call() for _ in range(jobs)]
@@ -129,10 +153,15 @@ async def one_run(
             await until_completed(queue, jobs, deadline=600)
             done = time.perf_counter()
             cpu_us = (sum(cpu_seconds(p) for p in pids) - cpu) / jobs * 1e6 if pids else None
+        # Every handler made its one Redis call, exactly once (checked after the clock stopped).
+        if workload == "side-effect" and (made := await side_effect_count(side_key)) != jobs:
+            raise RuntimeError(f"side-effect key {side_key} is {made}, expected {jobs}")
         return Run(jobs / (enqueued - start), jobs / (done - start), cpu_us)
     finally:
         await queue.obliterate()
         await backend.close()
+        if workload == "side-effect":
+            await side_effect_count(side_key, delete=True)
 
 
 async def latency(url: str, samples: int) -> list[float]:

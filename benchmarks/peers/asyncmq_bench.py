@@ -10,6 +10,9 @@ Choices:
 * Enqueue: ``Queue.add_bulk()``, asyncmq's bulk API.  In 0.10.1 it routes
   every job through ``Queue.add()`` (one backend enqueue per job, by design,
   so per-job semantics hold), so it is effectively a tight loop.
+* ``--single``: one ``Queue.add()`` per job (the same backend calls, without
+  add_bulk's wrapper).  ``--workload side-effect``: the task ``side_effect``,
+  one INCR with a redis.asyncio client made once per worker process.
 * Worker: this script re-run with ``--role worker``: one process running
   ``Queue(name, backend, concurrency=10).run()`` -- the same ``run_worker``
   loop that ``asyncmq worker start QUEUE --concurrency 10`` runs, i.e. up to
@@ -59,6 +62,7 @@ from common import (
     DEFAULT_POSTGRES_URL,
     DEFAULT_REDIS_URL,
     PREFIX,
+    SideEffect,
     Watchdog,
     Worker,
     await_until,
@@ -68,6 +72,8 @@ from common import (
     redis_db_url,
     run_main,
     self_worker_argv,
+    side_key,
+    side_url,
 )
 
 QUEUE = PREFIX
@@ -81,6 +87,20 @@ async def noop(i: int) -> None:
     """The no-op job.  Registered as ``__main__.noop`` in both the driver and
     the worker, because both run this file as a script."""
     return None
+
+
+_side: Any = None
+
+
+@task(queue=QUEUE)
+async def side_effect(i: int) -> None:
+    """One INCR on Redis; the client is made on first use, once per worker process."""
+    global _side
+    if _side is None:
+        from redis.asyncio import Redis
+
+        _side = Redis.from_url(side_url())
+    await _side.incr(side_key())
 
 
 def parse_args(argv: list[str] | None = None) -> Any:
@@ -211,25 +231,36 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
     queue = Queue(QUEUE, backend=backend)
     count, close = await make_counter(args, backend)
 
+    side = SideEffect(args.workload)  # before the worker starts: it reads the run's key
+    job = side_effect if side.enabled else noop
     worker = Worker(self_worker_argv(__file__, sys.argv[1:]))
     watchdog.worker = worker
     ok = False
     try:
         # Warm-up: one job proves the worker is up before the clock starts.
-        await queue.add(task_id=noop.task_id, args=[-1])
+        await queue.add(task_id=job.task_id, args=[-1])
         await await_until(lambda: _at_least(count, 1), worker, args.deadline, "the warm-up job")
         target = await count() + args.jobs
-        batch = [{"task_id": noop.task_id, "args": [i]} for i in range(args.jobs)]
+        side_before = side.count()
+        batch = [{"task_id": job.task_id, "args": [i]} for i in range(args.jobs)]
 
+        cpu0 = worker.cpu()
         t0 = time.perf_counter()
-        await queue.add_bulk(batch)
+        if args.single:
+            for i in range(args.jobs):
+                await queue.add(task_id=job.task_id, args=[i])
+        else:
+            await queue.add_bulk(batch)
         t_enqueued = time.perf_counter()
         t_done = await await_until(
             lambda: _at_least(count, target), worker, args.deadline, f"{args.jobs} jobs to complete"
         )
+        cpu = worker.cpu() - cpu0
+        side.check(side_before + args.jobs)
         ok = True
     finally:
         worker.stop(keep_log=not ok)
+        side.cleanup()
         await close()
         if hasattr(backend, "close"):
             await backend.close()
@@ -237,7 +268,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
             await reset_state(args)
 
     emit_result(
-        "asyncmq", version("asyncmq"), args.backend, args.jobs, t_enqueued - t0, t_done - t0
+        "asyncmq", version("asyncmq"), args.backend, args.jobs, t_enqueued - t0, t_done - t0, cpu
     )
 
 

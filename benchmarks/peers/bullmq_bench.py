@@ -12,14 +12,16 @@ Choices:
   with ``--workload side-effect``).
 * Completion: ``Queue.getJobCounts("completed")`` polled at most every 20 ms. Jobs are kept
   once completed (``removeOnComplete`` off) so that they can be counted.
-* State: the Redis db in --url (default 9) is FLUSHDB'd before and after the run; db 0 is
-  refused.
+* ``--workload side-effect``: the processor makes one INCR with a redis.asyncio client made
+  once in the worker process (common.SideEffect checks the count afterwards).
+* State: queue ``relaymq_bench_peer`` under the key prefix ``relaymq_bench_peer`` (not
+  bullmq's default ``bull``), in the Redis db in --url (default 9), which is FLUSHDB'd before
+  and after the run; db 0 is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from importlib.metadata import version
@@ -28,9 +30,8 @@ from typing import Any
 from common import (
     CONCURRENCY,
     DEFAULT_REDIS_URL,
-    DEFAULT_SIDE_URL,
-    SIDE_KEY,
-    SIDE_URL_ENV,
+    PREFIX,
+    SideEffect,
     Watchdog,
     Worker,
     await_until,
@@ -39,9 +40,11 @@ from common import (
     redis_db_url,
     run_main,
     self_worker_argv,
+    side_key,
+    side_url,
 )
 
-QUEUE = "relaymq_bench_peer"
+QUEUE = PREFIX
 DEFAULT_JOBS = 10_000
 
 
@@ -66,7 +69,14 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
     from bullmq import Queue
 
     await flush(args.url)
-    queue = Queue(QUEUE, {"connection": args.url, "defaultJobOptions": {"removeOnComplete": False}})
+    queue = Queue(
+        QUEUE,
+        {
+            "connection": args.url,
+            "prefix": PREFIX,
+            "defaultJobOptions": {"removeOnComplete": False},
+        },
+    )
 
     async def completed() -> int:
         counts = await queue.getJobCounts("completed")
@@ -75,6 +85,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
     async def at_least(target: int) -> bool:
         return await completed() >= target
 
+    side = SideEffect(args.workload)  # before the worker starts: it reads the run's key
     worker = Worker(self_worker_argv(__file__, sys.argv[1:]))
     watchdog.worker = worker
     ok = False
@@ -83,6 +94,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         await queue.add("job", {"i": -1})
         await await_until(lambda: at_least(1), worker, args.deadline, "the warm-up job")
         target = await completed() + args.jobs
+        side_before = side.count()
 
         cpu0 = worker.cpu()
         t0 = time.perf_counter()
@@ -96,11 +108,13 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
             lambda: at_least(target), worker, args.deadline, f"{args.jobs} jobs to complete"
         )
         cpu = worker.cpu() - cpu0
+        side.check(side_before + args.jobs)
         ok = True
     finally:
         worker.stop(keep_log=not ok)
         await queue.close()
         await flush(args.url)
+        side.cleanup()
 
     emit_result("bullmq", version("bullmq"), "redis", args.jobs, t_enqueued - t0, t_done - t0, cpu)
 
@@ -109,17 +123,19 @@ async def work(args: Any) -> None:
     from bullmq import Worker as BullWorker
 
     side: Any = None
+    key = side_key()
     if args.workload == "side-effect":  # one INCR per job, one client per worker process
         from redis.asyncio import Redis
 
-        side = Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
+        side = Redis.from_url(side_url())
 
     async def process(job: Any, token: str) -> bool:
         if side is not None:
-            await side.incr(SIDE_KEY)
+            await side.incr(key)
         return True
 
-    worker = BullWorker(QUEUE, process, {"connection": args.url, "concurrency": CONCURRENCY})
+    opts = {"connection": args.url, "prefix": PREFIX, "concurrency": CONCURRENCY}
+    worker = BullWorker(QUEUE, process, opts)
     print(f"bullmq worker: concurrency={CONCURRENCY}", flush=True)
     try:
         await asyncio.Event().wait()  # until the driver stops this process

@@ -83,8 +83,59 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 SIDE_URL_ENV = "RELAYMQ_BENCH_SIDE_URL"
 """The Redis a side-effect handler INCRs (``SIDE_KEY``), the same for relaymq and every peer."""
+SIDE_KEY_ENV = "RELAYMQ_BENCH_SIDE_KEY"
+"""The key it INCRs: ``SideEffect`` gives every run one of its own, ``SIDE_KEY:<run id>``."""
 SIDE_KEY = "relaymq_bench:side"
 DEFAULT_SIDE_URL = "redis://127.0.0.1:6379/0"
+
+
+def side_url() -> str:
+    return os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL)
+
+
+def side_key() -> str:
+    """The key a side-effect handler INCRs (read by the worker process, set by the driver)."""
+    return os.environ.get(SIDE_KEY_ENV, SIDE_KEY)
+
+
+class SideEffect:
+    """The driver's half of ``--workload side-effect``.
+
+    Made before the worker starts: it puts a key of this run's own into the environment
+    (``SIDE_KEY_ENV``; ``Worker`` passes the environment on), so runs never share a counter.
+    ``count()`` before the clock and ``check(before + jobs)`` after it prove that every job's
+    handler really made its Redis call, exactly once; ``cleanup()`` deletes the key (the side
+    Redis is db 0 by default, which is never flushed).  With ``noop`` all of it does nothing.
+    redis-py is imported only here, so this module stays standard-library-only otherwise.
+    """
+
+    def __init__(self, workload: str) -> None:
+        self.enabled = workload == "side-effect"
+        self.key = f"{SIDE_KEY}:{os.getpid()}-{time.time_ns()}"
+        self._client: Any = None
+        if self.enabled:
+            os.environ[SIDE_URL_ENV] = side_url()
+            os.environ[SIDE_KEY_ENV] = self.key
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            import redis
+
+            self._client = redis.Redis.from_url(side_url())
+        return self._client
+
+    def count(self) -> int:
+        return int(self._redis().get(self.key) or 0) if self.enabled else 0
+
+    def check(self, expected: int) -> None:
+        if self.enabled and (got := self.count()) != expected:
+            raise BenchError(f"side-effect key {self.key} is {got}, expected {expected}")
+
+    def cleanup(self) -> None:
+        if self.enabled:
+            self._redis().delete(self.key)
+            self._client.close()
+            self._client = None
 
 
 def redis_db_url(url: str) -> str:

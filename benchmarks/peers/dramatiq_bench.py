@@ -9,8 +9,10 @@ Choices:
   Dramatiq's defaults: persistent messages, no publisher confirms).
 * Worker: Dramatiq's own ``dramatiq dramatiq_tasks -p 1 -t 10``, one process with 10 worker
   threads (its default prefetch: twice the threads).
+* ``--single``: the same, one ``send`` per job either way.
 * Completion: the actor INCRs a Redis counter (Dramatiq keeps no job state); the driver polls it
-  every 20 ms.
+  every 20 ms.  With ``--workload side-effect`` the actor ``side_effect`` INCRs the run's side
+  key (sync redis-py, one client per worker process) and that key is the count.
 * State: the broker queue (and its delay/dead-letter queues) is purged before and after the
   run; the Redis db (--redis-url, default 9, never 0) holds only the counter.
 """
@@ -26,6 +28,7 @@ from common import (
     CONCURRENCY,
     DEFAULT_AMQP_URL,
     DEFAULT_REDIS_URL,
+    SideEffect,
     Watchdog,
     Worker,
     base_parser,
@@ -48,9 +51,14 @@ def main() -> None:
     redis_url = redis_db_url(args.redis_url)
     env = {"RELAYMQ_BENCH_DRAMATIQ_AMQP": amqp, "RELAYMQ_BENCH_DRAMATIQ_REDIS": redis_url}
     os.environ.update(env)
+    side = SideEffect(args.workload)  # before the import and the worker: both read its key
     import dramatiq_tasks
 
+    actor = dramatiq_tasks.side_effect if side.enabled else dramatiq_tasks.noop
+
     def done() -> int:
+        if side.enabled:
+            return side.count()
         return int(dramatiq_tasks.counter.get(dramatiq_tasks.DONE_KEY) or 0)
 
     dramatiq_tasks.counter.delete(dramatiq_tasks.DONE_KEY)
@@ -67,18 +75,20 @@ def main() -> None:
     ok = False
     try:
         # Warm-up: one job proves the worker is up before the clock starts.
-        dramatiq_tasks.noop.send(-1)
+        actor.send(-1)
         wait_until(lambda: done() >= 1, worker, args.deadline, "the warm-up job")
+        side_before = side.count()
         target = done() + jobs
 
         cpu0 = worker.cpu()
         t0 = time.perf_counter()
         for i in range(jobs):
-            dramatiq_tasks.noop.send(i)
+            actor.send(i)
         t_enqueued = time.perf_counter()
         t_done = wait_until(lambda: done() >= target, worker, args.deadline,
                             f"{jobs} jobs to complete")  # fmt: skip
         cpu = worker.cpu() - cpu0
+        side.check(side_before + jobs)
         ok = True
     finally:
         worker.stop(keep_log=not ok)
@@ -86,6 +96,7 @@ def main() -> None:
         dramatiq_tasks.broker.flush_all()
         dramatiq_tasks.counter.delete(dramatiq_tasks.DONE_KEY)
         dramatiq_tasks.broker.close()
+        side.cleanup()
 
     emit_result("dramatiq", version("dramatiq"), "rabbitmq", jobs, t_enqueued - t0, t_done - t0,
                 cpu)  # fmt: skip

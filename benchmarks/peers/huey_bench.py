@@ -14,6 +14,9 @@ Choices:
   measurement.
 * Completion: polled every 20 ms via ``huey.result_count()`` (huey's result
   store; the task returns True so that a result is stored).
+* ``--workload side-effect``: ``huey_tasks.side_effect`` instead, one INCR
+  with a sync redis-py client made once per consumer process (common.SideEffect
+  checks the count afterwards).
 * State: the Redis db in --url (default 9) is FLUSHDB'd before and after the
   run; db 0 is refused.
 """
@@ -28,6 +31,7 @@ from importlib.metadata import version
 from common import (
     CONCURRENCY,
     DEFAULT_REDIS_URL,
+    SideEffect,
     Watchdog,
     Worker,
     base_parser,
@@ -51,6 +55,7 @@ def main() -> None:
 
     huey = huey_tasks.huey
     huey.storage.conn.flushdb()
+    side = SideEffect(args.workload)  # before the worker starts: it reads the run's key
 
     watchdog = Watchdog(args.deadline, "huey/redis").start()
     consumer = os.path.join(os.path.dirname(sys.executable), "huey_consumer")
@@ -67,6 +72,7 @@ def main() -> None:
         wait_until(lambda: huey.result_count() >= 1, worker, args.deadline, "the warm-up job")
         baseline = huey.result_count()
         target = baseline + jobs
+        side_before = side.count()
 
         cpu0 = worker.cpu()
         t0 = time.perf_counter()
@@ -77,11 +83,13 @@ def main() -> None:
             lambda: huey.result_count() >= target, worker, args.deadline, f"{jobs} jobs to complete"
         )
         cpu = worker.cpu() - cpu0
+        side.check(side_before + jobs)
         ok = True
     finally:
         worker.stop(keep_log=not ok)
         watchdog.cancel()
         huey.storage.conn.flushdb()
+        side.cleanup()
 
     emit_result("huey", version("huey"), "redis", jobs, t_enqueued - t0, t_done - t0, cpu)
 

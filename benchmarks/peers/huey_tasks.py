@@ -9,9 +9,9 @@ environment because the consumer is started by huey's own command line.
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from common import DEFAULT_SIDE_URL, SIDE_KEY, SIDE_URL_ENV
+import redis
+from common import side_key, side_url
 from huey import RedisHuey
 
 URL_ENV = "RELAYMQ_BENCH_HUEY_URL"
@@ -24,18 +24,17 @@ huey = RedisHuey(
 )
 
 
-_side: Any = None
+# The side-effect workload's client: one per process, made here rather than on first use
+# because the consumer's 10 threads could race to make it (redis-py connects lazily, and its
+# connection pool is thread-safe).  The key is this run's, from the driver via the environment.
+_side = redis.Redis.from_url(side_url())
+_side_key = side_key()
 
 
 @huey.task()
 def side_effect(i: int) -> bool:
-    """One INCR on Redis, as relaymq's side_effect task makes (one client per consumer)."""
-    global _side
-    if _side is None:
-        import redis
-
-        _side = redis.Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
-    _side.incr(SIDE_KEY)
+    """One INCR on Redis, as relaymq's side_effect task makes."""
+    _side.incr(_side_key)
     return True
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from common import (
     DEFAULT_POSTGRES_URL,
     BenchError,
+    SideEffect,
     Watchdog,
     Worker,
     await_until,
@@ -61,10 +62,7 @@ async def reset_state(args: Any) -> None:
             await admin.execute(f'CREATE DATABASE "{DATABASE}"')
     pool = await Oban.create_pool(args.dsn)
     try:
-        try:
-            await uninstall(pool)
-        except Exception:  # nothing installed yet
-            pass
+        await uninstall(pool)  # DROP ... IF EXISTS: fine on a fresh database
         await install(pool)
     finally:
         await pool.close()
@@ -88,6 +86,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         return await completed() >= target
 
     env = {oban_tasks.SIDE_ENV: "1"} if args.workload == "side-effect" else {}
+    side = SideEffect(args.workload)  # before the worker starts: it reads the run's key
     worker = Worker(self_worker_argv(__file__, sys.argv[1:]), env=env)
     watchdog.worker = worker
     ok = False
@@ -96,6 +95,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
             await oban.enqueue(oban_tasks.Bench.new({"i": -1}))
             await await_until(lambda: at_least(1), worker, args.deadline, "the warm-up job")
             target = await completed() + args.jobs
+            side_before = side.count()
             jobs = [oban_tasks.Bench.new({"i": i}) for i in range(args.jobs)]
 
             cpu0 = worker.cpu()
@@ -110,10 +110,12 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
                 lambda: at_least(target), worker, args.deadline, f"{args.jobs} jobs to complete"
             )
             cpu = worker.cpu() - cpu0
+        side.check(side_before + args.jobs)
         ok = True
     finally:
         worker.stop(keep_log=not ok)
         await pool.close()
+        side.cleanup()
 
     emit_result("oban", version("oban"), "postgres", args.jobs, t_enqueued - t0, t_done - t0, cpu)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from common import DEFAULT_SIDE_URL, SIDE_KEY, SIDE_URL_ENV
+from common import side_key, side_url
 from oban import worker
 
 QUEUE = "bench"
@@ -23,5 +23,5 @@ class Bench:
             if _side is None:
                 from redis.asyncio import Redis
 
-                _side = Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
-            await _side.incr(SIDE_KEY)
+                _side = Redis.from_url(side_url())  # once per process: one event loop, no race
+            await _side.incr(side_key())

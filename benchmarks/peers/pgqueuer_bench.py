@@ -19,6 +19,9 @@ Choices:
   is done (and logs it), so the driver polls every 20 ms until no row is left
   in that table (a cheap EXISTS query; pgqueuer's ``Queries.queue_size()`` is
   a full GROUP BY, used only as a final cross-check -- see drive()).
+* ``--single``: one ``Queries.enqueue()`` call (one INSERT) per job.
+* ``--workload side-effect``: the entrypoint makes one INCR with a redis.asyncio
+  client made once in the worker process.
 * State: the dedicated database --database (default relaymq_bench_peer) is
   created if missing; pgqueuer's own objects in it are uninstalled and
   installed afresh before each run.  Nothing else is touched.
@@ -27,7 +30,6 @@ Choices:
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from importlib.metadata import version
@@ -38,11 +40,9 @@ from common import (
     CONCURRENCY,
     DEFAULT_POSTGRES_DB,
     DEFAULT_POSTGRES_URL,
-    DEFAULT_SIDE_URL,
     PREFIX,
-    SIDE_KEY,
-    SIDE_URL_ENV,
     BenchError,
+    SideEffect,
     Watchdog,
     Worker,
     await_until,
@@ -51,6 +51,8 @@ from common import (
     postgres_url_for_db,
     run_main,
     self_worker_argv,
+    side_key,
+    side_url,
 )
 from pgqueuer import PgQueuer
 from pgqueuer.db import AsyncpgDriver
@@ -106,6 +108,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
     async def queue_empty() -> bool:
         return not await conn.fetchval(any_row_left)
 
+    side = SideEffect(args.workload)  # before the worker starts: it reads the run's key
     worker = Worker(self_worker_argv(__file__, sys.argv[1:]))
     watchdog.worker = worker
     ok = False
@@ -113,6 +116,7 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         # Warm-up: one job proves the worker is up before the clock starts.
         await queries.enqueue(ENTRYPOINT, None)
         await await_until(queue_empty, worker, args.deadline, "the warm-up job")
+        side_before = side.count()
 
         cpu0 = worker.cpu()
         t0 = time.perf_counter()
@@ -129,10 +133,12 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
         left = sum(row.count for row in await queries.queue_size())
         if left:
             raise BenchError(f"queue_size() still reports {left} jobs after the table emptied")
+        side.check(side_before + args.jobs)
         ok = True
     finally:
         worker.stop(keep_log=not ok)
         await conn.close()
+        side.cleanup()
 
     emit_result(
         "pgqueuer", version("pgqueuer"), "postgres", args.jobs, t_enqueued - t0, t_done - t0, cpu
@@ -144,15 +150,16 @@ async def work(args: Any) -> None:
     pgq = PgQueuer.from_asyncpg_connection(conn)
 
     side: Any = None
+    key = side_key()
     if args.workload == "side-effect":  # one INCR per job, one client per worker process
         from redis.asyncio import Redis
 
-        side = Redis.from_url(os.environ.get(SIDE_URL_ENV, DEFAULT_SIDE_URL))
+        side = Redis.from_url(side_url())
 
     @pgq.entrypoint(ENTRYPOINT, concurrency_limit=CONCURRENCY)
     async def noop(job: Job) -> None:
         if side is not None:
-            await side.incr(SIDE_KEY)
+            await side.incr(key)
 
     print(f"pgqueuer worker: entrypoint={ENTRYPOINT} concurrency_limit={CONCURRENCY}", flush=True)
     await pgq.run()

@@ -28,14 +28,19 @@ MARKER = "relaymq-peer-requirements.json"
 # huey does not declare its Redis client, so it is pinned here too.
 REQUIREMENTS: dict[str, list[str]] = {
     "huey": ["huey==3.5.4", "redis==8.1.0"],
-    "bullmq": ["bullmq==3.4.4"],  # BullMQ's Python port; brings its own redis client
-    "asyncmq": ["asyncmq[postgres,aio-pika]==0.10.1"],
+    # redis==8.1.0 everywhere: the side-effect workload's client is the same for every peer
+    # (and relaymq); bullmq and asyncmq would bring a redis of their own choosing otherwise.
+    "bullmq": ["bullmq==3.4.4", "redis==8.1.0"],  # BullMQ's Python port
+    "asyncmq": ["asyncmq[postgres,aio-pika]==0.10.1", "redis==8.1.0"],
     "pgqueuer": ["pgqueuer[asyncpg]==1.6.0", "redis==8.1.0"],  # redis: the side-effect workload
     "dramatiq": ["dramatiq[rabbitmq]==2.2.1", "redis==8.1.0"],
     "oban": ["oban==0.7.0", "redis==8.1.0"],  # Oban for Python: Python >= 3.12
 }
 MIN_PYTHON: dict[str, tuple[int, int]] = {"oban": (3, 12)}
-"""Peers that need a newer Python than the one running the benchmark get one of these."""
+"""Peers that need a newer Python than the one running the benchmark get one: the one
+scripts/python313.sh's ``find_python313`` picks (as the rest of the repository does), else the
+first of NEWER_PYTHONS that is new enough."""
+PYTHON313_SH = VENVS_DIR.parent.parent / "scripts" / "python313.sh"
 NEWER_PYTHONS = [
     str(Path.home() / ".pyenv/versions/3.13.0/bin/python3.13"),
     "python3.13", "python3.12", "python3.14",
@@ -106,7 +111,7 @@ def _python_for(peer: str) -> str:
     if minimum is None or sys.version_info[:2] >= minimum:
         return sys.executable
     check = f"import sys; sys.exit(sys.version_info[:2] < {minimum!r})"
-    for candidate in NEWER_PYTHONS:
+    for candidate in [*_find_python313(), *NEWER_PYTHONS]:
         try:
             ok = subprocess.run([candidate, "-c", check], env=_PYENV, capture_output=True)
         except OSError:
@@ -114,6 +119,19 @@ def _python_for(peer: str) -> str:
         if ok.returncode == 0:
             return candidate
     raise VenvError(f"{peer} needs Python >= {'.'.join(map(str, minimum))}; none found")
+
+
+def _find_python313() -> list[str]:
+    """What scripts/python313.sh's find_python313 prints, if it finds one."""
+    if not PYTHON313_SH.exists():
+        return []
+    found = subprocess.run(
+        ["bash", "-c", '. "$1" && find_python313', "find_python313", str(PYTHON313_SH)],
+        capture_output=True,
+        text=True,
+        env=_PYENV,
+    )
+    return [found.stdout.strip()] if found.returncode == 0 and found.stdout.strip() else []
 
 
 _PYENV = {**os.environ, "PYENV_VERSION": "3.13.0"}
