@@ -39,6 +39,7 @@ from common import (
     emit_result,
     redis_db_url,
     run_main,
+    run_roles,
     self_worker_argv,
     side_key,
     side_url,
@@ -145,14 +146,7 @@ async def work(args: Any) -> None:
 
 def main() -> None:
     args = parse_args()
-    if args.role == "worker":
-        asyncio.run(work(args))
-        return
-    watchdog = Watchdog(args.deadline, "bullmq/redis").start()
-    try:
-        asyncio.run(drive(args, watchdog))
-    finally:
-        watchdog.cancel()
+    run_roles(args, work, drive, "bullmq/redis")
 
 
 if __name__ == "__main__":

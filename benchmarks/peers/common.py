@@ -349,3 +349,23 @@ def run_main(main: Callable[[], Any]) -> None:
     except BenchError as exc:
         fail(str(exc))
         sys.exit(2)
+
+
+def run_roles(
+    args: Any,
+    work: Callable[[Any], Awaitable[None]],
+    drive: Callable[[Any, Watchdog], Awaitable[None]],
+    label: str,
+) -> None:
+    """The body of an asyncio bench script's ``main``: ``work`` in the worker process (the
+    script re-run with ``--role worker``), else ``drive`` under a watchdog named ``label``."""
+    import asyncio
+
+    if args.role == "worker":
+        asyncio.run(work(args))
+        return
+    watchdog = Watchdog(args.deadline, label).start()
+    try:
+        asyncio.run(drive(args, watchdog))
+    finally:
+        watchdog.cancel()

@@ -36,6 +36,7 @@ from common import (
     emit_result,
     postgres_url_for_db,
     run_main,
+    run_roles,
     self_worker_argv,
 )
 
@@ -137,14 +138,7 @@ def main() -> None:
     args = parse_args()
     if sys.version_info < (3, 12):
         raise BenchError("Oban for Python needs Python >= 3.12 (run.py makes its venv)")
-    if args.role == "worker":
-        asyncio.run(work(args))
-        return
-    watchdog = Watchdog(args.deadline, "oban/postgres").start()
-    try:
-        asyncio.run(drive(args, watchdog))
-    finally:
-        watchdog.cancel()
+    run_roles(args, work, drive, "oban/postgres")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ Choices:
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from importlib.metadata import version
@@ -50,6 +49,7 @@ from common import (
     emit_result,
     postgres_url_for_db,
     run_main,
+    run_roles,
     self_worker_argv,
     side_key,
     side_url,
@@ -167,14 +167,7 @@ async def work(args: Any) -> None:
 
 def main() -> None:
     args = parse_args()
-    if args.role == "worker":
-        asyncio.run(work(args))
-        return
-    watchdog = Watchdog(args.deadline, "pgqueuer/postgres").start()
-    try:
-        asyncio.run(drive(args, watchdog))
-    finally:
-        watchdog.cancel()
+    run_roles(args, work, drive, "pgqueuer/postgres")
 
 
 if __name__ == "__main__":
