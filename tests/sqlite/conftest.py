@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -48,8 +49,10 @@ class Child:
         await self.proc.stdin.drain()
 
     def kill(self) -> None:
-        if self.proc.returncode is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+        # A child that has just exited may be reaped before its returncode is set here.
+        with contextlib.suppress(ProcessLookupError):
+            if self.proc.returncode is None:
+                os.kill(self.proc.pid, signal.SIGKILL)
 
 
 @asynccontextmanager
