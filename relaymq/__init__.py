@@ -21,6 +21,7 @@ from relaymq.job import TERMINAL, Claim, Job, JobState
 from relaymq.options import Call
 from relaymq.queue import JobHandle, Queue
 from relaymq.retry import exponential, fixed
+from relaymq.schedules import Schedule, Schedules, schedule
 from relaymq.settings import Settings
 from relaymq.task import JobContext, Task, task
 from relaymq.worker import Worker
@@ -47,6 +48,8 @@ __all__ = [
     "RelayError",
     "RelayWarning",
     "ResultTimeoutError",
+    "Schedule",
+    "Schedules",
     "SerializationError",
     "Settings",
     "Task",
@@ -55,6 +58,7 @@ __all__ = [
     "connect",
     "exponential",
     "fixed",
+    "schedule",
     "set_default_backend",
     "task",
 ]

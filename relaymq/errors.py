@@ -12,6 +12,7 @@
     │   ├── BackendUnavailableError the server cannot be reached (connection refused, timeout)
     │   └── CorruptRecordError      a stored record cannot be read back
     ├── JobNotFoundError            no such job in that queue
+    ├── ScheduleNotFoundError       no schedule with that id
     ├── ResultTimeoutError          ``JobHandle.result(timeout=)`` passed; says the job's state
     ├── TaskNotFoundError           a job names a task this process cannot import
     └── JobFailedError              ``JobHandle.result()`` of a failed/expired/cancelled job
@@ -114,3 +115,7 @@ class EvictionPolicyWarning(RelayWarning):
 
 class DurabilityWarning(RelayWarning):
     """The server keeps nothing on disk (Redis ``appendonly no``): a restart loses every job."""
+
+
+class ScheduleNotFoundError(RelayError, LookupError):
+    """No schedule with that id is stored."""

@@ -21,6 +21,9 @@ class Settings:
     """Jobs one worker runs at once."""
     enable_stalled_check: bool = True
     """Run stalled recovery in this worker (elected per queue through the backend's lock)."""
+    enable_scheduler: bool = True
+    """Take part in the election of the process that fires schedules (``relaymq.schedules``),
+    after storing the code-defined schedules of this worker's queues."""
     stalled_threshold: float = 30.0
     """Seconds without a heartbeat after which an active job counts as stalled."""
     heartbeat_interval: float = 5.0

@@ -136,9 +136,11 @@ REGISTRY: dict[str, Task[Any, Any]] = {}
 
 
 class _Decorator:
-    def __init__(self, name: str | None, options: Options) -> None:
+    def __init__(self, name: str | None, options: Options, when: dict[str, Any]) -> None:
         self.name = name
         self.options = options
+        self.when = when
+        """``cron``/``every``, ``tz`` and ``missed``: the task's schedule, if it has one."""
 
     @overload
     def __call__(
@@ -154,6 +156,10 @@ class _Decorator:
         name = self.name or f"{fn.__module__}:{fn.__qualname__}"
         t: Task[Any, Any] = Task(fn, name, self.options, _takes_context(fn))
         REGISTRY[name] = t
+        if self.when:
+            from relaymq.schedules import schedule  # it imports this module
+
+            schedule(t, **self.when)
         return t
 
 
@@ -168,6 +174,10 @@ def task(
     priority: int = 0,
     backend: Backend | None = None,
     sandbox: bool = False,
+    cron: str | None = None,
+    every: float | None = None,
+    tz: str = "UTC",
+    missed: str = "skip",
 ) -> _Decorator:
     """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``,
     so a worker can import it on demand (a task defined in a script run as ``__main__`` needs
@@ -181,13 +191,21 @@ def task(
 
     ``sandbox=True`` runs each attempt in a child process of the worker instead, which a
     timeout, a cancel or the worker's shutdown kills for real, and whose crash fails or retries
-    the attempt (``relaymq.worker.sandbox``). The task must live in an importable module."""
+    the attempt (``relaymq.worker.sandbox``). The task must live in an importable module.
+
+    ``cron`` (with ``tz``) or ``every`` (seconds) also schedule it, with no arguments, under
+    its name as the schedule id: the workers serving its queue store the schedule and fire it
+    (``relaymq.schedules``); ``missed`` says what becomes of ticks missed while no worker
+    ran (``skip``, ``once`` or ``all``)."""
     options = Options(
         queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
         priority=priority, backend=backend, sandbox=sandbox,
     )  # fmt: skip
     options.validate()
-    return _Decorator(name, options)
+    when: dict[str, Any] = {}
+    if cron is not None or every is not None:
+        when = {"cron": cron, "every": every, "tz": tz, "missed": missed}
+    return _Decorator(name, options, when)
 
 
 def _takes_context(fn: Callable[..., Any]) -> bool:

@@ -134,6 +134,18 @@ def merge_tallies(tallies: Sequence[Tally]) -> list[Tally]:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredSchedule:
+    """A schedule as the backend keeps it: ``spec`` is opaque (``relaymq.schedules`` encodes
+    it); ``next_ms`` and ``paused`` are the state every scheduler process shares."""
+
+    id: str
+    spec: bytes
+    next_ms: int
+    """The next tick to fire, in milliseconds since the epoch."""
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Beat:
     """One heartbeat: renew ``claim``; store ``progress`` when given."""
 
@@ -470,6 +482,35 @@ class Backend(abc.ABC):
     async def prune_tallies(self, before: int) -> None:
         """Forget every queue's minutes before ``before`` (a backend may keep up to a day
         more, when it stores a day as one record); ``obliterate`` forgets a queue's."""
+
+    # -- schedules --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        """Create or update a schedule, atomically. When one with the same id and the same
+        ``spec`` is stored, it is kept as it is (its ``next_ms`` and ``paused`` win); a changed
+        ``spec`` replaces the stored one and its ``next_ms`` but keeps ``paused``. True when
+        something was written."""
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[StoredSchedule]:
+        """Every stored schedule, by id."""
+
+    @abc.abstractmethod
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        """Delete a schedule; False when absent."""
+
+    @abc.abstractmethod
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        """Set a schedule's ``paused`` flag, and its ``next_ms`` unless None; False when
+        absent."""
+
+    @abc.abstractmethod
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        """Move a schedule's ``next_ms`` from ``expected_ms`` to ``next_ms``, only while it is
+        still ``expected_ms`` (compare and set): True when this call moved it."""
 
     # -- events -----------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job
 from relaymq.recovery import Maintenance
+from relaymq.schedules import DEFINED, Scheduler
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
 from relaymq.worker.execution import Execution
@@ -186,6 +187,8 @@ class Worker:
                 helpers.append(asyncio.create_task(self._watch.run(), name="relaymq-loopwatch"))
             if self.settings.history_flush_interval > 0:
                 helpers.append(asyncio.create_task(self._history.run(), name="relaymq-history"))
+            if self.settings.enable_scheduler:
+                helpers.append(asyncio.create_task(self._schedule(), name="relaymq-scheduler"))
             with contextlib.suppress(BackendError):  # only a log line: tried again when idle
                 await self._check_paused(self.queues)
             self.started.set()
@@ -247,6 +250,20 @@ class Worker:
         self._claims.drop(r)
         if r.task is not None:
             r.task.cancel()
+
+    async def _schedule(self) -> None:
+        """Store the code-defined schedules of this worker's queues, then take part in the
+        scheduler's election (``relaymq.schedules.scheduler``)."""
+        scheduler = Scheduler(self.backend, self.id)
+        mine = [s for s in DEFINED.values() if s.queue in self.queues]
+        while mine:
+            try:
+                await scheduler.define(mine)
+                break
+            except BackendError as e:
+                log.warning("could not store this worker's schedules (%s); retrying", e)
+                await asyncio.sleep(5.0)
+        await scheduler.run()
 
     @property
     def _registry_ttl(self) -> float:

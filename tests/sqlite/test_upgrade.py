@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relaymq.backends.base import Tally
+from relaymq.backends.base import StoredSchedule, Tally
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
 from relaymq.job import JobState
@@ -40,10 +40,13 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert claimed == {"old": None, "new": TRACEPARENT}
         await backend.add_tallies([Tally(q, 7, completed=1)])  # schema 3: the history
         assert await backend.tallies(q, 0) == [Tally(q, 7, completed=1)]
+        stored = StoredSchedule("s", b"{}", 1000)  # schema 4: schedules
+        assert await backend.save_schedule(stored)
+        assert await backend.list_schedules() == [stored]
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
     conn.close()
     again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
     await again.connect()

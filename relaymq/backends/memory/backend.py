@@ -9,6 +9,7 @@ base.py's order.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, Sequence
 
@@ -26,6 +27,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
     merge_tallies,
@@ -53,6 +55,7 @@ class InMemoryBackend(Backend, DeliveryStore):
         self._locks: dict[str, tuple[str, float]] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._tallies: dict[str, dict[int, Tally]] = {}
+        self._schedules: dict[str, StoredSchedule] = {}
         self._fanout = Fanout()
         self._wakeup = Wakeup()
 
@@ -346,6 +349,39 @@ class InMemoryBackend(Backend, DeliveryStore):
         for minutes in self._tallies.values():
             for m in [m for m in minutes if m < before]:
                 del minutes[m]
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        old = self._schedules.get(schedule.id)
+        if old is not None and old.spec == schedule.spec:
+            return False
+        paused = schedule.paused if old is None else old.paused
+        self._schedules[schedule.id] = dataclasses.replace(schedule, paused=paused)
+        return True
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [self._schedules[i] for i in sorted(self._schedules)]
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        return self._schedules.pop(schedule_id, None) is not None
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        old = self._schedules.get(schedule_id)
+        if old is None:
+            return False
+        next_ms = old.next_ms if next_ms is None else next_ms
+        self._schedules[schedule_id] = dataclasses.replace(old, paused=paused, next_ms=next_ms)
+        return True
+
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        old = self._schedules.get(schedule_id)
+        if old is None or old.next_ms != expected_ms:
+            return False
+        self._schedules[schedule_id] = dataclasses.replace(old, next_ms=next_ms)
+        return True
 
     # -- events -----------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
     merge_tallies,
@@ -64,6 +65,7 @@ from relaymq.backends.mongodb.indexes import (
     JOBS,
     LOCKS,
     QUEUES,
+    SCHEDULES,
     TALLIES,
     WORKERS,
     ensure_indexes,
@@ -159,6 +161,7 @@ class MongoDBBackend(Backend):
         self._locks: AsyncCollection[Document] = db[LOCKS]
         self._workers: AsyncCollection[Document] = db[WORKERS]
         self._tallies: AsyncCollection[Document] = db[TALLIES]
+        self._schedules: AsyncCollection[Document] = db[SCHEDULES]
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
 
     async def close(self) -> None:
@@ -639,6 +642,53 @@ class MongoDBBackend(Backend):
     @translated
     async def prune_tallies(self, before: int) -> None:
         await self._tallies.delete_many({"minute": {"$lt": before}})
+
+    # -- schedules --------------------------------------------------------------------------
+
+    @translated
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        s = schedule
+        try:  # matches only a different spec; the same one makes the upsert collide on _id
+            await self._schedules.update_one(
+                {"_id": s.id, "spec": {"$ne": s.spec}},
+                {"$set": {"spec": s.spec, "next_ms": s.next_ms},
+                 "$setOnInsert": {"paused": s.paused}},
+                upsert=True,
+            )  # fmt: skip
+        except DuplicateKeyError:
+            return False
+        return True
+
+    @translated
+    async def list_schedules(self) -> list[StoredSchedule]:
+        out = []
+        async for d in self._schedules.find().sort("_id"):
+            spec, next_ms, paused = d.get("spec"), d.get("next_ms"), bool(d.get("paused"))
+            if isinstance(spec, bytes) and isinstance(next_ms, int):
+                out.append(StoredSchedule(str(d["_id"]), spec, next_ms, paused))
+            else:  # damaged: listed, and read as unreadable by the core
+                out.append(StoredSchedule(str(d["_id"]), b"", 0, paused))
+        return out
+
+    @translated
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        return (await self._schedules.delete_one({"_id": schedule_id})).deleted_count == 1
+
+    @translated
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        change: dict[str, Any] = {"paused": paused}
+        if next_ms is not None:
+            change["next_ms"] = next_ms
+        found = await self._schedules.update_one({"_id": schedule_id}, {"$set": change})
+        return found.matched_count == 1
+
+    @translated
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        moved = await self._schedules.update_one({"_id": schedule_id, "next_ms": expected_ms},
+                                                 {"$set": {"next_ms": next_ms}})  # fmt: skip
+        return moved.modified_count == 1
 
     # -- events -----------------------------------------------------------------------------
 

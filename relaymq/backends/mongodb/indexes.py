@@ -38,6 +38,8 @@ WORKERS: Final = "workers"
 EVENTS: Final = "events"
 COUNTERS: Final = "counters"
 TALLIES: Final = "tallies"
+SCHEDULES: Final = "schedules"
+"""One document per schedule: ``_id`` its id, ``spec`` (binary), ``next_ms``, ``paused``."""
 
 INDEXES: Final[dict[str, list[IndexModel]]] = {
     JOBS: [

@@ -31,6 +31,7 @@ from relaymq.backends.base import (
     Enqueued,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
     merge_tallies,
@@ -421,6 +422,28 @@ class PostgresBackend(Backend, DeliveryStore):
 
     async def prune_tallies(self, before: int) -> None:
         await self._execute("prune_tallies", before)
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        s = schedule
+        return await self._fetchrow("save_schedule", s.id, s.spec, s.next_ms, s.paused) is not None
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [StoredSchedule(r["id"], bytes(r["spec"]), r["next_ms"], r["paused"])
+                for r in await self._fetch("list_schedules")]  # fmt: skip
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        return await self._fetchrow("remove_schedule", schedule_id) is not None
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        return await self._fetchrow("pause_schedule", schedule_id, paused, next_ms) is not None
+
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        found = await self._fetchrow("advance_schedule", schedule_id, expected_ms, next_ms)
+        return found is not None
 
     # -- events -----------------------------------------------------------------------------
 

@@ -573,3 +573,30 @@ WHERE queue = $1 AND minute >= $2 ORDER BY minute;
 -- name: prune_tallies
 -- in: $1 minute: every queue's minutes before it.
 DELETE FROM relaymq_tallies WHERE minute < $1;
+
+-- name: save_schedule
+-- in:  $1 id, $2 spec bytea, $3 next_ms bigint, $4 paused (for a new one).
+-- out: one row when the schedule is new or its spec changed (then next_ms is replaced and
+--      paused kept); none when the same spec was stored (nothing changes).
+INSERT INTO relaymq_schedules AS s (id, spec, next_ms, paused) VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms
+WHERE s.spec IS DISTINCT FROM excluded.spec
+RETURNING s.id;
+
+-- name: list_schedules
+-- out: id, spec, next_ms, paused of every schedule, by id.
+SELECT id, spec, next_ms, paused FROM relaymq_schedules ORDER BY id;
+
+-- name: remove_schedule
+-- in: $1 id. out: one row when it was deleted.
+DELETE FROM relaymq_schedules WHERE id = $1 RETURNING id;
+
+-- name: pause_schedule
+-- in: $1 id, $2 paused, $3 next_ms (NULL keeps it). out: one row when it exists.
+UPDATE relaymq_schedules SET paused = $2, next_ms = coalesce($3, next_ms) WHERE id = $1
+RETURNING id;
+
+-- name: advance_schedule
+-- in: $1 id, $2 expected_ms, $3 next_ms. out: one row when next_ms was $2 and is now $3
+-- (compare and set: one scheduler moves a schedule past a tick).
+UPDATE relaymq_schedules SET next_ms = $3 WHERE id = $1 AND next_ms = $2 RETURNING id;

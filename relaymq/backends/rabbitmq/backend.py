@@ -49,6 +49,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
 )
@@ -388,6 +389,25 @@ class RabbitMQBackend(Backend):
 
     async def prune_tallies(self, before: int) -> None:
         await self.store.prune_tallies(before)
+
+    # -- schedules: kept by the metadata store ----------------------------------------------
+
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        return await self.store.save_schedule(schedule)
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return await self.store.list_schedules()
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        return await self.store.remove_schedule(schedule_id)
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        return await self.store.pause_schedule(schedule_id, paused, next_ms)
+
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        return await self.store.advance_schedule(schedule_id, expected_ms, next_ms)
 
     # -- events -----------------------------------------------------------------------------
 

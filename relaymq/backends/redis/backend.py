@@ -33,6 +33,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
     merge_tallies,
@@ -487,6 +488,46 @@ class RedisBackend(Backend, DeliveryStore):
             await self._run([*(("DEL", k.tallies(q, d)) for d, q, _ in gone),
                              ("SREM", k.tallied, *(m for _, _, m in gone))],
                             "prune_tallies")  # fmt: skip
+
+    # -- schedules --------------------------------------------------------------------------
+    # A hash per schedule and the set of their ids, all in the global slot (keys.py).
+
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        s, k = schedule, self._keys
+        return bool(await self._script("save_schedule", [k.schedule(s.id), k.schedules],
+                                       [s.id, s.spec, s.next_ms, int(s.paused)]))  # fmt: skip
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        k = self._keys
+        [ids] = await self._run([("SMEMBERS", k.schedules)], "list_schedules")
+        names = sorted(i.decode() for i in ids)
+        if not names:
+            return []
+        rows = await self._run([("HMGET", k.schedule(n), "spec", "next_ms", "paused")
+                                for n in names], "list_schedules")  # fmt: skip
+        out = []
+        for name, (spec, next_ms, paused) in zip(names, rows, strict=True):
+            if spec is None and next_ms is None:
+                continue  # removed between the two reads
+            readable = spec is not None and next_ms is not None and next_ms.isdigit()
+            out.append(StoredSchedule(name, spec if readable else b"",
+                                      int(next_ms) if readable else 0, paused == b"1"))  # fmt: skip
+        return out
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        k = self._keys
+        return bool(await self._script("remove_schedule", [k.schedule(schedule_id), k.schedules],
+                                       [schedule_id]))  # fmt: skip
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        args = [int(paused), "" if next_ms is None else next_ms]
+        return bool(await self._script("pause_schedule", [self._keys.schedule(schedule_id)], args))
+
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        return bool(await self._script("advance_schedule", [self._keys.schedule(schedule_id)],
+                                       [expected_ms, next_ms]))  # fmt: skip
 
     async def _tallied(self) -> list[tuple[int, str, bytes]]:
         """Every history day kept: (day, queue, its member of the ``tallied`` set)."""

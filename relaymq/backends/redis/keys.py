@@ -34,6 +34,8 @@ Global keys (few, in their own slot ``{<prefix>:global}``; no per-queue script t
 ``<prefix>:{<prefix>:global}:workers``         zset  worker id, score = registration expiry
 ``<prefix>:{<prefix>:global}:worker:<id>``     hash  ``info`` (JSON), ``seen_at``
 ``<prefix>:{<prefix>:global}:tallied``         set   ``<day>|<queue>`` of every history day kept
+``<prefix>:{<prefix>:global}:schedules``       set   ids of the stored schedules
+``<prefix>:{<prefix>:global}:schedule:<id>``   hash  ``spec``, ``next_ms``, ``paused`` ('1'/'0')
 ``<prefix>:lock:<name>``                       hash  ``owner``, ``until`` (a lease)
 ``<prefix>:events``                            pub/sub channel of framed event batches
 
@@ -83,6 +85,8 @@ class Keys:
         self.workers = g + ":workers"
         self.worker_prefix = g + ":worker:"
         self.tallied = g + ":tallied"
+        self.schedules = g + ":schedules"
+        self.schedule_prefix = g + ":schedule:"
         self.events = f"{prefix}:events"
 
     def base(self, queue: str) -> str:
@@ -107,6 +111,9 @@ class Keys:
 
     def tallies(self, queue: str, day: int) -> str:
         return f"{self.base(queue)}:tallies:{day}"
+
+    def schedule(self, schedule_id: str) -> str:
+        return self.schedule_prefix + schedule_id
 
     def worker(self, worker_id: str) -> str:
         return self.worker_prefix + worker_id

@@ -43,6 +43,7 @@ from relaymq.backends.base import (
     Enqueued,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
     merge_tallies,
@@ -60,7 +61,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
@@ -68,8 +69,8 @@ EVENTS_BATCH = 500
 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
-    ``tallies`` table), under the write lock and after reading the version again: another
-    process may have just done it."""
+    ``tallies`` table, 4 the ``schedules`` table), under the write lock and after reading the
+    version again: another process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()
@@ -398,6 +399,25 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     async def prune_tallies(self, before: int) -> None:
         await self._write(ops.prune_tallies, before)
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        return await self._write(ops.save_schedule, schedule)
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return await self._read(ops.list_schedules)
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        return await self._write(ops.remove_schedule, schedule_id)
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        return await self._write(ops.pause_schedule, schedule_id, paused, next_ms)
+
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        return await self._write(ops.advance_schedule, schedule_id, expected_ms, next_ms)
 
     # -- delivery store (the metadata of a broker's deliveries) -------------------------------
 

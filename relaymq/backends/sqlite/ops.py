@@ -25,6 +25,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    StoredSchedule,
     Tally,
     WorkerInfo,
 )
@@ -424,6 +425,44 @@ def tallies(conn: Conn, now: float, queue: str, since: int) -> list[Tally]:
 
 def prune_tallies(conn: Conn, now: float, before: int) -> None:
     conn.execute(Q["prune_tallies"], {"before": before})
+
+
+# -- schedules ------------------------------------------------------------------------------
+
+
+def save_schedule(conn: Conn, now: float, s: StoredSchedule) -> bool:
+    p = {"id": s.id, "spec": s.spec, "next_ms": s.next_ms, "paused": int(s.paused)}
+    return conn.execute(Q["save_schedule"], p).rowcount == 1
+
+
+def list_schedules(conn: Conn, now: float) -> list[StoredSchedule]:
+    return [_schedule(*row) for row in conn.execute(Q["list_schedules"])]
+
+
+def _schedule(schedule_id: Any, spec: Any, next_ms: Any, paused: Any) -> StoredSchedule:
+    """A row as a ``StoredSchedule``; a damaged one keeps its id, and its spec reads as
+    unreadable (``b""``) so that the core reports it instead of this listing failing."""
+    if not isinstance(spec, bytes) or not isinstance(next_ms, int):
+        return StoredSchedule(str(schedule_id), b"", 0, bool(paused))
+    return StoredSchedule(str(schedule_id), spec, next_ms, bool(paused))
+
+
+def remove_schedule(conn: Conn, now: float, schedule_id: str) -> bool:
+    return conn.execute(Q["remove_schedule"], {"id": schedule_id}).rowcount == 1
+
+
+def pause_schedule(
+    conn: Conn, now: float, schedule_id: str, paused: bool, next_ms: int | None
+) -> bool:
+    p = {"id": schedule_id, "paused": int(paused), "next_ms": next_ms}
+    return conn.execute(Q["pause_schedule"], p).rowcount == 1
+
+
+def advance_schedule(
+    conn: Conn, now: float, schedule_id: str, expected_ms: int, next_ms: int
+) -> bool:
+    p = {"id": schedule_id, "expected_ms": expected_ms, "next_ms": next_ms}
+    return conn.execute(Q["advance_schedule"], p).rowcount == 1
 
 
 # -- delivery store -------------------------------------------------------------------------

@@ -45,6 +45,19 @@ CREATE TABLE IF NOT EXISTS tallies (
 -- name: set_version_3
 PRAGMA user_version = 3;
 
+-- name: upgrade_to_4
+-- Schema 3 -> 4: schedules (relaymq.schedules). The spec is opaque to this backend; next_ms
+-- (the next tick, ms since the epoch) and paused are the state every scheduler shares.
+CREATE TABLE IF NOT EXISTS schedules (
+    id      TEXT    PRIMARY KEY,
+    spec    BLOB    NOT NULL,
+    next_ms INTEGER NOT NULL,
+    paused  INTEGER NOT NULL DEFAULT 0
+);
+
+-- name: set_version_4
+PRAGMA user_version = 4;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -398,3 +411,27 @@ DELETE FROM tallies WHERE minute < :before;
 -- name: obliterate_tallies
 -- In: :queue.
 DELETE FROM tallies WHERE queue = :queue;
+
+-- name: save_schedule
+-- In: :id, :spec, :next_ms, :paused. Out: nothing; changes() is 1 when the schedule is new or
+-- its spec changed (then next_ms is replaced and paused kept), 0 when the same spec was stored.
+INSERT INTO schedules (id, spec, next_ms, paused) VALUES (:id, :spec, :next_ms, :paused)
+ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms
+WHERE schedules.spec IS NOT excluded.spec;
+
+-- name: list_schedules
+-- In: nothing. Out: id, spec, next_ms, paused of every schedule, by id.
+SELECT id, spec, next_ms, paused FROM schedules ORDER BY id;
+
+-- name: remove_schedule
+-- In: :id. Out: nothing; changes() is 1 when it was deleted.
+DELETE FROM schedules WHERE id = :id;
+
+-- name: pause_schedule
+-- In: :id, :paused, :next_ms (NULL keeps it). Out: nothing; changes() is 1 when it exists.
+UPDATE schedules SET paused = :paused, next_ms = coalesce(:next_ms, next_ms) WHERE id = :id;
+
+-- name: advance_schedule
+-- In: :id, :expected_ms, :next_ms. Out: nothing; changes() is 1 when next_ms was :expected_ms
+-- and is now :next_ms (compare and set: one scheduler moves a schedule past a tick).
+UPDATE schedules SET next_ms = :next_ms WHERE id = :id AND next_ms = :expected_ms;
