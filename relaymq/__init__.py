@@ -13,6 +13,7 @@ from relaymq.errors import (
     RelayError,
     RelayWarning,
     ResultTimeoutError,
+    ScheduleNotFoundError,
     SerializationError,
     TaskNotFoundError,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "RelayWarning",
     "ResultTimeoutError",
     "Schedule",
+    "ScheduleNotFoundError",
     "Schedules",
     "SerializationError",
     "Settings",

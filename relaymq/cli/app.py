@@ -30,6 +30,7 @@ from relaymq.cli.dlq import dlq_group
 from relaymq.cli.jobs import job_group
 from relaymq.cli.logs import JSONFormatter, PlainFormatter
 from relaymq.cli.queues import queue_group
+from relaymq.cli.schedules import schedule_group
 from relaymq.cli.workers import stats, workers
 from relaymq.errors import ConfigError
 from relaymq.options import validate_queue_name
@@ -204,7 +205,7 @@ def demo(jobs: int, keep: bool) -> None:
         raise click.exceptions.Exit(code)
 
 
-for command in (queue_group, job_group, dlq_group, workers, stats, dashboard):
+for command in (queue_group, job_group, dlq_group, schedule_group, workers, stats, dashboard):
     cli.add_command(command)
 
 __all__ = ["ConfigProblem", "Unreachable", "backend_option", "json_option", "run", "with_backend"]

@@ -68,10 +68,13 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
         raise click.ClickException(str(e)) from e
 
 
-async def with_backend(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:
-    """Run ``fn`` on the backend at ``url``; a missing store is an error, never created."""
+async def with_backend(
+    url: str, fn: Callable[[Backend], Awaitable[T]], *, create: bool = False
+) -> T:
+    """Run ``fn`` on the backend at ``url``; a missing store is an error, never created,
+    unless ``create`` (a command that adds, as producers do)."""
     backend = from_url(url)
-    backend.create_missing = False
+    backend.create_missing = create
     try:
         await backend.connect()
     except BaseException:

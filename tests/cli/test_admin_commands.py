@@ -21,27 +21,11 @@ from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
 from relaymq.cli import main
 from relaymq.cli.app import cli
 from relaymq.instrumented import Instrumented
-from tests.redis import support as redis_support
 from tests.support.blackhole import black_hole
-from tests.support.case_redis import URL as REDIS_URL
 from tests.support.jobs import new_job, queue_name
 
 T = TypeVar("T")
 Capture = pytest.CaptureFixture[str]
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A backend URL of this test's own: a fresh SQLite file, or a Redis key prefix."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'admin.db'}"
-        return
-    reason = redis_support.unavailable(REDIS_URL)
-    if reason:
-        pytest.skip(reason)
-    prefix = redis_support.test_prefix(tmp_path)
-    yield f"{REDIS_URL}?prefix={prefix}"
-    asyncio.run(redis_support.delete_prefix(REDIS_URL, prefix))
 
 
 def on(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:

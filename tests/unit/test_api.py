@@ -14,8 +14,9 @@ PUBLIC = [
     "TERMINAL", "Backend", "BackendError", "BackendUnavailableError", "Call", "Capabilities",
     "Claim", "ConfigError", "Event", "Job", "JobCancelledError", "JobContext", "JobExpiredError",
     "JobFailedError", "JobHandle", "JobNotFoundError", "JobState", "Queue", "RelayError",
-    "RelayWarning", "ResultTimeoutError", "SerializationError", "Settings", "Task",
-    "TaskNotFoundError", "Worker", "connect", "exponential", "fixed", "set_default_backend", "task",
+    "RelayWarning", "ResultTimeoutError", "Schedule", "ScheduleNotFoundError", "Schedules",
+    "SerializationError", "Settings", "Task", "TaskNotFoundError", "Worker", "connect",
+    "exponential", "fixed", "schedule", "set_default_backend", "task",
 ]  # fmt: skip
 """The public surface: a name added or removed here is a decision, not an accident."""
 
