@@ -44,6 +44,32 @@ class Claim:
     claimed_at: float
 
 
+PENDING: frozenset[JobState] = frozenset({JobState.WAITING, JobState.DELAYED, JobState.ACTIVE})
+"""A job that has not ended yet."""
+
+
+class KeyMode(enum.StrEnum):
+    THROTTLE = "throttle"
+    """Drop the new job while the key is held (answered as a duplicate of the holder)."""
+    DEBOUNCE = "debounce"
+    """Replace the holder while it waits; the new job is delayed by its ``delay``."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRule:
+    """Deduplication beyond the job id, by a key of the producer's choosing, per queue.
+
+    Throttle: the job is stored only if no job holds ``key``. A job holds its key while it
+    is waiting, delayed or active, and for ``window`` seconds after it was enqueued.
+    Debounce: the job is stored and takes ``key``; a waiting or delayed job that held it is
+    deleted (replaced), so of a burst only the last runs, ``delay`` after the last enqueue."""
+
+    key: str
+    mode: KeyMode
+    window: float = 0.0
+    """Throttle only: seconds from the enqueue during which the key stays held."""
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """A job as a producer hands it to ``Backend.enqueue``: the payload is already serialized."""
@@ -62,6 +88,8 @@ class NewJob:
     traceparent: str | None = None
     """The W3C trace context of the enqueue that made the job (set only while tracing is on,
     by ``relaymq.tracing``); stored with the job so each attempt's span joins the trace."""
+    rule: KeyRule | None = None
+    """Throttle or debounce by key (``KeyRule``); None for the plain job-id deduplication."""
 
 
 @dataclass(frozen=True, slots=True)

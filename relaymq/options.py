@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from relaymq.errors import ConfigError
+from relaymq.job import KeyMode, KeyRule
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
@@ -39,6 +40,12 @@ class Options:
     backend: Backend | None = None
     sandbox: bool = False
     """Run each attempt in a child process of the worker (``relaymq.worker.sandbox``)."""
+    throttle: tuple[str, float] | None = None
+    """``(key, seconds)``: drop this job while a job of ``key`` is pending in the queue or was
+    enqueued less than ``seconds`` ago (answered as a duplicate of that job)."""
+    debounce: tuple[str, float] | None = None
+    """``(key, seconds)``: replace the pending (waiting or delayed) job of ``key``; this one
+    runs ``seconds`` after it was enqueued, so of a burst only the last runs."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid option."""
@@ -55,6 +62,31 @@ class Options:
             raise ConfigError(f"priority must be between 0 and {MAX_PRIORITY}, got {self.priority}")
         if self.job_id is not None and not 0 < len(self.job_id) <= 255:
             raise ConfigError("job_id must be 1 to 255 characters")
+        if self.throttle is not None and self.debounce is not None:
+            raise ConfigError("a job is throttled or debounced, not both")
+        for name, rule in (("throttle", self.throttle), ("debounce", self.debounce)):
+            if rule is None:
+                continue
+            if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)
+                    and isinstance(rule[1], int | float)):  # fmt: skip
+                raise ConfigError(f"{name} must be (key, seconds), got {rule!r}")
+            if not 0 < len(rule[0]) <= 255 or not rule[1] > 0:
+                raise ConfigError(f"{name}: the key must be 1 to 255 characters and the "
+                                  f"seconds positive, got {rule!r}")  # fmt: skip
+        if self.debounce is not None and self.delay:
+            raise ConfigError("debounce sets the delay itself: give no delay with it")
+
+    def rule(self) -> KeyRule | None:
+        """The ``KeyRule`` of ``throttle`` or ``debounce``, if either is set."""
+        if self.throttle is not None:
+            return KeyRule(self.throttle[0], KeyMode.THROTTLE, float(self.throttle[1]))
+        if self.debounce is not None:
+            return KeyRule(self.debounce[0], KeyMode.DEBOUNCE)
+        return None
+
+    def start_delay(self) -> float:
+        """Seconds until a new job is eligible: ``delay``, or a debounce's seconds."""
+        return float(self.debounce[1]) if self.debounce is not None else self.delay
 
 
 def validate_queue_name(name: str) -> str:

@@ -253,8 +253,10 @@ class Queue:
                     f"payload of {len(payload)} bytes is over max_payload_bytes={limit}"
                 )
             job_id = o.job_id or random_ids[32 * k : 32 * k + 32]
-            out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority, o.delay,
-                              o.ttl, o.retries + 1, o.timeout))  # fmt: skip
+            rule = None if o.throttle is None and o.debounce is None else o.rule()
+            out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority,
+                              o.start_delay() if rule else o.delay, o.ttl, o.retries + 1,
+                              o.timeout, rule=rule))  # fmt: skip
         return out
 
     # -- admin and observation --------------------------------------------------------------

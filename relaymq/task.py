@@ -106,8 +106,15 @@ class Task(Generic[P, R]):
         retries: int | None = None,
         backoff: Backoff | float | None = None,
         backend: Backend | None = None,
+        throttle: tuple[str, float] | None = None,
+        debounce: tuple[str, float] | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose next enqueues use these options.
+
+        ``throttle=(key, seconds)`` drops the job while a job of ``key`` is pending in the
+        queue or was enqueued less than ``seconds`` ago (the handle is then that job's).
+        ``debounce=(key, seconds)`` replaces the pending job of ``key`` and runs ``seconds``
+        after this enqueue, so of a burst only the last runs.
 
         Raises ``ConfigError`` at once for an invalid option, as ``@task(...)`` does.
         """
@@ -116,7 +123,7 @@ class Task(Generic[P, R]):
             for k, v in {
                 "queue": queue, "delay": delay, "job_id": job_id, "priority": priority,
                 "ttl": ttl, "timeout": timeout, "retries": retries, "backoff": backoff,
-                "backend": backend,
+                "backend": backend, "throttle": throttle, "debounce": debounce,
             }.items()
             if v is not None
         }  # fmt: skip

@@ -65,6 +65,13 @@ class Enqueued:
 
     id: str
     duplicate: bool = False
+    replaced: str | None = None
+    """A debounced job: the id of the waiting or delayed job it replaced (deleted), if any."""
+
+
+def keyed(jobs: Sequence[NewJob]) -> bool:
+    """Whether any of ``jobs`` carries a ``KeyRule`` (the backends' slower, keyed path)."""
+    return any(j.rule is not None for j in jobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +293,12 @@ class Backend(abc.ABC):
         Each job gets the next per-queue FIFO sequence. A job whose id already exists in its
         queue creates nothing and is answered with ``duplicate=True``; so is a repeated id
         within the same batch. When this returns, every non-duplicate job is durably accepted.
+
+        A job with a ``rule`` (``KeyRule``) is deduplicated by its key too, in the same atomic
+        step, in batch order: a throttled job whose key is held creates nothing and is answered
+        with ``duplicate=True`` and the id of the job holding the key; a debounced job deletes
+        the waiting or delayed job holding its key (``replaced``) and takes the key. Keys are
+        per queue; ``obliterate`` forgets them. Batches without rules never pay for them.
         """
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:

@@ -35,7 +35,7 @@ from relaymq.backends.base import (
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
 from relaymq.backends.wakeup import Wakeup
-from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
+from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
 
 _DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
 
@@ -90,13 +90,26 @@ class InMemoryBackend(Backend, DeliveryStore):
             if new.id in q.jobs:
                 out.append(Enqueued(new.id, duplicate=True))
                 continue
+            replaced = None
+            if new.rule is not None:
+                held = q.keys.get(new.rule.key)
+                holder = q.jobs.get(held[0]) if held is not None else None
+                pending = holder is not None and holder.state in PENDING
+                if new.rule.mode is KeyMode.THROTTLE:
+                    if held is not None and (held[1] > now or pending):
+                        out.append(Enqueued(held[0], duplicate=True))
+                        continue
+                elif holder is not None and holder.state in (JobState.WAITING, JobState.DELAYED):
+                    q.remove(holder.id)
+                    replaced = holder.id
+                q.keys[new.rule.key] = (new.id, now + new.rule.window)
             row = Row(
                 new.queue, new.id, new.task, new.payload, JobState.WAITING,
                 priority=new.priority, created_at=now, ttl=new.ttl,
                 max_attempts=new.max_attempts, timeout=new.timeout, traceparent=new.traceparent,
             )  # fmt: skip
             q.add(row, now + new.delay if new.delay > 0 else None)
-            out.append(Enqueued(new.id))
+            out.append(Enqueued(new.id, replaced=replaced))
         self._wakeup.notify()
         return out
 
@@ -314,7 +327,7 @@ class InMemoryBackend(Backend, DeliveryStore):
             q.remove(job_id)
         return len(ids)
 
-    async def obliterate(self, queue: str) -> None:
+    async def obliterate(self, queue: str) -> None:  # its keys go with its QueueState
         self._queues.pop(queue, None)
         self._tallies.pop(queue, None)
 

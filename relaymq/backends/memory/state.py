@@ -53,6 +53,8 @@ class QueueState:
         self.by_state: dict[JobState, dict[str, None]] = {s: {} for s in JobState}
         """Job ids per state, in the order they entered it (O(1) counts)."""
         self.paused = False
+        self.keys: dict[str, tuple[str, float]] = {}
+        """Throttle and debounce keys: key -> (the id of the job holding it, held until)."""
         self._waiting: list[tuple[int, int, str]] = []  # (priority, seq, id)
         self._delayed: list[tuple[float, int, str]] = []  # (run_at, seq, id)
         self._seq = itertools.count(1)

@@ -34,6 +34,7 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    keyed,
     merge_tallies,
 )
 from relaymq.backends.fanout import Fanout
@@ -45,7 +46,7 @@ from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_
 from relaymq.backends.postgres.records import to_job
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError
-from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.job import TERMINAL, Job, JobState, KeyMode, NewJob
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
 
@@ -201,18 +202,35 @@ class PostgresBackend(Backend, DeliveryStore):
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         if not jobs:
             return []
+        if keyed(jobs):
+            return await self._enqueue_keyed(jobs)
         rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()), None, "", 0.0)
         return _answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
         """One statement, whose notification carries the events, when they fit in one."""
         size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: an event's own bytes
-        if not jobs or size >= NOTIFY_LIMIT:
+        if not jobs or size >= NOTIFY_LIMIT or keyed(jobs):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
         rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()),
                                  channel, str(self._notes.number()), at)  # fmt: skip
         return _answers(jobs, rows)
+
+    async def _enqueue_keyed(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """A batch with key rules: one transaction, a few statements per keyed job."""
+        pool = self._pool
+        if pool is None:
+            raise BackendError("PostgresBackend is not connected (await connect() first)")
+        now = self._now()
+        out: list[Enqueued] = []
+        try:
+            async with pool.acquire() as con, con.transaction():
+                for job in jobs:
+                    out.append(await _enqueue_one_keyed(con, job, now))
+        except DRIVER_ERRORS as e:
+            raise translate(e, self.options.where) from e
+        return out
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -524,6 +542,31 @@ class PostgresBackend(Backend, DeliveryStore):
         if limit <= 0:
             return []
         return [to_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
+
+
+async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueued:
+    """One job of a keyed batch, inside its transaction (``KeyRule``)."""
+    rule = job.rule
+    replaced = None
+    if rule is not None:
+        await con.execute(Q["lock_key"], job.queue, rule.key)
+        held = await con.fetchrow(Q["key_holder"], job.queue, rule.key, job.id, now)
+        if held["taken"]:
+            return Enqueued(job.id, duplicate=True)
+        holder, state = held["holder"], held["state"]
+        if (
+            rule.mode is KeyMode.THROTTLE
+            and holder is not None
+            and (held["in_window"] or state in ("waiting", "delayed", "active"))
+        ):
+            return Enqueued(holder, duplicate=True)
+        victim = holder if rule.mode is KeyMode.DEBOUNCE else None
+        took = await con.fetchrow(Q["take_key"], job.queue, rule.key, job.id, rule.window,
+                                  victim, now)  # fmt: skip
+        replaced = took["replaced"]
+    rows = await con.fetch(Q["enqueue"], *_enqueue_args([job], now), None, "", 0.0)
+    [answer] = _answers([job], rows)
+    return Enqueued(answer.id, answer.duplicate, replaced)
 
 
 def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:

@@ -439,7 +439,8 @@ DELETE FROM relaymq_jobs WHERE queue = $1;
 -- Second step of obliterate (same transaction): the queue's counter rows, pause flag and
 -- history.
 WITH flag AS (DELETE FROM relaymq_queues WHERE name = $1),
-     history AS (DELETE FROM relaymq_tallies WHERE queue = $1)
+     history AS (DELETE FROM relaymq_tallies WHERE queue = $1),
+     keys AS (DELETE FROM relaymq_job_keys WHERE queue = $1)
 DELETE FROM relaymq_counts WHERE queue = $1;
 
 -- name: list_queues
@@ -600,3 +601,40 @@ RETURNING id;
 -- in: $1 id, $2 expected_ms, $3 next_ms. out: one row when next_ms was $2 and is now $3
 -- (compare and set: one scheduler moves a schedule past a tick).
 UPDATE relaymq_schedules SET next_ms = $3 WHERE id = $1 AND next_ms = $2 RETURNING id;
+
+-- name: lock_key
+-- The first step of a keyed enqueue (relaymq.job.KeyRule), in its transaction: wait for any
+-- other enqueue of the same key to commit. A statement of its own, so that the next one's
+-- snapshot sees what that enqueue wrote.
+-- in:  $1 queue, $2 key
+SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0));
+
+-- name: key_holder
+-- The second step: who holds the key.
+-- in:  $1 queue, $2 key, $3 job id, $4 now float8|NULL
+-- out: one row: taken (the job id $3 exists already), holder (NULL: the key is free), in_window
+--      (the holder's throttle window is still open) and the holder's state (NULL: gone).
+SELECT EXISTS (SELECT 1 FROM relaymq_jobs WHERE queue = $1 AND id = $3) AS taken,
+       k.job_id AS holder,
+       k.until > coalesce(to_timestamp($4::float8), now()) AS in_window,
+       j.state
+FROM (SELECT 1) AS one
+LEFT JOIN relaymq_job_keys k ON k.queue = $1 AND k.key = $2
+LEFT JOIN relaymq_jobs j ON j.queue = k.queue AND j.id = k.job_id;
+
+-- name: take_key
+-- A keyed enqueue's last step: job $3 holds key $2, and a debounced holder $5 (NULL: none)
+-- that is still waiting or delayed is deleted.
+-- in:  $1 queue, $2 key, $3 job id, $4 window float8 seconds, $5 holder to replace, $6 now
+-- out: one row: replaced (the id deleted, or NULL).
+WITH gone AS (
+    DELETE FROM relaymq_jobs
+    WHERE queue = $1 AND id = $5 AND state IN ('waiting', 'delayed')
+    RETURNING id
+),
+took AS (
+    INSERT INTO relaymq_job_keys (queue, key, job_id, until)
+    VALUES ($1, $2, $3, coalesce(to_timestamp($6::float8), now()) + make_interval(secs => $4))
+    ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, until = excluded.until
+)
+SELECT (SELECT id FROM gone) AS replaced;

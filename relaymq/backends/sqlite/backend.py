@@ -61,7 +61,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
@@ -69,7 +69,7 @@ EVENTS_BATCH = 500
 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
-    ``tallies`` table, 4 the ``schedules`` table), under the write lock and after reading the
+    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``), under the write lock and after reading the
     version again: another process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:

@@ -9,6 +9,7 @@ Functions are in the order of ``relaymq.backends.base``. No SQL here: see querie
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -28,11 +29,12 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    keyed,
 )
 from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
-from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.job import TERMINAL, Job, JobState, KeyMode, NewJob
 
 Conn = sqlite3.Connection
 Q = named_queries(__package__, "queries.sql")
@@ -49,6 +51,8 @@ def allocate_seq(conn: Conn, queue: str, n: int) -> int:
 
 
 def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
+    if keyed(jobs):
+        return [_enqueue_keyed(conn, now, new) for new in jobs]
     by_queue: dict[str, list[int]] = {}
     for i, new in enumerate(jobs):
         by_queue.setdefault(new.queue, []).append(i)
@@ -90,6 +94,35 @@ def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
             )
     conn.executemany(Q["insert_job"], inserts)
     return [Enqueued(new.id, duplicate=dup) for new, dup in zip(jobs, duplicate, strict=True)]
+
+
+_REPLACEABLE = (JobState.WAITING.value, JobState.DELAYED.value)
+_PENDING = (*_REPLACEABLE, JobState.ACTIVE.value)
+
+
+def _enqueue_keyed(conn: Conn, now: float, new: NewJob) -> Enqueued:
+    """One job of a batch with key rules, in the batch's transaction (``KeyRule``)."""
+    rule = new.rule
+    if (
+        rule is None
+        or conn.execute(
+            Q["existing_ids"], {"queue": new.queue, "ids": json.dumps([new.id])}
+        ).fetchone()
+    ):
+        return enqueue(conn, now, [dataclasses.replace(new, rule=None)])[0]  # fmt: skip
+    replaced = None
+    held = conn.execute(Q["key_holder"], {"queue": new.queue, "key": rule.key}).fetchone()
+    if held is not None:
+        holder, until, holder_state = held
+        if rule.mode is KeyMode.THROTTLE and (until > now or holder_state in _PENDING):
+            return Enqueued(holder, duplicate=True)
+        if rule.mode is KeyMode.DEBOUNCE and holder_state in _REPLACEABLE:
+            conn.execute(Q["remove_job"], {"queue": new.queue, "id": holder})
+            replaced = holder
+    conn.execute(Q["take_key"], {"queue": new.queue, "key": rule.key, "job_id": new.id,
+                                 "until": now + rule.window})  # fmt: skip
+    enqueue(conn, now, [dataclasses.replace(new, rule=None)])
+    return Enqueued(new.id, replaced=replaced)
 
 
 # -- worker ---------------------------------------------------------------------------------
@@ -348,7 +381,7 @@ def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float
 
 def obliterate(conn: Conn, now: float, queue: str) -> None:
     for name in ("obliterate_jobs", "resume", "obliterate_counts", "obliterate_seq",
-                 "obliterate_tallies"):  # fmt: skip
+                 "obliterate_tallies", "obliterate_keys"):  # fmt: skip
         conn.execute(Q[name], {"queue": queue})
 
 

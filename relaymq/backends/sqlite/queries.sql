@@ -58,6 +58,20 @@ CREATE TABLE IF NOT EXISTS schedules (
 -- name: set_version_4
 PRAGMA user_version = 4;
 
+-- name: upgrade_to_5
+-- Schema 4 -> 5: the throttle and debounce keys. A key names the job holding it, and until
+-- when a throttle window holds it whatever that job's state.
+CREATE TABLE IF NOT EXISTS job_keys (
+    queue  TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    until  REAL NOT NULL,
+    PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- name: set_version_5
+PRAGMA user_version = 5;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -411,6 +425,22 @@ DELETE FROM tallies WHERE minute < :before;
 -- name: obliterate_tallies
 -- In: :queue.
 DELETE FROM tallies WHERE queue = :queue;
+
+-- name: obliterate_keys
+-- In: :queue.
+DELETE FROM job_keys WHERE queue = :queue;
+
+-- name: key_holder
+-- In: :queue, :key. Out: the job holding the key, until when, and that job's state (NULL when
+-- it is gone); no row when no job ever took the key.
+SELECT k.job_id, k.until, j.state
+FROM job_keys AS k LEFT JOIN jobs AS j ON j.queue = k.queue AND j.id = k.job_id
+WHERE k.queue = :queue AND k.key = :key;
+
+-- name: take_key
+-- In: :queue, :key, :job_id, :until. Out: nothing. The job now holds the key.
+INSERT INTO job_keys (queue, key, job_id, until) VALUES (:queue, :key, :job_id, :until)
+ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, until = excluded.until;
 
 -- name: save_schedule
 -- In: :id, :spec, :next_ms, :paused. Out: nothing; changes() is 1 when the schedule is new or
