@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Final, ParamSpec, TypeVar
@@ -55,6 +56,7 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    keyed,
     merge_tallies,
 )
 from relaymq.backends.mongodb import transitions as tx
@@ -62,6 +64,7 @@ from relaymq.backends.mongodb.config import parse
 from relaymq.backends.mongodb.errors import translated
 from relaymq.backends.mongodb.eventlog import EventLog, Subscription
 from relaymq.backends.mongodb.indexes import (
+    JOB_KEYS,
     JOBS,
     LOCKS,
     QUEUES,
@@ -84,7 +87,7 @@ from relaymq.errors import (
     BackendError,
     CorruptRecordError,
 )
-from relaymq.job import TERMINAL, Claim, Job, JobState, NewJob
+from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -95,6 +98,9 @@ CLAIM_ROUNDS: Final = 3
 RECOVER_BATCH: Final = 500
 IDS_PER_FIND: Final = 200
 """Ids in one ``$in``: the MongoDB-protocol test server refuses a query tree deeper than 1000."""
+
+KEY_ROUNDS: Final = 50
+"""Attempts of one keyed enqueue to move its key before it gives up (heavy contention)."""
 
 
 class MongoDBBackend(Backend):
@@ -162,6 +168,7 @@ class MongoDBBackend(Backend):
         self._workers: AsyncCollection[Document] = db[WORKERS]
         self._tallies: AsyncCollection[Document] = db[TALLIES]
         self._schedules: AsyncCollection[Document] = db[SCHEDULES]
+        self._keys: AsyncCollection[Document] = db[JOB_KEYS]
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
 
     async def close(self) -> None:
@@ -198,6 +205,10 @@ class MongoDBBackend(Backend):
 
     @translated
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        if keyed(jobs):
+            keyed_answers = [await self._enqueue_keyed(j) for j in jobs]
+            self._wakeup.notify()
+            return keyed_answers
         answers: list[Enqueued] = [Enqueued(j.id) for j in jobs]
         fresh: dict[tuple[str, str], int] = {}  # (queue, id) -> index into jobs
         for i, job in enumerate(jobs):
@@ -229,6 +240,62 @@ class MongoDBBackend(Backend):
                 answers[i] = Enqueued(jobs[i].id, duplicate=True)
         self._wakeup.notify()
         return answers
+
+    async def _enqueue_keyed(self, job: NewJob) -> Enqueued:
+        """One job with a key rule. Without multi-document transactions the steps are ordered
+        so that a crash between two never loses a job: the key moves by compare-and-set (a
+        version), then the job is stored, then a debounced holder is deleted (a crash before
+        that leaves both to run). A crash between the first two steps leaves a throttle key
+        held by a job that was never stored, until its window ends."""
+        rule = job.rule
+        if rule is None:
+            [answer] = await self.enqueue([job])
+            return answer
+        key_id = f"{job.queue}|{rule.key}"  # a queue name has no "|"
+        for _ in range(KEY_ROUNDS):
+            if await self._jobs.find_one({"queue": job.queue, "id": job.id}, {"_id": 1}):
+                return Enqueued(job.id, duplicate=True)
+            seq, now = await self._sequences(job.queue, 1)
+            held = await self._keys.find_one({"_id": key_id})
+            holder = None if held is None else held.get("holder")
+            state = None
+            if held is not None and holder is not None:
+                found = await self._jobs.find_one({"queue": job.queue, "id": holder},
+                                                  {"state": 1})  # fmt: skip
+                state = None if found is None else found.get("state")
+                if rule.mode is KeyMode.THROTTLE and (
+                    tx.as_date(held["until"]) > now or state in {s.value for s in PENDING}
+                ):
+                    return Enqueued(holder, duplicate=True)
+            until = now + dt.timedelta(seconds=rule.window)
+            if not await self._move_key(key_id, job, held, until):
+                continue  # another enqueue moved the key first: decide again
+            try:
+                await self._jobs.insert_one(new_document(job, seq, now))
+            except DuplicateKeyError:
+                return Enqueued(job.id, duplicate=True)
+            replaced = None
+            if rule.mode is KeyMode.DEBOUNCE and state in ("waiting", "delayed"):
+                gone = await self._jobs.delete_one(
+                    {"queue": job.queue, "id": holder, "state": {"$in": ["waiting", "delayed"]}}
+                )
+                replaced = holder if gone.deleted_count else None
+            return Enqueued(job.id, replaced=replaced)
+        raise BackendError(f"key {rule.key!r} of queue {job.queue!r} changed hands "
+                           f"{KEY_ROUNDS} times while job {job.id!r} was enqueued")  # fmt: skip
+
+    async def _move_key(self, key_id: str, job: NewJob, held: Document | None, until: Any) -> bool:
+        """Give the key to ``job`` unless it changed since it was read as ``held``."""
+        fields = {"queue": job.queue, "holder": job.id, "until": until}
+        if held is None:
+            try:
+                await self._keys.insert_one({"_id": key_id, **fields, "v": 1})
+            except DuplicateKeyError:
+                return False
+            return True
+        moved = await self._keys.update_one({"_id": key_id, "v": held.get("v")},
+                                            {"$set": fields, "$inc": {"v": 1}})  # fmt: skip
+        return moved.modified_count == 1
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -582,6 +649,7 @@ class MongoDBBackend(Backend):
         await self._jobs.delete_many({"queue": queue})
         await self._queues.delete_one({"_id": queue})
         await self._tallies.delete_many({"queue": queue})
+        await self._keys.delete_many({"queue": queue})
 
     @translated
     async def list_queues(self) -> list[str]:

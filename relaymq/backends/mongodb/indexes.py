@@ -40,6 +40,10 @@ COUNTERS: Final = "counters"
 TALLIES: Final = "tallies"
 SCHEDULES: Final = "schedules"
 """One document per schedule: ``_id`` its id, ``spec`` (binary), ``next_ms``, ``paused``."""
+JOB_KEYS: Final = "job_keys"
+"""Throttle and debounce keys: ``_id`` "<queue>|<key>", ``queue``, ``holder`` (a job id),
+``until`` (the end of a throttle window, a date) and ``v`` (a version for compare-and-set)."""
+"""One document per schedule: ``_id`` its id, ``spec`` (binary), ``next_ms``, ``paused``."""
 
 INDEXES: Final[dict[str, list[IndexModel]]] = {
     JOBS: [

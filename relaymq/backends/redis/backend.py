@@ -36,6 +36,7 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    keyed,
     merge_tallies,
 )
 from relaymq.backends.redis import pubsub
@@ -52,6 +53,7 @@ from relaymq.backends.redis.records import (
     opt,
     parse_job,
     promoted_jobs,
+    rule_arg,
     worker_infos,
     worker_record,
 )
@@ -146,18 +148,22 @@ class RedisBackend(Backend, DeliveryStore):
                 indexes = by_queue[new.queue] = []
             indexes.append(i)
         now = self._now()
+        with_rules = keyed(jobs)  # then each job has a 4th argument and 2 answers (enqueue.lua)
         commands: list[tuple[Any, ...]] = []
         chunks: list[list[int]] = []
         for queue, indexes in by_queue.items():
             commands.append(("SADD", self._keys.queues, queue))
             chunks.append([])
-            head = self._evalsha("enqueue", [self._keys.base(queue)], [now, channel, queue, at])
+            head = self._evalsha("enqueue", [self._keys.base(queue)],
+                                 [now, channel, queue, at, 4 if with_rules else 3])  # fmt: skip
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = []
                 for i in chunk:
                     j = jobs[i]
                     args += (head_of[i], j.task, j.payload)
+                    if with_rules:
+                        args.append(rule_arg(j))
                 commands.append((*head, *args))
                 chunks.append(chunk)
         replies = await self._run(commands, "enqueue")
@@ -165,8 +171,16 @@ class RedisBackend(Backend, DeliveryStore):
         for chunk, reply in zip(chunks, replies, strict=True):
             if not chunk:
                 continue  # the SADD to the queue list
-            for i, stored in zip(chunk, reply, strict=True):
-                out[i] = Enqueued(jobs[i].id, duplicate=not stored)
+            if not with_rules:
+                for i, stored in zip(chunk, reply, strict=True):
+                    out[i] = Enqueued(jobs[i].id, duplicate=not stored)
+                continue
+            for n, i in enumerate(chunk):
+                stored, other = reply[2 * n], reply[2 * n + 1].decode()
+                if stored:
+                    out[i] = Enqueued(jobs[i].id, replaced=other or None)
+                else:
+                    out[i] = Enqueued(other or jobs[i].id, duplicate=True)
         return [e for e in out if e is not None]
 
     # -- worker -----------------------------------------------------------------------------
@@ -410,7 +424,7 @@ class RedisBackend(Backend, DeliveryStore):
         days = [(d, member) for d, q, member in await self._tallied() if q == queue]
         await self._run(
             [
-                ("DEL", k.meta(queue), k.paused(queue), k.wake(queue),
+                ("DEL", k.meta(queue), k.paused(queue), k.wake(queue), *k.job_keys(queue),
                  *(k.tallies(queue, d) for d, _ in days)),
                 ("SREM", k.queues, queue),
                 *(("SREM", k.tallied, member) for _, member in days),

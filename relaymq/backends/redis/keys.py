@@ -20,6 +20,8 @@ key                        type    content
                                    ``stalled`` (recoveries so far)
 ``base:paused``            string  exists while the queue is paused
 ``base:wake``              list    wake-up tokens (at most ``WAKE_MAX``); idle workers BLPOP
+``base:keys``              hash    throttle and debounce keys: key -> the id of the job holding it
+``base:key_until``         hash    key -> the end of its throttle window (backend clock)
 ``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
                                    fields ``<minute>:c``, ``:r``, ``:f`` (completed,
                                    retried, failed), each a HINCRBY counter
@@ -108,6 +110,10 @@ class Keys:
 
     def wake(self, queue: str) -> str:
         return self.base(queue) + ":wake"
+
+    def job_keys(self, queue: str) -> tuple[str, str]:
+        """The hashes of the queue's throttle and debounce keys (holders, windows)."""
+        return self.base(queue) + ":keys", self.base(queue) + ":key_until"
 
     def tallies(self, queue: str, day: int) -> str:
         return f"{self.base(queue)}:tallies:{day}"

@@ -201,6 +201,13 @@ def worker_record(info: WorkerInfo) -> bytes:
     return orjson.dumps(info.to_record())
 
 
+def rule_arg(j: NewJob) -> str:
+    """A job's key rule as ``enqueue.lua`` reads it ('' for none)."""
+    if j.rule is None:
+        return ""
+    return f"{j.rule.mode.value} {float(j.rule.window)!r} {j.rule.key}"
+
+
 def enqueue_head(j: NewJob) -> str:
     """The options part of a job's head argument to ``enqueue.lua`` (the id follows), checked."""
     if not -PRIORITY_LIMIT < j.priority < PRIORITY_LIMIT:

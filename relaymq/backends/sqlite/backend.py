@@ -69,8 +69,8 @@ EVENTS_BATCH = 500
 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
-    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``), under the write lock and after reading the
-    version again: another process may have just done it."""
+    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``), under the write lock and
+    after reading the version again: another process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()

@@ -3,12 +3,19 @@
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2]  the events channel ('' = publish nothing), ARGV[3] the queue's name,
 -- ARGV[4]  the events' time
--- ARGV[5..] 3 per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
---           <traceparent|-> <id>" (- = none), task, payload
--- Returns  one integer per job: 1 = stored, 0 = duplicate (the id exists in this queue).
+-- ARGV[5]  the number of arguments per job: 3, or 4 when the jobs carry key rules
+-- ARGV[6..] per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
+--           <traceparent|-> <id>" (- = none), task, payload, and with 4 the job's key rule:
+--           "throttle <window s> <key>", "debounce 0 <key>" or '' (none)
+-- Returns  with 3: one integer per job, 1 = stored, 0 = duplicate (the id exists in this
+--          queue). With 4: two values per job: 1 and the id of the job it replaced (''), or 0
+--          and '' (a duplicate id), or 0 and the id of the job holding the key (throttled).
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
 -- With a channel, one framed message of events goes out too (job:waiting, job:delayed or
 -- job:deduplicated per job, as events.py writes them): the enqueue is one round trip.
+-- Keys (base:keys, key -> holder id; base:key_until, key -> end of its throttle window): a
+-- throttled job is dropped while its key's holder is pending or its window open; a debounced
+-- one deletes a waiting or delayed holder. Then the new job holds the key.
 local base = KEYS[1]
 local now, nows = clock(ARGV[1])
 local meta = base .. ':meta'
@@ -17,14 +24,63 @@ local out = {}
 local waiting = {}
 local delayed = {}
 local announced = {}
-local channel, queue, at = ARGV[2], ARGV[3], tonumber(ARGV[4])
-for i = 5, #ARGV, 3 do
+local channel, queue, at, stride = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local PENDING = {waiting = true, delayed = true, active = true}
+
+local function flush()
+  if #waiting > 0 then
+    redis.call('ZADD', base .. ':waiting', unpack(waiting))
+    wake(base, #waiting / 2)
+    waiting = {}
+  end
+  if #delayed > 0 then
+    redis.call('ZADD', base .. ':delayed', unpack(delayed))
+    delayed = {}
+  end
+end
+
+-- Apply a key rule for job id: the holder's id when the job is throttled (nothing changes),
+-- else nil and the id of the job it replaced ('' for none), once the job holds the key.
+local function take_key(id, rule)
+  local mode, window, key = string.match(rule, '^(%S+) (%S+) (.*)$')
+  local holder = redis.call('HGET', base .. ':keys', key)
+  local replaced = ''
+  if holder then
+    local r = read(job_key(base, holder), 'state')
+    local state = r and r[1]
+    if mode == 'throttle' then
+      local untils = tonumber(redis.call('HGET', base .. ':key_until', key) or '0')
+      if untils > now or PENDING[state] then
+        return holder, ''
+      end
+    elseif state == 'waiting' or state == 'delayed' then
+      flush() -- the holder may have been stored earlier in this batch
+      redis.call('ZREM', base .. ':' .. state, holder)
+      redis.call('DEL', job_key(base, holder))
+      replaced = holder
+    end
+  end
+  redis.call('HSET', base .. ':keys', key, id)
+  redis.call('HSET', base .. ':key_until', key, fmt(now + tonumber(window)))
+  return nil, replaced
+end
+
+for i = 6, #ARGV, stride do
   local priority_s, delay_s, ttl, max_attempts, timeout, traceparent, id =
     string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
   local jk = job_key(base, id)
   local event = 'job:waiting'
+  local holder, replaced = nil, ''
   if redis.call('EXISTS', jk) == 1 then
+    holder = ''
+  elseif stride == 4 and ARGV[i + 3] ~= '' then
+    holder, replaced = take_key(id, ARGV[i + 3])
+  end
+  if holder then
     out[#out + 1] = 0
+    if stride == 4 then
+      out[#out + 1] = holder
+    end
     event = 'job:deduplicated'
   else
     seq = seq + 1
@@ -54,6 +110,9 @@ for i = 5, #ARGV, 3 do
       redis.call('HSET', jk, 'traceparent', traceparent)
     end
     out[#out + 1] = 1
+    if stride == 4 then
+      out[#out + 1] = replaced
+    end
   end
   if channel ~= '' then
     announced[#announced + 1] = cjson.encode({name = event, queue = queue, at = at, job_id = id,
@@ -61,13 +120,7 @@ for i = 5, #ARGV, 3 do
   end
 end
 redis.call('HSET', meta, 'seq', seq)
-if #waiting > 0 then
-  redis.call('ZADD', base .. ':waiting', unpack(waiting))
-  wake(base, #waiting / 2)
-end
-if #delayed > 0 then
-  redis.call('ZADD', base .. ':delayed', unpack(delayed))
-end
+flush()
 if #announced > 0 then
   local message = '[' .. table.concat(announced, ',') .. ']'
   redis.call('PUBLISH', channel, struct.pack('>I4', #message) .. message)
