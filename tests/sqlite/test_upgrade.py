@@ -6,10 +6,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relaymq.backends.base import StoredSchedule, Tally
+from relaymq.backends.base import Enqueued, StoredSchedule, Tally
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
-from relaymq.job import JobState
+from relaymq.job import JobState, KeyMode, KeyRule
 from tests.support.jobs import new_job
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -43,6 +43,10 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         stored = StoredSchedule("s", b"{}", 1000)  # schema 4: schedules
         assert await backend.save_schedule(stored)
         assert await backend.list_schedules() == [stored]
+        rule = KeyRule("k", KeyMode.THROTTLE, 60)  # schema 5: throttle and debounce keys
+        assert await backend.enqueue([new_job(q, "t1", rule=rule), new_job(q, "t2", rule=rule)]) == [
+            Enqueued("t1"), Enqueued("t1", duplicate=True),
+        ]  # fmt: skip
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
