@@ -44,9 +44,8 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert await backend.save_schedule(stored)
         assert await backend.list_schedules() == [stored]
         rule = KeyRule("k", KeyMode.THROTTLE, 60)  # schema 5: throttle and debounce keys
-        assert await backend.enqueue([new_job(q, "t1", rule=rule), new_job(q, "t2", rule=rule)]) == [
-            Enqueued("t1"), Enqueued("t1", duplicate=True),
-        ]  # fmt: skip
+        twice = [new_job(q, "t1", rule=rule), new_job(q, "t2", rule=rule)]
+        assert await backend.enqueue(twice) == [Enqueued("t1"), Enqueued("t1", duplicate=True)]
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
