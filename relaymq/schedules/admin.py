@@ -40,8 +40,7 @@ class Schedules:
     async def add(self, schedule: Schedule) -> bool:
         """Store ``schedule``, or replace the one with its id (which keeps its pause). Its
         first tick is the first one after now. False when the same schedule was stored."""
-        stored = StoredSchedule(schedule.id, schedule.encode(), schedule.next_after(self._now_ms()))
-        return await self.backend.save_schedule(stored)
+        return await self.backend.save_schedule(schedule.stored(self._now_ms()))
 
     async def list(self) -> list[ScheduleState]:
         """Every stored schedule, by id."""

@@ -60,8 +60,7 @@ class Scheduler:
         new or changed."""
         written = 0
         for s in schedules:
-            stored = StoredSchedule(s.id, s.encode(), s.next_after(self.now_ms()))
-            if await self.backend.save_schedule(stored):
+            if await self.backend.save_schedule(s.stored(self.now_ms())):
                 log.info("schedule %s stored: %s, task %s", s.id, s.describe(), s.task)
                 written += 1
         return written

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter  # type: ignore[import-untyped]
 
+from relaymq.backends.base import StoredSchedule
 from relaymq.errors import ConfigError, CorruptRecordError, SerializationError
 from relaymq.job import NewJob
 from relaymq.options import MAX_PRIORITY, validate_queue_name
@@ -114,6 +115,11 @@ class Schedule:
         record["args"] = list(self.args)
         record["kwargs"] = dict(self.kwargs)
         return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+    def stored(self, now_ms: int) -> StoredSchedule:
+        """This schedule as ``Backend.save_schedule`` takes it: due at its first tick after
+        ``now_ms`` (when it is new or changed; an unchanged one keeps its stored state)."""
+        return StoredSchedule(self.id, self.encode(), self.next_after(now_ms))
 
     @classmethod
     def decode(cls, schedule_id: str, spec: bytes) -> Schedule:

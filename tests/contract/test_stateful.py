@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 from relaymq.backends.base import Backend, Beat, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import JobNotFoundError
-from relaymq.job import Claim, Job
+from relaymq.job import Claim, Job, KeyMode, KeyRule
 from relaymq.testing import FakeClock
 from tests.support.cases import BackendCase
 from tests.support.jobs import new_job, queue_name
@@ -42,6 +42,8 @@ from tests.support.jobs import new_job, queue_name
 T = TypeVar("T")
 
 IDS = [f"j{i}" for i in range(6)]
+KEYED_IDS = [f"t{i}" for i in range(6)]
+"""The ids of keyed (throttled or debounced) jobs: their own, so keys meet fresh ids."""
 THRESHOLD = 30.0
 CLAIM_ALL = 50
 DELIVERY_DEADLINE = 10.0
@@ -108,6 +110,22 @@ def machine_for(case: BackendCase, tmp: Path, seen: Counter[str]) -> type[RuleBa
             jobs = [new_job(self.q, i, delay=delay, priority=priority) for i in ids]
             real, model = self.both("enqueue", jobs)
             assert [a.duplicate for a in real] == [a.duplicate for a in model]
+
+        @rule(
+            ids=st.lists(st.sampled_from(KEYED_IDS), min_size=1, max_size=3),
+            mode=st.sampled_from([KeyMode.THROTTLE, KeyMode.DEBOUNCE]),
+            key=st.sampled_from(["k1", "k2"]),
+            window=st.sampled_from([10.0, 60.0]),
+        )
+        def enqueue_keyed(self, ids: list[str], mode: KeyMode, key: str, window: float) -> None:
+            throttle = mode is KeyMode.THROTTLE
+            rule = KeyRule(key, mode, window if throttle else 0.0)
+            jobs = [new_job(self.q, i, rule=rule, delay=0 if throttle else 5.0) for i in ids]
+            real, model = self.both("enqueue", jobs)
+            assert real == model  # ids, duplicates, and the jobs each one replaced
+            dropped = [a.duplicate and a.id != j.id for a, j in zip(model, jobs, strict=True)]
+            seen["keyed dropped"] += sum(dropped)
+            seen["keyed replaced"] += sum(a.replaced is not None for a in model)
 
         @rule()
         def claim(self) -> None:
@@ -180,8 +198,8 @@ def machine_for(case: BackendCase, tmp: Path, seen: Counter[str]) -> type[RuleBa
         def same_jobs(self) -> None:
             if not hasattr(self, "q"):
                 return
-            real = run(self.real.get_jobs(self.q, IDS))
-            model = run(self.model.get_jobs(self.q, IDS))
+            real = run(self.real.get_jobs(self.q, IDS + KEYED_IDS))
+            model = run(self.model.get_jobs(self.q, IDS + KEYED_IDS))
             seen = [(j.state, j.attempts) if j else None for j in real]
             assert seen == [(j.state, j.attempts) if j else None for j in model]
             assert run(self.real.counts(self.q)) == run(self.model.counts(self.q))
@@ -208,5 +226,5 @@ def test_random_sequences_match_the_reference_backend(case: BackendCase) -> None
             machine.close()  # type: ignore[attr-defined]
     # the examples reached fresh and stale writes and recovery, not only empty queues
     wanted = ["claimed", "heartbeat held", "heartbeat refused", "settle applied",
-              "settle refused", "recovered"]  # fmt: skip
+              "settle refused", "recovered", "keyed dropped", "keyed replaced"]  # fmt: skip
     assert all(seen[w] > 0 for w in wanted), dict(seen)
