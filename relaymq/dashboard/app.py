@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
@@ -31,16 +32,24 @@ from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
 from relaymq.dashboard.live import Hub
 from relaymq.dashboard.security import Access
-from relaymq.errors import BackendError, BackendUnavailableError, ConfigError, JobNotFoundError
+from relaymq.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    JobNotFoundError,
+    ScheduleNotFoundError,
+)
 from relaymq.job import DLQ_STATES, Job, JobState
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
+from relaymq.schedules import Schedules
 
 PAGE_SIZE = 50
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
 QUEUE_ACTIONS = ("pause", "resume", "drain")
+SCHEDULE_ACTIONS = ("pause", "resume", "run-now", "remove")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -167,6 +176,19 @@ class Dashboard:
     async def workers(self, request: Request) -> Response:
         return self.render(request, "workers.html", workers=await collect_workers(self.backend))
 
+    async def schedules(self, request: Request) -> Response:
+        rows = []
+        for s in await Schedules(self.backend).list():
+            spec = s.schedule
+            arguments = (
+                ""
+                if spec is None
+                else orjson.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)}).decode()
+            )
+            rows.append({"id": s.id, "schedule": spec, "next_at": s.next_at, "paused": s.paused,
+                         "error": s.error, "arguments": arguments})  # fmt: skip
+        return self.render(request, "schedules.html", schedules=rows)
+
     async def events(self, request: Request) -> Response:
         if not self.signed_in(request):
             return PlainTextResponse("sign in first", status_code=401)
@@ -258,6 +280,24 @@ class Dashboard:
             done = f"{n} job{'s' if n != 1 else ''} of {q.name} purged"
         else:
             raise ConfigError(f"unknown action {what!r}; one of replay, purge")
+        return back(request, form, done)
+
+    async def schedule_action(self, request: Request, form: FormData) -> Response:
+        """Pause, resume, run now or remove one schedule."""
+        book = Schedules(self.backend)
+        schedule_id = str(form.get("id", ""))
+        what = str(form.get("action", ""))
+        try:
+            if what in ("pause", "resume", "remove"):
+                await getattr(book, what)(schedule_id)
+                done = f"schedule {schedule_id} {what}d"
+            elif what == "run-now":
+                handle = await book.run_now(schedule_id)
+                done = f"enqueued job {handle.id} in {handle.queue}"
+            else:
+                raise ConfigError(f"unknown action {what!r}; one of {', '.join(SCHEDULE_ACTIONS)}")
+        except ScheduleNotFoundError as e:
+            done = str(e)
         return back(request, form, done)
 
     # -- signing in -------------------------------------------------------------------------
@@ -383,6 +423,9 @@ def create_app(
         Route("/dlq", d.page(d.dlq), name="dlq"),
         Route("/dlq/actions", d.action(d.dlq_action), methods=["POST"], name="dlq_action"),
         Route("/workers", d.page(d.workers), name="workers"),
+        Route("/schedules", d.page(d.schedules), name="schedules"),
+        Route("/schedules/actions", d.action(d.schedule_action), methods=["POST"],
+              name="schedule_action"),
         Route("/events", d.events, name="events"),
         Route("/login", d.login, methods=["GET", "POST"], name="login"),
         Route("/logout", d.action(d.logout), methods=["POST"], name="logout"),

@@ -16,12 +16,13 @@ from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from relaymq import Queue
+from relaymq import Queue, Schedules
 from relaymq.backends.base import Backend, Tally
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.cli.app import cli
 from relaymq.dashboard import Access, create_app, exposure_problem
 from relaymq.job import JobState
+from relaymq.schedules import define
 from relaymq.worker import Worker
 from tests.dashboard.support import ERROR, client, csrf, failed, waiting
 from tests.redis.server import PrivateRedis
@@ -292,3 +293,35 @@ async def test_a_backend_that_goes_away_is_a_503_and_it_serves_again_when_back(
         server.kill()
     assert down.status_code == 503 and "cannot be reached" in down.text, down.text
     assert 'data-count="emails:waiting">1<' in back.text  # persisted, and served again
+
+
+async def test_the_schedules_page_lists_and_acts_on_schedules(memory: InMemoryBackend) -> None:
+    q = queue_name()
+    book = Schedules(memory)
+    await book.add(define(add, id=f"{q}-nightly", cron="0 2 * * *", tz="Europe/Berlin",
+                          args=(1, 2), queue=q))  # fmt: skip
+    sid = f"{q}-nightly"
+    async with client(memory) as c:
+        page = (await c.get("/schedules")).text
+        token = await csrf(c, "/schedules")
+
+        async def act(action: str, schedule_id: str = sid) -> str:
+            form = {"csrf": token, "id": schedule_id, "action": action, "back": "/schedules"}
+            r = await c.post("/schedules/actions", data=form)
+            assert r.status_code == 303, r.text
+            return str(r.headers["location"])
+
+        assert "schedule+" in await act("pause") and (await book.get(sid)).paused
+        assert "paused" in (await c.get("/schedules")).text
+        await act("resume")
+        assert not (await book.get(sid)).paused
+        ran = await act("run-now")
+        assert "enqueued+job" in ran
+        assert (await Queue(q, memory).counts())[JobState.WAITING] == 1
+        assert "no+schedule" in await act("pause", "nope")
+        await act("remove")
+        refused = await c.post("/schedules/actions", data={
+            "csrf": token, "id": sid, "action": "explode"})  # fmt: skip
+    assert sid in page and "cron 0 2 * * * Europe/Berlin" in page and "[1,2]" in page
+    assert await book.list() == []
+    assert refused.status_code == 400 and "unknown action" in refused.text
