@@ -253,10 +253,9 @@ class Queue:
                     f"payload of {len(payload)} bytes is over max_payload_bytes={limit}"
                 )
             job_id = o.job_id or random_ids[32 * k : 32 * k + 32]
-            rule = None if o.throttle is None and o.debounce is None else o.rule()
             out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority,
-                              o.start_delay() if rule else o.delay, o.ttl, o.retries + 1,
-                              o.timeout, rule=rule))  # fmt: skip
+                              o.start_delay(), o.ttl, o.retries + 1, o.timeout,
+                              rule=o.rule()))  # fmt: skip
         return out
 
     # -- admin and observation --------------------------------------------------------------
