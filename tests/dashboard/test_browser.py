@@ -21,16 +21,17 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from relaymq import Queue
+from relaymq import Queue, Schedules
 from relaymq.backends.base import Tally
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.dashboard import create_app
 from relaymq.job import JobState
+from relaymq.schedules import define
 from relaymq.worker import Worker
 from tests.dashboard.support import failed, waiting
 from tests.support.jobs import queue_name
 from tests.support.waiting import poll_until
-from tests.tasks import with_context
+from tests.tasks import add, with_context
 
 CHROMIUM = os.environ.get("RELAYMQ_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(os.environ.get("RELAYMQ_SCREENSHOTS",
@@ -221,3 +222,25 @@ async def test_signing_in_with_the_password(page: object) -> None:
         await expect(p.get_by_role("heading", name="Workers")).to_be_visible()  # type: ignore[attr-defined]
         await p.get_by_role("button", name="Sign out").click()  # type: ignore[attr-defined]
         await expect(p.get_by_label("Token or password")).to_be_visible()  # type: ignore[attr-defined]
+
+
+async def test_a_schedule_is_paused_and_run_from_the_schedules_page(
+    served: Served, page: object
+) -> None:
+    from playwright.async_api import expect
+
+    q = queue_name("reports")
+    book = Schedules(served.backend)
+    await book.add(define(add, id="nightly-report", cron="30 2 * * *", tz="Europe/Berlin",
+                          args=(1, 2), queue=q))  # fmt: skip
+    p: object = page
+    await p.goto(served.url + "/schedules")  # type: ignore[attr-defined]
+    await expect(p.get_by_text("cron 30 2 * * * Europe/Berlin")).to_be_visible()  # type: ignore[attr-defined]
+    await shoot(p, "schedules")
+    await p.get_by_role("button", name="pause").click()  # type: ignore[attr-defined]
+    await expect(p.get_by_role("status")).to_contain_text("schedule nightly-report paused")  # type: ignore[attr-defined]
+    await expect(p.get_by_role("button", name="resume")).to_be_visible()  # type: ignore[attr-defined]
+    assert (await book.get("nightly-report")).paused
+    await p.get_by_role("button", name="run now").click()  # type: ignore[attr-defined]
+    await expect(p.get_by_role("status")).to_contain_text("enqueued job nightly-report@now-")  # type: ignore[attr-defined]
+    assert (await Queue(q, served.backend).counts())[JobState.WAITING] == 1
