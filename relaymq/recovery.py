@@ -22,6 +22,8 @@ log = logging.getLogger("relaymq.recovery")
 
 RETENTION_INTERVAL = 60.0
 """Seconds between two retention passes over one queue."""
+KEY_GRACE = 60.0
+"""Seconds after its window a throttle or debounce key is kept at least (``prune_keys``)."""
 PRUNE_INTERVAL = 300.0
 """Seconds between two prunings of the history (every queue's at once) by one worker."""
 
@@ -102,14 +104,18 @@ class Maintenance:
         return False
 
     async def _retain(self, queue: str) -> None:
-        """Delete finished jobs older than ``backend.retention``, at most once a minute."""
-        retention = self.ops.backend.retention
+        """At most once a minute: forget the queue's keys that hold nothing any more, and
+        delete finished jobs older than ``backend.retention``."""
         now = time.monotonic()
-        if retention is None or now - self._cleaned_at.get(queue, -RETENTION_INTERVAL) < (
-            RETENTION_INTERVAL
-        ):
+        if now - self._cleaned_at.get(queue, -RETENTION_INTERVAL) < RETENTION_INTERVAL:
             return
         self._cleaned_at[queue] = now
+        forgotten = await self.ops.backend.prune_keys(queue, KEY_GRACE)
+        if forgotten:
+            log.info("forgot %d throttle and debounce keys of %s", forgotten, queue)
+        retention = self.ops.backend.retention
+        if retention is None:
+            return
         for state in sorted(TERMINAL):
             removed = await self.ops.clean(queue, state, retention)
             if removed:

@@ -464,6 +464,13 @@ class Backend(abc.ABC):
         """Delete the queue: every job in every state, its pause flag and its counters."""
 
     @abc.abstractmethod
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        """Forget ``queue``'s throttle and debounce keys that hold nothing any more: the window
+        ended more than ``older_than`` seconds ago and the job that took the key is no longer
+        waiting, delayed or active. Returns how many. The elected maintenance calls it, so keys
+        of a queue do not pile up; ``older_than`` leaves a keyed enqueue in flight its key."""
+
+    @abc.abstractmethod
     async def list_queues(self) -> list[str]:
         """Names of the queues that hold jobs or are paused, sorted."""
 

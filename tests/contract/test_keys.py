@@ -114,3 +114,26 @@ async def test_obliterate_forgets_the_keys(backend: Backend, q: str) -> None:
     assert await backend.enqueue([throttled(q, "c"), debounced(q, "e", key="d")]) == [  # type: ignore[list-item]
         Enqueued("c"), Enqueued("e"),
     ]  # fmt: skip
+
+
+async def test_pruning_forgets_only_keys_that_hold_nothing(
+    backend: Backend, clock: FakeClock, q: str
+) -> None:
+    await backend.enqueue([throttled(q, "a", window=10, key="done"),   # type: ignore[list-item]
+                           throttled(q, "b", window=10, key="waits"),
+                           debounced(q, "c", delay=500, key="later")])  # fmt: skip
+    claimed = {j.id: j for j in await claim_exactly(backend, q, 2)}  # a and b: c is delayed
+    await backend.settle([Settle(claimed["a"].claim, Outcome.COMPLETE, result=b"1")])
+    assert await backend.prune_keys(q, 60) == 0  # every window is open or ended too lately
+    clock.advance(100)
+    # "done": its window ended 90 s ago and its job completed. "waits" holds: b is active.
+    # "later": its job is delayed, so a new debounce must still find it to replace it.
+    assert await backend.prune_keys(q, 60) == 1
+    assert await backend.prune_keys(q, 60) == 0
+    assert await backend.enqueue([throttled(q, "d", key="waits")]) == [  # type: ignore[list-item]
+        Enqueued("b", duplicate=True)
+    ]
+    assert await backend.enqueue([debounced(q, "e", key="later")]) == [  # type: ignore[list-item]
+        Enqueued("e", replaced="c")
+    ]
+    assert await backend.enqueue([throttled(q, "f", key="done")]) == [Enqueued("f")]  # type: ignore[list-item]

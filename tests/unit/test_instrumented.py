@@ -16,8 +16,8 @@ from relaymq import events, recovery
 from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.instrumented import Instrumented
-from relaymq.job import JobState
-from relaymq.recovery import Maintenance
+from relaymq.job import JobState, KeyMode, KeyRule
+from relaymq.recovery import KEY_GRACE, Maintenance
 from relaymq.settings import Settings
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
@@ -205,6 +205,19 @@ async def test_retention_cleans_old_finished_jobs_of_led_queues(
     await m.run_once()
     assert await backend.get_job("q", "old") is None
     assert await backend.get_job("q", "new") is not None
+
+
+async def test_maintenance_forgets_keys_that_hold_nothing_without_retention(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    rule = KeyRule("k", KeyMode.THROTTLE, 10)
+    await backend.enqueue([new_job("q", "a", rule=rule)])
+    [job] = (await backend.claim(["q"], "w", 1)).jobs
+    await backend.settle([Settle(job.claim, Outcome.COMPLETE, b"1")])
+    clock.advance(10 + KEY_GRACE + 1)
+    await Maintenance(Instrumented(backend), ["q"], Settings(), "w").run_once()
+    assert await backend.prune_keys("q", 0) == 0  # the pass forgot it already
+    assert await backend.get_job("q", "a") is not None  # and kept the job (no retention)
 
 
 async def test_no_retention_keeps_everything(backend: InMemoryBackend, clock: FakeClock) -> None:

@@ -331,6 +331,17 @@ class InMemoryBackend(Backend, DeliveryStore):
         self._queues.pop(queue, None)
         self._tallies.pop(queue, None)
 
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        q = self._queues.get(queue)
+        if q is None:
+            return 0
+        cutoff = self._now() - older_than
+        gone = [k for k, (holder, until) in q.keys.items() if until < cutoff and not (
+            holder in q.jobs and q.jobs[holder].state in PENDING)]  # fmt: skip
+        for k in gone:
+            del q.keys[k]
+        return len(gone)
+
     async def list_queues(self) -> list[str]:
         return sorted(n for n, q in self._queues.items() if q.jobs or q.paused)
 

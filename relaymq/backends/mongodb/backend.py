@@ -652,6 +652,20 @@ class MongoDBBackend(Backend):
         await self._keys.delete_many({"queue": queue})
 
     @translated
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        query = {"queue": queue} | self._now.compare("until", "$lt", -older_than)
+        forgotten = 0
+        async for key in self._keys.find(query, {"holder": 1, "v": 1}):
+            holder = await self._jobs.find_one({"queue": queue, "id": key.get("holder")},
+                                               {"state": 1})  # fmt: skip
+            if holder is not None and holder.get("state") in {s.value for s in PENDING}:
+                continue
+            # Only as read: a key an enqueue took meanwhile has another version.
+            gone = await self._keys.delete_one({"_id": key["_id"], "v": key.get("v")})
+            forgotten += gone.deleted_count
+        return forgotten
+
+    @translated
     async def list_queues(self) -> list[str]:
         names = set(await self._jobs.distinct("queue"))
         names |= {doc["_id"] async for doc in self._queues.find({"paused": True}, {"_id": 1})}

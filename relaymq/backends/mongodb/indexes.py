@@ -80,6 +80,8 @@ INDEXES: Final[dict[str, list[IndexModel]]] = {
     ],
     WORKERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
     # A queue's history in minute order; pruning every queue's old minutes.
+    # Pruning a queue's ended keys.
+    JOB_KEYS: [IndexModel([("queue", ASCENDING), ("until", ASCENDING)], name="queue_until")],
     TALLIES: [
         IndexModel([("queue", ASCENDING), ("minute", ASCENDING)], name="queue_minute"),
         IndexModel([("minute", ASCENDING)], name="minute"),

@@ -404,6 +404,9 @@ class PostgresBackend(Backend, DeliveryStore):
         except DRIVER_ERRORS as e:
             raise translate(e, self.options.where) from e
 
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        return len(await self._fetch("prune_keys", queue, older_than, self._now()))
+
     async def list_queues(self) -> list[str]:
         return [r["name"] for r in await self._fetch("list_queues")]
 

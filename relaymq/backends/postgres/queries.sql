@@ -638,3 +638,17 @@ took AS (
     ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, until = excluded.until
 )
 SELECT (SELECT id FROM gone) AS replaced;
+
+-- name: prune_keys
+-- Forget the keys of queue $1 whose window ended more than $2 seconds ago and whose job is no
+-- longer waiting, delayed or active. ($2 leaves a keyed enqueue in flight, whose new job this
+-- statement's snapshot may not see yet, its key.)
+-- in:  $1 queue, $2 older_than float8 seconds, $3 now float8|NULL
+-- out: one row per key forgotten.
+DELETE FROM relaymq_job_keys k
+WHERE k.queue = $1
+  AND k.until < coalesce(to_timestamp($3::float8), now()) - make_interval(secs => $2)
+  AND NOT EXISTS (SELECT 1 FROM relaymq_jobs j
+                  WHERE j.queue = k.queue AND j.id = k.job_id
+                    AND j.state IN ('waiting', 'delayed', 'active'))
+RETURNING k.key;

@@ -367,6 +367,9 @@ class RabbitMQBackend(Backend):
                 self.options.call_timeout,
             )
 
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        return await self.store.prune_keys(queue, older_than)
+
     async def list_queues(self) -> list[str]:
         return await self.store.list_queues()
 

@@ -71,6 +71,10 @@ PROMOTE_MAX = 1000
 """Delayed jobs promoted per queue per claim; the rest are promoted by the next claims."""
 SCAN_CHUNK = 500
 """Jobs examined per recovery or purge script call (the caller loops while chunks are full)."""
+PRUNE_CHUNK = 500
+"""Keys examined per ``prune_keys.lua`` call."""
+PRUNE_CALLS = 20
+"""Most ``prune_keys.lua`` calls of one pruning (the next pass goes on from the start)."""
 
 
 class RedisBackend(Backend, DeliveryStore):
@@ -431,6 +435,17 @@ class RedisBackend(Backend, DeliveryStore):
             ],
             "obliterate",
         )  # fmt: skip
+
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        forgotten, skip = 0, 0
+        for _ in range(PRUNE_CALLS):  # keys still held stay in front: look past them
+            args = [self._now(), older_than, skip, PRUNE_CHUNK]
+            gone, examined = await self._script("prune_keys", [self._keys.base(queue)], args)
+            forgotten += int(gone)
+            skip += int(examined) - int(gone)
+            if int(examined) < PRUNE_CHUNK:
+                break
+        return forgotten
 
     async def list_queues(self) -> list[str]:
         [members] = await self._run([("SMEMBERS", self._keys.queues)], "list_queues")

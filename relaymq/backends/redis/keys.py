@@ -21,7 +21,7 @@ key                        type    content
 ``base:paused``            string  exists while the queue is paused
 ``base:wake``              list    wake-up tokens (at most ``WAKE_MAX``); idle workers BLPOP
 ``base:keys``              hash    throttle and debounce keys: key -> the id of the job holding it
-``base:key_until``         hash    key -> the end of its throttle window (backend clock)
+``base:key_until``         zset    keys, score = the end of their throttle window (backend clock)
 ``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
                                    fields ``<minute>:c``, ``:r``, ``:f`` (completed,
                                    retried, failed), each a HINCRBY counter

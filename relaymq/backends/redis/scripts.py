@@ -15,7 +15,7 @@ NAMES = (
     "page", "cancel_jobs", "retry_jobs", "remove_jobs",
     "purge", "register_worker", "list_workers",
     "claim_delivered", "promote_due",
-    "save_schedule", "pause_schedule", "advance_schedule", "remove_schedule",
+    "save_schedule", "pause_schedule", "advance_schedule", "remove_schedule", "prune_keys",
 )  # fmt: skip
 
 

@@ -375,6 +375,9 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def obliterate(self, queue: str) -> None:
         await self._write(ops.obliterate, queue)
 
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        return await self._write(ops.prune_keys, queue, older_than)
+
     async def list_queues(self) -> list[str]:
         return await self._read(ops.list_queues)
 

@@ -385,6 +385,10 @@ def obliterate(conn: Conn, now: float, queue: str) -> None:
         conn.execute(Q[name], {"queue": queue})
 
 
+def prune_keys(conn: Conn, now: float, queue: str, older_than: float) -> int:
+    return int(conn.execute(Q["prune_keys"], {"queue": queue, "cutoff": now - older_than}).rowcount)
+
+
 def list_queues(conn: Conn, now: float) -> list[str]:
     return [r[0] for r in conn.execute(Q["list_queues"])]
 

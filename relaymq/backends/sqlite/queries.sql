@@ -430,6 +430,15 @@ DELETE FROM tallies WHERE queue = :queue;
 -- In: :queue.
 DELETE FROM job_keys WHERE queue = :queue;
 
+-- name: prune_keys
+-- In: :queue, :cutoff. Out: nothing; changes() is how many keys were forgotten: those whose
+-- window ended before :cutoff and whose job is no longer waiting, delayed or active.
+DELETE FROM job_keys
+WHERE queue = :queue AND until < :cutoff
+  AND NOT EXISTS (SELECT 1 FROM jobs AS j
+                  WHERE j.queue = job_keys.queue AND j.id = job_keys.job_id
+                    AND j.state IN ('waiting', 'delayed', 'active'));
+
 -- name: key_holder
 -- In: :queue, :key. Out: the job holding the key, until when, and that job's state (NULL when
 -- it is gone); no row when no job ever took the key.

@@ -13,7 +13,8 @@
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
 -- With a channel, one framed message of events goes out too (job:waiting, job:delayed or
 -- job:deduplicated per job, as events.py writes them): the enqueue is one round trip.
--- Keys (base:keys, key -> holder id; base:key_until, key -> end of its throttle window): a
+-- Keys (base:keys, key -> holder id; base:key_until, a zset of keys by the end of their throttle
+-- window, so that prune_keys.lua finds the ended ones in order): a
 -- throttled job is dropped while its key's holder is pending or its window open; a debounced
 -- one deletes a waiting or delayed holder. Then the new job holds the key.
 local base = KEYS[1]
@@ -49,7 +50,7 @@ local function take_key(id, rule)
     local r = read(job_key(base, holder), 'state')
     local state = r and r[1]
     if mode == 'throttle' then
-      local untils = tonumber(redis.call('HGET', base .. ':key_until', key) or '0')
+      local untils = tonumber(redis.call('ZSCORE', base .. ':key_until', key) or '0')
       if untils > now or PENDING[state] then
         return holder, ''
       end
@@ -61,7 +62,7 @@ local function take_key(id, rule)
     end
   end
   redis.call('HSET', base .. ':keys', key, id)
-  redis.call('HSET', base .. ':key_until', key, fmt(now + tonumber(window)))
+  redis.call('ZADD', base .. ':key_until', fmt(now + tonumber(window)), key)
   return nil, replaced
 end
 
