@@ -309,6 +309,10 @@ class Instrumented:
         with self._call("unlock"):
             await self.backend.unlock(name, owner)
 
+    async def prune_keys(self, queue: str, older_than: float) -> int:
+        with self._call("prune_keys"):
+            return await self.backend.prune_keys(queue, older_than)
+
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
         with self._call("clean"):
             return await self.backend.clean(queue, state, older_than)

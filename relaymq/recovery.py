@@ -110,7 +110,7 @@ class Maintenance:
         if now - self._cleaned_at.get(queue, -RETENTION_INTERVAL) < RETENTION_INTERVAL:
             return
         self._cleaned_at[queue] = now
-        forgotten = await self.ops.backend.prune_keys(queue, KEY_GRACE)
+        forgotten = await self.ops.prune_keys(queue, KEY_GRACE)
         if forgotten:
             log.info("forgot %d throttle and debounce keys of %s", forgotten, queue)
         retention = self.ops.backend.retention
