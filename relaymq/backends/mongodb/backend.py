@@ -99,6 +99,8 @@ RECOVER_BATCH: Final = 500
 IDS_PER_FIND: Final = 200
 """Ids in one ``$in``: the MongoDB-protocol test server refuses a query tree deeper than 1000."""
 
+PENDING_STATES: Final = frozenset(s.value for s in PENDING)
+"""The stored names of the states in which a job still holds its throttle or debounce key."""
 KEY_ROUNDS: Final = 50
 """Attempts of one keyed enqueue to move its key before it gives up (heavy contention)."""
 
@@ -264,7 +266,7 @@ class MongoDBBackend(Backend):
                                                   {"state": 1})  # fmt: skip
                 state = None if found is None else found.get("state")
                 if rule.mode is KeyMode.THROTTLE and (
-                    tx.as_date(held["until"]) > now or state in {s.value for s in PENDING}
+                    tx.as_date(held["until"]) > now or state in PENDING_STATES
                 ):
                     return Enqueued(holder, duplicate=True)
             until = now + dt.timedelta(seconds=rule.window)
@@ -658,7 +660,7 @@ class MongoDBBackend(Backend):
         async for key in self._keys.find(query, {"holder": 1, "v": 1}):
             holder = await self._jobs.find_one({"queue": queue, "id": key.get("holder")},
                                                {"state": 1})  # fmt: skip
-            if holder is not None and holder.get("state") in {s.value for s in PENDING}:
+            if holder is not None and holder.get("state") in PENDING_STATES:
                 continue
             # Only as read: a key an enqueue took meanwhile has another version.
             gone = await self._keys.delete_one({"_id": key["_id"], "v": key.get("v")})
