@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from relaymq.job import Claim, Job, JobState, NewJob
+from relaymq.limits import Limits
 from relaymq.options import MAX_PRIORITY
 
 Clock = Callable[[], float]
@@ -80,6 +81,10 @@ class ClaimBatch:
 
     jobs: list[Job]
     now: float
+    limited: dict[str, float | None] = field(default_factory=dict)
+    """Queues whose limits (``set_limits``) held back jobs this claim asked for, each with the
+    seconds until its rate window ends, or None when it waits for active jobs to end. Wait for
+    them by time, not with ``wait``: their waiting jobs would wake it at once."""
 
 
 class Outcome(enum.StrEnum):
@@ -325,6 +330,12 @@ class Backend(abc.ABC):
         Each job becomes ``active`` with ``token + 1``, ``attempts + 1``,
         ``claimed_at = heartbeat_at = now`` and ``worker_id``. Two concurrent claims never
         return the same job.
+
+        A queue with limits (``set_limits``) gives at most its ``relaymq.limits.allowance``,
+        decided in the same atomic step against every process's claims: its active jobs stay
+        within ``max_active``, and each claim counts its starts in the rate window. A queue that
+        gave its whole allowance while the claim asked for more is named in ``limited``.
+        Claims of queues without limits pay nothing for them.
         """
 
     @abc.abstractmethod
@@ -471,6 +482,16 @@ class Backend(abc.ABC):
         of a queue do not pile up; ``older_than`` leaves a keyed enqueue in flight its key."""
 
     @abc.abstractmethod
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        """Store ``queue``'s limits, for every process's next claim; None (or empty limits)
+        removes them. The count of the current rate window is kept. ``obliterate`` forgets
+        them with the queue."""
+
+    @abc.abstractmethod
+    async def list_limits(self) -> dict[str, Limits]:
+        """Every queue's stored limits, by queue."""
+
+    @abc.abstractmethod
     async def list_queues(self) -> list[str]:
         """Names of the queues that hold jobs or are paused, sorted."""
 
@@ -564,7 +585,8 @@ class DeliveryStore(abc.ABC):
         attempts + 1, claimed_at = now).
 
         Returns the claimed jobs, and the ids of stale deliveries: the job is gone, no longer
-        waiting, or has another token. Deliveries in neither list (a paused queue) are for the
+        waiting, or has another token. Deliveries in neither list (a paused queue, or beyond
+        the queue's limits, which ``claim`` describes; then ``limited`` names it) are for the
         caller to keep and offer again.
         """
 

@@ -52,6 +52,9 @@ IDLE_WAIT = 1.0
 PAUSE_CHECK_INTERVAL = 5.0
 """Seconds between asking whether idle queues are paused (to log it once, and its end)."""
 
+LIMIT_POLL = 0.25
+"""Seconds between claims of a queue whose ``max_active`` jobs are all active."""
+
 _OUTCOME_COUNTER = {
     Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
     Outcome.EXPIRE: "expired", Outcome.CANCEL: "cancelled", Outcome.RELEASE: "released",
@@ -307,7 +310,7 @@ class Worker:
                     with contextlib.suppress(BackendError):  # only a log line: try again later
                         await self._check_paused(self.queues)
                 try:
-                    await self._until(self.ops.wait(self.queues, IDLE_WAIT))
+                    await self._idle(batch.limited)
                 except BackendError as e:
                     log.warning("wait failed (%s)", e)
                     await self._until(asyncio.sleep(1.0))
@@ -315,6 +318,19 @@ class Worker:
             self._count("claimed", len(batch.jobs))
             for job in batch.jobs:
                 self._start(job, batch.now)
+
+    async def _idle(self, limited: dict[str, float | None]) -> None:
+        """Wait for work after an empty claim. Queues held back by their limits are waited
+        for by time (the rate window's end, or a short poll while active jobs must end
+        first): their waiting jobs would end ``wait`` at once."""
+        timeout = min((LIMIT_POLL if t is None else t for t in limited.values()),
+                      default=IDLE_WAIT)  # fmt: skip
+        timeout = min(IDLE_WAIT, max(timeout, 0.01))
+        open_queues = [q for q in self.queues if q not in limited]
+        if open_queues:
+            await self._until(self.ops.wait(open_queues, timeout))
+        else:
+            await self._until(asyncio.sleep(timeout))
 
     async def _check_paused(self, queues: Sequence[str]) -> None:
         """Log once when a queue is found paused (and once when resumed): a paused queue

@@ -6,6 +6,7 @@ import pytest
 
 from relaymq.backends.base import Backend, DeliveryStore, Outcome, Settle
 from relaymq.job import JobState
+from relaymq.limits import Limits
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
 
@@ -79,3 +80,18 @@ async def test_promote_due_returns_the_promoted_jobs(
         ("d2", JobState.WAITING, 0),
     ]
     assert (await backend.counts(q))[JobState.DELAYED] == 1
+
+
+async def test_delivered_jobs_beyond_the_limits_are_kept(
+    store: DeliveryStore, backend: Backend, q: str
+) -> None:
+    await backend.set_limits(q, Limits(max_active=2))
+    await backend.enqueue([new_job(q, i) for i in "abcd"])
+    batch, stale = await store.claim_delivered(q, [("a", 0), ("gone", 0), ("b", 0),
+                                                     ("c", 0)], "w")  # fmt: skip
+    assert [j.id for j in batch.jobs] == ["a", "b"]
+    assert stale == ["gone"]  # "c" is in neither list: the caller keeps it
+    assert batch.limited == {q: None}
+    again, stale = await store.claim_delivered(q, [("c", 0), ("d", 0)], "w")
+    assert again.jobs == [] and stale == [] and again.limited == {q: None}
+    assert (await backend.counts(q))[JobState.ACTIVE] == 2

@@ -10,6 +10,7 @@ from relaymq.backends.base import Enqueued, StoredSchedule, Tally
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
 from relaymq.job import JobState, KeyMode, KeyRule
+from relaymq.limits import Limits
 from tests.support.jobs import new_job
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -46,10 +47,12 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         rule = KeyRule("k", KeyMode.THROTTLE, 60)  # schema 5: throttle and debounce keys
         twice = [new_job(q, "t1", rule=rule), new_job(q, "t2", rule=rule)]
         assert await backend.enqueue(twice) == [Enqueued("t1"), Enqueued("t1", duplicate=True)]
+        await backend.set_limits(q, Limits(max_active=1))  # schema 6: queue limits
+        assert await backend.list_limits() == {q: Limits(max_active=1)}
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
     conn.close()
     again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
     await again.connect()

@@ -36,6 +36,7 @@ from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
 from relaymq.backends.wakeup import Wakeup
 from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
+from relaymq.limits import Limits
 
 _DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
 
@@ -118,14 +119,24 @@ class InMemoryBackend(Backend, DeliveryStore):
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         now = self._now()
         claimed: list[Job] = []
+        limited: dict[str, float | None] = {}
         for name in queues:
             q = self._queues.get(name)
             if q is None or q.paused:
                 continue
             q.promote_due(now)
-            while len(claimed) < limit and (job := q.pop_waiting()) is not None:
+            want = limit - len(claimed)
+            a = q.allowance(now, want)
+            take = want if a is None else a.take
+            taken = 0
+            while taken < take and (job := q.pop_waiting()) is not None:
                 claimed.append(q.activate(job, worker_id, now).freeze())
-        return ClaimBatch(claimed, now)
+                taken += 1
+            if a is not None:
+                q.started(a, taken)
+                if taken == take < want:
+                    limited[name] = a.retry_in
+        return ClaimBatch(claimed, now, limited)
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         now = self._now()
@@ -342,6 +353,12 @@ class InMemoryBackend(Backend, DeliveryStore):
             del q.keys[k]
         return len(gone)
 
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        self._queue(queue).limits = None if limits is None or limits.empty else limits
+
+    async def list_limits(self) -> dict[str, Limits]:
+        return {n: q.limits for n, q in sorted(self._queues.items()) if q.limits is not None}
+
     async def list_queues(self) -> list[str]:
         return sorted(n for n, q in self._queues.items() if q.jobs or q.paused)
 
@@ -426,13 +443,21 @@ class InMemoryBackend(Backend, DeliveryStore):
             return ClaimBatch([], now), []
         claimed: list[Job] = []
         stale: list[str] = []
+        a = q.allowance(now, len(deliveries)) if q is not None else None
+        take = len(deliveries) if a is None else a.take
+        held_back = False
         for job_id, token in deliveries:
             job = q.jobs.get(job_id) if q else None
             if q is None or job is None or job.state is not JobState.WAITING or job.token != token:
                 stale.append(job_id)
-            else:
+            elif len(claimed) < take:
                 claimed.append(q.activate(job, worker_id, now).freeze())
-        return ClaimBatch(claimed, now), stale
+            else:
+                held_back = True  # kept by the caller, for when the limits allow it
+        if q is not None and a is not None:
+            q.started(a, len(claimed))
+        limited = {queue: a.retry_in} if a is not None and held_back else {}
+        return ClaimBatch(claimed, now, limited), stale
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         q = self._queues.get(queue)

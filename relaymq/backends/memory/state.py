@@ -19,6 +19,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from relaymq.job import Job, JobState
+from relaymq.limits import Allowance, Limits, allowance
 
 _values = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
 
@@ -55,6 +56,10 @@ class QueueState:
         self.paused = False
         self.keys: dict[str, tuple[str, float]] = {}
         """Throttle and debounce keys: key -> (the id of the job holding it, held until)."""
+        self.limits: Limits | None = None
+        self.window = 0
+        """The current rate window (index) and the jobs started in it (``relaymq.limits``)."""
+        self.used = 0
         self._waiting: list[tuple[int, int, str]] = []  # (priority, seq, id)
         self._delayed: list[tuple[float, int, str]] = []  # (run_at, seq, id)
         self._seq = itertools.count(1)
@@ -119,6 +124,19 @@ class QueueState:
             return self.make_waiting(row)
         row.seq = next(self._seq)  # FIFO among delayed jobs due at the same moment
         return self.make_delayed(row, run_at)
+
+    # -- limits ---------------------------------------------------------------------------
+
+    def allowance(self, now: float, want: int) -> Allowance | None:
+        """What a claim of ``want`` jobs may take (None: the queue has no limits)."""
+        if self.limits is None:
+            return None
+        return allowance(self.limits, len(self.by_state[JobState.ACTIVE]), self.window,
+                         self.used, now, want)  # fmt: skip
+
+    def started(self, a: Allowance, taken: int) -> None:
+        """Count ``taken`` starts in the rate window ``a`` was decided in."""
+        self.window, self.used = a.window, a.used + taken
 
     # -- reading the heaps ------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ from relaymq.backends.mongodb.records import (
     problems,
     to_job,
     to_job_lenient,
+    to_limits,
     to_seconds,
 )
 from relaymq.backends.wakeup import Wakeup
@@ -88,6 +89,7 @@ from relaymq.errors import (
     CorruptRecordError,
 )
 from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
+from relaymq.limits import Allowance, Limits, allowance
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -102,6 +104,8 @@ IDS_PER_FIND: Final = 200
 PENDING_STATES: Final = frozenset(s.value for s in PENDING)
 """The stored names of the states in which a job still holds its throttle or debounce key."""
 KEY_ROUNDS: Final = 50
+LIMITS_LEASE: Final = 10.0
+"""Seconds one claim of a queue with limits may take before another may start."""
 """Attempts of one keyed enqueue to move its key before it gives up (heavy contention)."""
 
 
@@ -190,9 +194,17 @@ class MongoDBBackend(Backend):
             raise BackendError(f"could not reserve FIFO sequences for queue {queue!r}")
         return int(doc["seq"]) - count + 1, tx.as_date(doc["now"])
 
-    async def _paused(self, queues: Sequence[str]) -> set[str]:
-        cursor = self._queues.find({"_id": {"$in": list(queues)}, "paused": True}, {"_id": 1})
-        return {doc["_id"] async for doc in cursor}
+    async def _gates(self, queues: Sequence[str]) -> tuple[set[str], set[str]]:
+        """Of ``queues``, the paused ones and the ones with limits (one read)."""
+        cursor = self._queues.find({"_id": {"$in": list(queues)}}, {"paused": 1, "limits": 1})
+        paused: set[str] = set()
+        with_limits: set[str] = set()
+        async for doc in cursor:
+            if doc.get("paused") is True:
+                paused.add(doc["_id"])
+            if doc.get("limits"):
+                with_limits.add(doc["_id"])
+        return paused, with_limits
 
     async def _current(self, claims: Sequence[Claim], fields: Sequence[str]) -> dict[Any, Document]:
         """The current documents of ``claims``' jobs (one read), keyed by (queue, id)."""
@@ -305,8 +317,24 @@ class MongoDBBackend(Backend):
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         if limit <= 0 or not queues:
             return ClaimBatch([], self._now.local())
-        paused = await self._paused(queues)
+        paused, with_limits = await self._gates(queues)
         open_queues = [q for q in dict.fromkeys(queues) if q not in paused]
+        claimed = await self._take([q for q in open_queues if q not in with_limits],
+                                   worker_id, limit)  # fmt: skip
+        limited: dict[str, float | None] = {}
+        for queue in (q for q in open_queues if q in with_limits):
+            want = limit - len(claimed)
+            if want <= 0:
+                break
+            jobs, a = await self._claim_limited(queue, worker_id, want)
+            claimed += jobs
+            if a is not None and len(jobs) == a.take < want:
+                limited[queue] = a.retry_in
+        now = claimed[0].claimed_at if claimed and claimed[0].claimed_at else self._now.local()
+        return ClaimBatch(claimed, now, limited)
+
+    async def _take(self, open_queues: Sequence[str], worker_id: str, limit: int) -> list[Job]:
+        """Claim up to ``limit`` jobs of ``open_queues`` (unpaused), in the order given."""
         claimed: list[Job] = []
         for _ in range(CLAIM_ROUNDS):
             wanted = limit - len(claimed)
@@ -327,8 +355,41 @@ class MongoDBBackend(Backend):
                 claimed += await self._read_claimed(claim_id, ids)
             if result.modified_count == len(ids):
                 break  # no lost races: either the limit is reached or the queues are empty
-        now = claimed[0].claimed_at if claimed and claimed[0].claimed_at else self._now.local()
-        return ClaimBatch(claimed, now)
+        return claimed
+
+    async def _claim_limited(
+        self, queue: str, worker_id: str, want: int
+    ) -> tuple[list[Job], Allowance | None]:
+        """Claim up to ``want`` jobs of ``queue`` within its limits: the jobs, and the
+        allowance (None: the limits are gone; the claim was the ordinary one).
+
+        Without multi-document transactions, the claims of a limited queue take turns under a
+        lease (``LIMITS_LEASE``): while it is held, another claim of the queue takes nothing.
+        A claimer that outlives its lease (paused for that long mid-claim) could exceed the
+        cap by its own batch; docs/guarantees.md says so."""
+        name, owner = f"limits:{queue}", uuid.uuid4().hex
+        if not await self.lock(name, owner, LIMITS_LEASE):
+            return [], Allowance(0, 0, 0, None)  # another claim of this queue is under way
+        try:
+            doc = await self._queues.find_one_and_update(
+                {"_id": queue}, [{"$set": {"now": self._now.expr()}}],
+                projection={"limits": 1, "win": 1, "used": 1, "now": 1},
+                return_document=ReturnDocument.AFTER,
+            )  # fmt: skip
+            limits = to_limits(doc)
+            if limits is None or doc is None:
+                return await self._take([queue], worker_id, want), None
+            active = await self._jobs.count_documents({"queue": queue, "state": tx.ACTIVE})
+            now = tx.as_date(doc["now"]).timestamp()
+            a = allowance(limits, active, int(doc.get("win", 0)), int(doc.get("used", 0)), now,
+                          want)  # fmt: skip
+            jobs = await self._take([queue], worker_id, a.take) if a.take > 0 else []
+            await self._queues.update_one(
+                {"_id": queue}, {"$set": {"win": a.window, "used": a.used + len(jobs)}}
+            )
+            return jobs, a
+        finally:
+            await self._locks.delete_one({"_id": name, "owner": owner})
 
     async def _read_claimed(self, claim_id: str, order: list[Any]) -> list[Job]:
         """The jobs one claim took, in candidate order; unreadable ones are failed, not lost."""
@@ -413,7 +474,7 @@ class MongoDBBackend(Backend):
         while True:
             ticket = self._wakeup.ticket()  # before the check: a notify in between is kept
             if paused:
-                paused = await self._paused(queues)
+                paused = (await self._gates(queues))[0]
             if await self._work_in([q for q in queues if q not in paused], paused):
                 return
             remaining = deadline - loop.time()
@@ -429,7 +490,7 @@ class MongoDBBackend(Backend):
             doc = await self._jobs.find_one(query, {"queue": 1})
             if doc is None:
                 return False
-            now_paused = await self._paused(queues)
+            now_paused = (await self._gates(queues))[0]
             if doc["queue"] not in now_paused:
                 return True
             paused |= now_paused
@@ -666,6 +727,25 @@ class MongoDBBackend(Backend):
             gone = await self._keys.delete_one({"_id": key["_id"], "v": key.get("v")})
             forgotten += gone.deleted_count
         return forgotten
+
+    @translated
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        if limits is None or limits.empty:
+            await self._queues.update_one({"_id": queue}, {"$unset": {"limits": ""}})
+        else:
+            stored = {"max_active": limits.max_active, "rate": limits.rate,
+                      "per": float(limits.per)}  # fmt: skip
+            await self._queues.update_one({"_id": queue}, {"$set": {"limits": stored}},
+                                          upsert=True)  # fmt: skip
+
+    @translated
+    async def list_limits(self) -> dict[str, Limits]:
+        found: dict[str, Limits] = {}
+        async for doc in self._queues.find({"limits": {"$type": "object"}}, {"limits": 1}):
+            limits = to_limits(doc)
+            if limits is not None:
+                found[doc["_id"]] = limits
+        return dict(sorted(found.items()))
 
     @translated
     async def list_queues(self) -> list[str]:

@@ -9,7 +9,9 @@ Collections of one database (the URL path names it):
     One document per job (fields in ``records.py``). Unique on ``(queue, id)``: that index is
     the cross-process deduplication of job ids.
 ``queues``
-    One document per queue: ``{_id: queue, seq: <last FIFO sequence>, paused: bool}``.
+    One document per queue: ``{_id: queue, seq: <last FIFO sequence>, paused: bool}``, and
+    when the queue has limits, ``limits: {max_active, rate, per}`` with ``win``, ``used`` (the
+    current rate window and the starts counted in it).
 ``locks``
     Leases: ``{_id: name, owner, expires_at}``; ``_id`` makes them unique.
 ``workers``

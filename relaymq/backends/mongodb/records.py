@@ -37,8 +37,9 @@ from typing import Any
 
 from bson import Binary
 
-from relaymq.errors import CorruptRecordError
+from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import Job, JobState, NewJob
+from relaymq.limits import Limits
 
 Document = dict[str, Any]
 
@@ -144,6 +145,19 @@ def describe(doc: Mapping[str, Any], bad: list[str]) -> str:
     return f"corrupt record for job {doc.get('id')!r} in queue {doc.get('queue')!r}: " + "; ".join(
         bad
     )
+
+
+def to_limits(doc: Mapping[str, Any] | None) -> Limits | None:
+    """The limits stored in a queue document, or None (none stored, or unreadable: a queue
+    whose limits cannot be read is claimed as one without; set them again to mend it)."""
+    stored = doc.get("limits") if doc is not None else None
+    if not isinstance(stored, Mapping):
+        return None
+    try:
+        return Limits(max_active=stored.get("max_active"), rate=stored.get("rate"),
+                      per=float(stored.get("per", 1.0)))  # fmt: skip
+    except (ConfigError, TypeError, ValueError):
+        return None
 
 
 def to_job(doc: Mapping[str, Any]) -> Job:

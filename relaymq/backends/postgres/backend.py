@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -40,6 +40,12 @@ from relaymq.backends.base import (
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
+from relaymq.backends.postgres.limits import (
+    LimitedQueues,
+    claim_delivered_limited,
+    claim_limited,
+    to_limits,
+)
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, migrate, migrations, server_settings
 from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
@@ -47,8 +53,10 @@ from relaymq.backends.postgres.records import to_job
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError
 from relaymq.job import TERMINAL, Job, JobState, KeyMode, NewJob
+from relaymq.limits import Limits
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
+T = TypeVar("T")
 
 PROMOTE_PER_CLAIM = 1000
 """Due delayed jobs a claim promotes to waiting per queue, beyond the ones it takes."""
@@ -99,6 +107,7 @@ class PostgresBackend(Backend, DeliveryStore):
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._dispatcher: asyncio.Task[None] | None = None
         self._notes = Notes()
+        self._limited = LimitedQueues()
 
     async def connect(self) -> None:
         async with self._connecting:
@@ -176,6 +185,17 @@ class PostgresBackend(Backend, DeliveryStore):
                 raise error from e
         raise AssertionError("unreachable")
 
+    async def _in_transaction(self, step: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await step(con, *args)`` on a pooled connection (it opens its own transaction)."""
+        pool = self._pool
+        if pool is None:
+            raise BackendError("PostgresBackend is not connected (await connect() first)")
+        try:
+            async with pool.acquire() as con:
+                return await step(con, *args)
+        except DRIVER_ERRORS as e:
+            raise translate(e, self.options.where) from e
+
     async def _fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record] = await self._run("fetch", name, *args)
         return rows
@@ -238,11 +258,28 @@ class PostgresBackend(Backend, DeliveryStore):
         now = self._now()
         if not queues or limit <= 0:
             return ClaimBatch([], now if now is not None else time.time())
-        rows = await self._fetch("claim", list(queues), worker_id, limit, now, PROMOTE_PER_CLAIM)
-        jobs = [to_job(r) for r in rows]
+        if self._limited.stale():
+            self._limited.update([r["queue"] for r in await self._fetch("limited_queues")])
+        plain, with_limits = self._limited.split(queues)
+        jobs: list[Job] = []
+        limited: dict[str, float | None] = {}
+        if plain:
+            rows = await self._fetch("claim", plain, worker_id, limit, now, PROMOTE_PER_CLAIM,
+                                     False)  # fmt: skip
+            jobs = [to_job(r) for r in rows]
+        for queue in with_limits:
+            want = limit - len(jobs)
+            if want <= 0:
+                break
+            rows, a = await self._in_transaction(
+                claim_limited, queue, worker_id, want, now, PROMOTE_PER_CLAIM
+            )
+            jobs += [to_job(r) for r in rows]
+            if a is not None and len(rows) == a.take < want:
+                limited[queue] = a.retry_in
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return ClaimBatch(jobs, now)
+        return ClaimBatch(jobs, now, limited)
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         if not beats:
@@ -407,6 +444,17 @@ class PostgresBackend(Backend, DeliveryStore):
     async def prune_keys(self, queue: str, older_than: float) -> int:
         return len(await self._fetch("prune_keys", queue, older_than, self._now()))
 
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        if limits is None or limits.empty:
+            await self._execute("remove_limits", queue)
+        else:
+            await self._execute("set_limits", queue, limits.max_active, limits.rate,
+                                float(limits.per))  # fmt: skip
+        self._limited.forget()
+
+    async def list_limits(self) -> dict[str, Limits]:
+        return {r["queue"]: to_limits(r) for r in await self._fetch("list_limits")}
+
     async def list_queues(self) -> list[str]:
         return [r["name"] for r in await self._fetch("list_queues")]
 
@@ -529,17 +577,19 @@ class PostgresBackend(Backend, DeliveryStore):
         self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
     ) -> tuple[ClaimBatch, list[str]]:
         now = self._now()
-        rows = []
+        rows: list[asyncpg.Record] = []
+        limited: dict[str, float | None] = {}
         if deliveries:
-            rows = await self._fetch(
-                "claim_delivered", queue, [d[0] for d in deliveries],
-                [d[1] for d in deliveries], worker_id, now,
-            )  # fmt: skip
+            rows, a, held_back = await self._in_transaction(
+                claim_delivered_limited, queue, deliveries, worker_id, now
+            )
+            if a is not None and held_back:
+                limited[queue] = a.retry_in
         jobs = [to_job(r) for r in rows if r["id"] is not None]
         stale = [r["delivery_id"] for r in rows if r["id"] is None]
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return ClaimBatch(jobs, now), stale
+        return ClaimBatch(jobs, now, limited), stale
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         if limit <= 0:

@@ -87,13 +87,17 @@ FROM (SELECT count(*) AS sent FROM note) n LEFT JOIN ins ON true;
 -- the waiting ones of its priority: it enters the line now). Rows are locked with SKIP LOCKED,
 -- so concurrent claims never wait for each other nor share a job. Due delayed jobs that were
 -- locked but not taken are promoted to waiting with a new seq (at most $5 per queue per call).
--- in:  $1 queues text[], $2 worker_id text, $3 limit int, $4 now float8|NULL, $5 promote int
+-- Queues with limits are left out unless $6: their claims go one queue at a time, under the
+-- lock of their limits row (limits.py), which this statement does not take.
+-- in:  $1 queues text[], $2 worker_id text, $3 limit int, $4 now float8|NULL, $5 promote int,
+--      $6 limited bool (true: the caller holds the limits row of the one queue in $1)
 -- out: every column of each claimed job, in claim order.
 WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
 qs AS (
     SELECT q.name, q.ord
     FROM unnest($1::text[]) WITH ORDINALITY AS q(name, ord)
     WHERE NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = q.name)
+      AND ($6 OR NOT EXISTS (SELECT 1 FROM relaymq_limits l WHERE l.queue = q.name))
 ),
 ready AS (
     SELECT w.queue, w.id, qs.ord, w.priority, 0 AS late, NULL::timestamptz AS run_at, w.seq
@@ -436,9 +440,10 @@ SELECT count(*) AS n FROM gone;
 DELETE FROM relaymq_jobs WHERE queue = $1;
 
 -- name: obliterate_queue
--- Second step of obliterate (same transaction): the queue's counter rows, pause flag and
--- history.
+-- Second step of obliterate (same transaction): the queue's counter rows, pause flag,
+-- limits and history.
 WITH flag AS (DELETE FROM relaymq_queues WHERE name = $1),
+     limits AS (DELETE FROM relaymq_limits WHERE queue = $1),
      history AS (DELETE FROM relaymq_tallies WHERE queue = $1),
      keys AS (DELETE FROM relaymq_job_keys WHERE queue = $1)
 DELETE FROM relaymq_counts WHERE queue = $1;
@@ -478,12 +483,17 @@ ORDER BY id;
 -- DeliveryStore: claim each delivered (id, token) of queue $1 only while that job is waiting
 -- with exactly that token and the queue is not paused; the claim is the ordinary one. A
 -- delivery repeated in the batch is claimed once (the first); the repeats are stale.
--- in:  $1 queue text, $2 id text[], $3 token int8[], $4 worker_id text, $5 now float8|NULL
+-- A queue with limits is treated as paused unless $6 (as in "claim").
+-- in:  $1 queue text, $2 id text[], $3 token int8[], $4 worker_id text, $5 now float8|NULL,
+--      $6 limited bool
 -- out: no row when the queue is paused (the caller keeps the deliveries); else one row per
 --      delivery in order: delivery_id, then every column of the claimed job (all NULL for a
 --      stale delivery: gone, not waiting, or another token).
 WITH t AS (SELECT coalesce(to_timestamp($5::float8), now()) AS now),
-open AS (SELECT NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = $1) AS ok),
+open AS (
+    SELECT NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = $1)
+       AND ($6 OR NOT EXISTS (SELECT 1 FROM relaymq_limits l WHERE l.queue = $1)) AS ok
+),
 d AS (
     SELECT u.id, u.token, u.ord,
            u.ord = min(u.ord) OVER (PARTITION BY u.id, u.token) AS first,
@@ -652,3 +662,44 @@ WHERE k.queue = $1
                   WHERE j.queue = k.queue AND j.id = k.job_id
                     AND j.state IN ('waiting', 'delayed', 'active'))
 RETURNING k.key;
+
+-- name: limited_queues
+-- out: the name of every queue with limits.
+SELECT queue FROM relaymq_limits;
+
+-- name: list_limits
+-- out: each queue's limits, by queue.
+SELECT queue, max_active, rate, per FROM relaymq_limits ORDER BY queue;
+
+-- name: set_limits
+-- The window's count is kept. in: $1 queue, $2 max_active int|NULL, $3 rate int|NULL, $4 per.
+INSERT INTO relaymq_limits (queue, max_active, rate, per) VALUES ($1, $2, $3, $4)
+ON CONFLICT (queue) DO UPDATE
+SET max_active = excluded.max_active, rate = excluded.rate, per = excluded.per;
+
+-- name: remove_limits
+-- in: $1 queue.
+DELETE FROM relaymq_limits WHERE queue = $1;
+
+-- name: lock_limits
+-- First step of a limited claim (its own transaction): take the queue's limits row, so the
+-- claims of that queue take turns. in: $1 queue. out: the row, or none (no limits).
+SELECT max_active, rate, per, win, used FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
+
+-- name: limits_active
+-- Second step, in a statement of its own so that its snapshot is taken after the lock: every
+-- claim that went before has committed. in: $1 queue, $2 now float8|NULL. out: active, the
+-- queue's active jobs; now, the claim's time in seconds since the epoch.
+SELECT (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
+       extract(epoch FROM coalesce(to_timestamp($2::float8), now()))::float8 AS now;
+
+-- name: live_deliveries
+-- Of the deliveries (id, token) of queue $1, the ids whose job waits with that token.
+-- in: $1 queue, $2 id text[], $3 token int8[].
+SELECT j.id FROM relaymq_jobs j
+JOIN unnest($2::text[], $3::int8[]) AS u(id, token) ON j.id = u.id AND j.token = u.token
+WHERE j.queue = $1 AND j.state = 'waiting';
+
+-- name: count_starts
+-- Last step: the rate window the claim counted its starts in. in: $1 queue, $2 win, $3 used.
+UPDATE relaymq_limits SET win = $2, used = $3 WHERE queue = $1;

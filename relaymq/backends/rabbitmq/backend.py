@@ -61,6 +61,7 @@ from relaymq.backends.rabbitmq.reconcile import Reconciler, waiting_jobs
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, ConfigError, RelayError
 from relaymq.job import Claim, Job, JobState, NewJob
+from relaymq.limits import Limits
 
 T = TypeVar("T")
 
@@ -150,6 +151,7 @@ class RabbitMQBackend(Backend):
 
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         claimed: list[Job] = []
+        limited: dict[str, float | None] = {}
         now = self._now()
         inbox = await self._open_inbox()
         if inbox.window_for(limit) != inbox.window:
@@ -164,13 +166,15 @@ class RabbitMQBackend(Backend):
                 if await self.store.is_paused(name):
                     continue
                 qd = await self._deliveries(name, resume=True)
-            jobs, now = await self._claim_from(inbox, qd, worker_id, limit - len(claimed))
+            jobs, now = await self._claim_from(inbox, qd, worker_id, limit - len(claimed),
+                                               limited)  # fmt: skip
             claimed += jobs
-        return ClaimBatch(claimed, now)
+        return ClaimBatch(claimed, now, limited)
 
     async def _claim_from(
-        self, inbox: Inbox, qd: QueueDeliveries, worker_id: str, limit: int
-    ) -> tuple[list[Job], float]:
+        self, inbox: Inbox, qd: QueueDeliveries, worker_id: str, limit: int,
+        limited: dict[str, float | None],
+    ) -> tuple[list[Job], float]:  # fmt: skip
         claimed: list[Job] = []
         now = self._now()
         while len(claimed) < limit:
@@ -198,7 +202,10 @@ class RabbitMQBackend(Backend):
                     inbox.hold(_key(job.claim), d, job.priority)
             await ack([d.message for d in taken if d.job_id in lost])
             claimed += batch.jobs
-            if kept:  # the queue is paused: hand them back to the broker for after the resume
+            if kept:
+                # The queue is paused, or its limits hold these back: hand them back to the
+                # broker, and stop consuming until a later claim finds it open again.
+                limited.update(batch.limited)
                 await guarded(inbox.pause(qd, kept), self.options.call_timeout)
                 break
             if not lost and len(taken) < want:
@@ -369,6 +376,12 @@ class RabbitMQBackend(Backend):
 
     async def prune_keys(self, queue: str, older_than: float) -> int:
         return await self.store.prune_keys(queue, older_than)
+
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        await self.store.set_limits(queue, limits)
+
+    async def list_limits(self) -> dict[str, Limits]:
+        return await self.store.list_limits()
 
     async def list_queues(self) -> list[str]:
         return await self.store.list_queues()

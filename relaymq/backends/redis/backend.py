@@ -48,6 +48,7 @@ from relaymq.backends.redis.records import (
     claimed_jobs,
     delivered_jobs,
     enqueue_head,
+    held_back,
     listed_jobs,
     num,
     opt,
@@ -60,6 +61,7 @@ from relaymq.backends.redis.records import (
 from relaymq.backends.redis.transport import Transport
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.limits import Limits
 
 ENQUEUE_CHUNK = 1000
 """Jobs per enqueue script call: bounds how long one call holds the server."""
@@ -196,6 +198,7 @@ class RedisBackend(Backend, DeliveryStore):
         # script call takes the whole batch across every queue.
         visits = [[q] for q in queues] if self._options.cluster else [list(queues)]
         jobs: list[Job] = []
+        limited: dict[str, float | None] = {}
         now = 0.0
         for visit in visits:
             keys = [self._keys.base(q) for q in visit]
@@ -205,6 +208,7 @@ class RedisBackend(Backend, DeliveryStore):
                     "claim", keys, [self._now(), worker_id, max(want, 0), PROMOTE_MAX]
                 )
                 now = float(reply[0])
+                limited |= held_back(visit, reply[1])
                 got, unreadable = claimed_jobs(visit, reply, worker_id)
                 if unreadable:
                     await self._fail_unreadable(unreadable)
@@ -213,7 +217,7 @@ class RedisBackend(Backend, DeliveryStore):
                     break
             if len(jobs) >= limit:
                 break
-        return ClaimBatch(jobs, now)
+        return ClaimBatch(jobs, now, limited)
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         now = self._now()
@@ -429,6 +433,7 @@ class RedisBackend(Backend, DeliveryStore):
         await self._run(
             [
                 ("DEL", k.meta(queue), k.paused(queue), k.wake(queue), *k.job_keys(queue),
+                 k.limits(queue),
                  *(k.tallies(queue, d) for d, _ in days)),
                 ("SREM", k.queues, queue),
                 *(("SREM", k.tallied, member) for _, member in days),
@@ -446,6 +451,35 @@ class RedisBackend(Backend, DeliveryStore):
             if int(examined) < PRUNE_CHUNK:
                 break
         return forgotten
+
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        key = self._keys.limits(queue)
+        if limits is None or limits.empty:
+            await self._run([("DEL", key)], "set_limits")
+            return
+        fields = {"max_active": limits.max_active, "rate": limits.rate, "per": num(limits.per)}
+        unset = [f for f, v in fields.items() if v is None]
+        await self._run(
+            [("SADD", self._keys.queues, queue),  # list_limits finds it there
+             ("HSET", key, *(x for f, v in fields.items() if v is not None for x in (f, v))),
+             *([("HDEL", key, *unset)] if unset else [])],
+            "set_limits",
+        )  # fmt: skip
+
+    async def list_limits(self) -> dict[str, Limits]:
+        [members] = await self._run([("SMEMBERS", self._keys.queues)], "list_limits")
+        names = sorted(m.decode() for m in members)
+        if not names:
+            return {}
+        found = await self._run(
+            [("HMGET", self._keys.limits(q), "max_active", "rate", "per") for q in names],
+            "list_limits",
+        )
+        return {
+            q: Limits(max_active=None if m is None else int(m),
+                      rate=None if r is None else int(r), per=float(p))
+            for q, (m, r, p) in zip(names, found, strict=True) if p is not None
+        }  # fmt: skip
 
     async def list_queues(self) -> list[str]:
         [members] = await self._run([("SMEMBERS", self._keys.queues)], "list_queues")
@@ -583,7 +617,7 @@ class RedisBackend(Backend, DeliveryStore):
         self, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
     ) -> tuple[ClaimBatch, list[str]]:
         args = [self._now(), worker_id, *(f"{token} {job_id}" for job_id, token in deliveries)]
-        nows, paused, claimed, stale = await self._script(
+        nows, paused, claimed, stale, retry = await self._script(
             "claim_delivered", [self._keys.base(queue)], args
         )
         if paused:
@@ -591,7 +625,8 @@ class RedisBackend(Backend, DeliveryStore):
         jobs, unreadable = delivered_jobs(queue, claimed)
         if unreadable:
             await self._fail_unreadable(unreadable)
-        return ClaimBatch(jobs, float(nows)), [i.decode() for i in stale]
+        limited = held_back([queue], [1, retry]) if retry is not None else {}
+        return ClaimBatch(jobs, float(nows), limited), [i.decode() for i in stale]
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         if limit <= 0:

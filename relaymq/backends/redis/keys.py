@@ -22,6 +22,9 @@ key                        type    content
 ``base:wake``              list    wake-up tokens (at most ``WAKE_MAX``); idle workers BLPOP
 ``base:keys``              hash    throttle and debounce keys: key -> the id of the job holding it
 ``base:key_until``         zset    keys, score = the end of their throttle window (backend clock)
+``base:limits``            hash    the queue's limits (``relaymq.limits``): ``max_active``,
+                                   ``rate``, ``per`` (each absent when unset), and ``window``,
+                                   ``used`` (the current rate window, the starts counted in it)
 ``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
                                    fields ``<minute>:c``, ``:r``, ``:f`` (completed,
                                    retried, failed), each a HINCRBY counter
@@ -107,6 +110,9 @@ class Keys:
 
     def paused(self, queue: str) -> str:
         return self.base(queue) + ":paused"
+
+    def limits(self, queue: str) -> str:
+        return self.base(queue) + ":limits"
 
     def wake(self, queue: str) -> str:
         return self.base(queue) + ":wake"

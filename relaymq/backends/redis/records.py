@@ -148,13 +148,22 @@ def claimed_jobs(
     now = float(reply[0])
     jobs: list[Job] = []
     unreadable: list[Unreadable] = []
-    for at in range(1, len(reply), 4):
+    for at in range(2, len(reply), 4):
         queue, job_id, token = queues[reply[at] - 1], reply[at + 1].decode(), reply[at + 2]
         try:
             jobs.append(parse_claimed(queue, job_id, reply[at + 3], token, now, worker_id))
         except CorruptRecordError as e:
             unreadable.append((Claim(queue, job_id, token, now), str(e)))
     return jobs, unreadable
+
+
+def held_back(queues: Sequence[str], limited: list[Any]) -> dict[str, float | None]:
+    """The queues a claim script found held back by their limits (``{k, retry, ...}``: the
+    index of the queue in ``queues``, and the seconds until its rate window ends or ``''``)."""
+    return {
+        queues[int(limited[at]) - 1]: float(limited[at + 1]) if limited[at + 1] else None
+        for at in range(0, len(limited), 2)
+    }
 
 
 def delivered_jobs(queue: str, claimed: list[Any]) -> tuple[list[Job], list[Unreadable]]:

@@ -56,12 +56,13 @@ from relaymq.backends.sqlite.ops import Q
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import Job, JobState, NewJob
+from relaymq.limits import Limits
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
@@ -69,8 +70,8 @@ EVENTS_BATCH = 500
 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
-    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``), under the write lock and
-    after reading the version again: another process may have just done it."""
+    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``), under the
+    write lock and after reading the version again: another process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()
@@ -377,6 +378,12 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     async def prune_keys(self, queue: str, older_than: float) -> int:
         return await self._write(ops.prune_keys, queue, older_than)
+
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        await self._write(ops.set_limits, queue, limits)
+
+    async def list_limits(self) -> dict[str, Limits]:
+        return await self._read(ops.list_limits)
 
     async def list_queues(self) -> list[str]:
         return await self._read(ops.list_queues)

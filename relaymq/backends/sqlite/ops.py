@@ -35,6 +35,7 @@ from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, KeyMode, NewJob
+from relaymq.limits import Allowance, Limits, allowance
 
 Conn = sqlite3.Connection
 Q = named_queries(__package__, "queries.sql")
@@ -130,12 +131,16 @@ def _enqueue_keyed(conn: Conn, now: float, new: NewJob) -> Enqueued:
 
 def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
     claimed: list[Job] = []
+    limited: dict[str, float | None] = {}
     for queue in queues:
-        if conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None:
+        paused, a = _gate(conn, now, queue, limit - len(claimed))
+        if paused:
             continue
         _promote_due(conn, now, queue)
-        while len(claimed) < limit:
-            want = limit - len(claimed)
+        before = len(claimed)
+        stop = limit if a is None else before + a.take
+        while len(claimed) < stop:
+            want = stop - len(claimed)
             params = {"queue": queue, "limit": want, "now": now, "worker_id": worker_id}
             taken = conn.execute(Q["claim"], params).fetchall()
             good: list[Job] = []
@@ -149,7 +154,27 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
             claimed += good
             if len(taken) < want or len(good) == len(taken):
                 break  # the queue is empty, or the batch is full
-    return ClaimBatch(claimed, now)
+        if a is not None:
+            _count_starts(conn, queue, a, len(claimed) - before)
+            if len(claimed) == stop < limit:
+                limited[queue] = a.retry_in
+    return ClaimBatch(claimed, now, limited)
+
+
+def _gate(conn: Conn, now: float, queue: str, want: int) -> tuple[bool, Allowance | None]:
+    """Whether ``queue`` is paused, and what its limits allow a claim of ``want`` (None: it
+    has none)."""
+    paused, max_active, rate, per, window, used, active = conn.execute(
+        Q["queue_gate"], {"queue": queue}
+    ).fetchone()
+    if paused or per is None:
+        return bool(paused), None
+    limits = Limits(max_active=max_active, rate=rate, per=per)
+    return False, allowance(limits, active, window, used, now, want)
+
+
+def _count_starts(conn: Conn, queue: str, a: Allowance, taken: int) -> None:
+    conn.execute(Q["count_starts"], {"queue": queue, "window": a.window, "used": a.used + taken})
 
 
 def _promote_due(conn: Conn, now: float, queue: str) -> None:
@@ -381,12 +406,25 @@ def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float
 
 def obliterate(conn: Conn, now: float, queue: str) -> None:
     for name in ("obliterate_jobs", "resume", "obliterate_counts", "obliterate_seq",
-                 "obliterate_tallies", "obliterate_keys"):  # fmt: skip
+                 "obliterate_tallies", "obliterate_keys", "remove_limits"):  # fmt: skip
         conn.execute(Q[name], {"queue": queue})
 
 
 def prune_keys(conn: Conn, now: float, queue: str, older_than: float) -> int:
     return int(conn.execute(Q["prune_keys"], {"queue": queue, "cutoff": now - older_than}).rowcount)
+
+
+def set_limits(conn: Conn, now: float, queue: str, limits: Limits | None) -> None:
+    if limits is None or limits.empty:
+        conn.execute(Q["remove_limits"], {"queue": queue})
+    else:
+        conn.execute(Q["set_limits"], {"queue": queue, "max_active": limits.max_active,
+                                       "rate": limits.rate, "per": limits.per})  # fmt: skip
+
+
+def list_limits(conn: Conn, now: float) -> dict[str, Limits]:
+    return {q: Limits(max_active=m, rate=r, per=p)
+            for q, m, r, p in conn.execute(Q["list_limits"])}  # fmt: skip
 
 
 def list_queues(conn: Conn, now: float) -> list[str]:
@@ -508,11 +546,21 @@ def advance_schedule(
 def claim_delivered(
     conn: Conn, now: float, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
 ) -> tuple[ClaimBatch, list[str]]:
-    if conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None:
+    paused, a = _gate(conn, now, queue, len(deliveries))
+    if paused:
         return ClaimBatch([], now), []  # neither claimed nor stale: the caller offers it again
     claimed: list[Job] = []
     stale: list[str] = []
+    held_back = False
     for job_id, token in deliveries:
+        if a is not None and len(claimed) >= a.take:
+            # Beyond the limits: kept by the caller, unless it is stale anyway.
+            if conn.execute(Q["delivery_live"], {"queue": queue, "id": job_id,
+                                                 "token": token}).fetchone() is None:  # fmt: skip
+                stale.append(job_id)
+            else:
+                held_back = True
+            continue
         p = {"queue": queue, "id": job_id, "token": token, "now": now, "worker_id": worker_id}
         row = conn.execute(Q["claim_delivered"], p).fetchone()
         bad = records.problems(row) if row is not None else []
@@ -522,7 +570,10 @@ def claim_delivered(
             stale.append(job_id)
         else:
             claimed.append(records.build(row))
-    return ClaimBatch(claimed, now), stale
+    if a is None:
+        return ClaimBatch(claimed, now), stale
+    _count_starts(conn, queue, a, len(claimed))
+    return ClaimBatch(claimed, now, {queue: a.retry_in} if held_back else {}), stale
 
 
 def promote_due(conn: Conn, now: float, queue: str, limit: int) -> list[Job]:

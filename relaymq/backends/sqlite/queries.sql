@@ -72,6 +72,21 @@ CREATE TABLE IF NOT EXISTS job_keys (
 -- name: set_version_5
 PRAGMA user_version = 5;
 
+-- name: upgrade_to_6
+-- Schema 5 -> 6: queue limits (relaymq.limits): a cap on active jobs, a rate of starts per
+-- window of `per` seconds, and the current window (its index) with the starts counted in it.
+CREATE TABLE IF NOT EXISTS limits (
+    queue      TEXT    NOT NULL PRIMARY KEY,
+    max_active INTEGER,
+    rate       INTEGER,
+    per        REAL    NOT NULL,
+    window     INTEGER NOT NULL DEFAULT 0,
+    used       INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
+-- name: set_version_6
+PRAGMA user_version = 6;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -98,6 +113,32 @@ VALUES (:queue, :id, :task, :payload, :state, :priority, :seq, :now, :run_at, :t
 -- name: is_paused
 -- In: :queue. Out: one row when the queue is paused, none otherwise.
 SELECT 1 FROM pauses WHERE queue = :queue;
+
+-- name: queue_gate
+-- In: :queue. Out: one row: whether the queue is paused, then its limits (max_active, rate,
+-- per, window, used; all NULL when it has none) and its active jobs.
+SELECT EXISTS (SELECT 1 FROM pauses WHERE queue = :queue),
+       l.max_active, l.rate, l.per, l.window, l.used,
+       coalesce((SELECT n FROM counts WHERE queue = :queue AND state = 'active'), 0)
+FROM (SELECT 1) LEFT JOIN limits l ON l.queue = :queue;
+
+-- name: count_starts
+-- In: :queue, :window, :used. Out: nothing. The rate window a claim counted its starts in.
+UPDATE limits SET window = :window, used = :used WHERE queue = :queue;
+
+-- name: set_limits
+-- In: :queue, :max_active, :rate, :per. Out: nothing. The window's count is kept.
+INSERT INTO limits (queue, max_active, rate, per) VALUES (:queue, :max_active, :rate, :per)
+ON CONFLICT (queue) DO UPDATE SET
+    max_active = excluded.max_active, rate = excluded.rate, per = excluded.per;
+
+-- name: remove_limits
+-- In: :queue. Out: nothing.
+DELETE FROM limits WHERE queue = :queue;
+
+-- name: list_limits
+-- Out: (queue, max_active, rate, per) of every queue with limits, by queue.
+SELECT queue, max_active, rate, per FROM limits ORDER BY queue;
 
 -- name: due_delayed
 -- In: :queue, :now. Out: rowid of each delayed job due at :now, in promotion order.
@@ -388,6 +429,10 @@ WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
           cancel_requested, progress, result, error, finished_at, traceparent, rowid;
+
+-- name: delivery_live
+-- DeliveryStore. In: :queue, :id, :token. Out: one row while the job waits with that token.
+SELECT 1 FROM jobs WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token;
 
 -- name: due_delayed_page
 -- DeliveryStore. In: :queue, :now, :limit. Out: rowid of up to :limit due delayed jobs, in

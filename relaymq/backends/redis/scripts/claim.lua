@@ -4,19 +4,23 @@
 -- ARGV[2]  worker id
 -- ARGV[3]  limit
 -- ARGV[4]  most delayed jobs promoted per queue in this call (bounds the script's cost)
--- Returns  {now, k1, id1, token1, job1, k2, ...}: k = index of the job's queue in KEYS,
+-- Returns  {now, limited, k1, id1, token1, job1, k2, ...}: limited = {k, retry, ...} for each
+--          queue whose limits held the claim back (retry: seconds until its rate window
+--          ends, '' while it waits for active jobs); k = index of the job's queue in KEYS,
 --          token = the claim's token, job = the record AS READ BEFORE THE CLAIM, as HGETALL
 --          field/value pairs (absent fields are not listed; HGETALL is about half the cost
 --          of an HMGET of every field, and the reply is shorter).
 -- Each claimed job becomes active with token + 1, attempts + 1, claimed_at = heartbeat_at =
 -- now and worker_id; the caller applies exactly these changes to the record it got back.
--- Paused queues are skipped; due delayed jobs of each visited queue are promoted first.
+-- Paused queues are skipped; due delayed jobs of each visited queue are promoted first. A
+-- queue with limits gives at most its allowance (lib.lua), and counts its starts.
 -- A record that cannot be read is moved to the DLQ (failed) and not returned.
 local now, nows = clock(ARGV[1])
 local worker = ARGV[2]
 local remaining = tonumber(ARGV[3])
 local promote_max = tonumber(ARGV[4])
-local out = {nows}
+local limited = {}
+local out = {nows, limited}
 for k, base in ipairs(KEYS) do
   if remaining <= 0 then
     break
@@ -24,8 +28,11 @@ for k, base in ipairs(KEYS) do
   if redis.call('EXISTS', base .. ':paused') == 0 then
     local promoted = promote(base, now, promote_max)
     local active = {}
-    while remaining > 0 do
-      local popped = redis.call('ZPOPMIN', base .. ':waiting', remaining)
+    local quota, window, used, retry = allowance(base, now, remaining)
+    local limits = quota ~= nil
+    quota = quota or remaining
+    while quota > 0 do
+      local popped = redis.call('ZPOPMIN', base .. ':waiting', quota)
       if #popped == 0 then
         break
       end
@@ -59,6 +66,7 @@ for k, base in ipairs(KEYS) do
           out[#out + 1] = token + 1
           out[#out + 1] = r
           remaining = remaining - 1
+          quota = quota - 1
         elseif r == nil or state == 'waiting' then
           quarantine(base, jk, id, 'waiting', nows)
         end
@@ -67,6 +75,13 @@ for k, base in ipairs(KEYS) do
     end
     if #active > 0 then
       redis.call('ZADD', base .. ':active', unpack(active))
+    end
+    if limits then
+      count_starts(base, window, used + #active / 2)
+      if quota == 0 and remaining > 0 then -- took its whole allowance, and was asked more
+        limited[#limited + 1] = k
+        limited[#limited + 1] = retry
+      end
     end
     -- Promoted more than this worker takes: wake the others.
     wake(base, promoted - #active / 2)

@@ -3,24 +3,33 @@
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2]  worker id
 -- ARGV[3..] one per delivery: "<token> <job id>"
--- Returns  {now, paused, claimed, stale}: paused = 1 when the queue is paused (then nothing
---          was looked at: the caller keeps the deliveries); claimed = {id1, job1, ...} with
+-- Returns  {now, paused, claimed, stale, retry}: paused = 1 when the queue is paused (then
+--          nothing was looked at: the caller keeps the deliveries); claimed = {id1, job1, ...} with
 --          job = the values in FIELDS order (lib.lua); stale = ids whose job is gone, not
---          waiting, unreadable or holds another token.
+--          waiting, unreadable or holds another token; retry = false unless the queue's
+--          limits held back live deliveries (kept by the caller): then the seconds until its
+--          rate window ends, or '' while it waits for active jobs.
 -- A claim is the ordinary one: active, token + 1, attempts + 1, claimed_at = heartbeat_at =
 -- now, worker_id; the job leaves the waiting set.
 local base = KEYS[1]
 local now, nows = clock(ARGV[1])
 local worker = ARGV[2]
 if redis.call('EXISTS', base .. ':paused') == 1 then
-  return {nows, 1, {}, {}}
+  return {nows, 1, {}, {}, false}
 end
+local quota, window, used, retry = allowance(base, now, #ARGV - 2)
+local limits = quota ~= nil
+local held_back = false
 local claimed, stale, active = {}, {}, {}
 for i = 3, #ARGV do
   local token, id = string.match(ARGV[i], '^(%d+) (.*)$')
   local r = id and read(job_key(base, id), unpack(FIELDS))
   local attempts = r and tonumber(r[11] or '0')
-  if r and r[3] == 'waiting' and (r[12] or '0') == token and attempts then
+  local live = r and r[3] == 'waiting' and (r[12] or '0') == token and attempts
+  if live and limits and quota <= 0 then
+    held_back = true -- beyond the limits: the caller keeps it
+  elseif live then
+    quota = (quota or 0) - 1
     local jk = job_key(base, id)
     local next_token = tonumber(token) + 1
     redis.call('ZREM', base .. ':waiting', id)
@@ -39,4 +48,7 @@ end
 if #active > 0 then
   redis.call('ZADD', base .. ':active', unpack(active))
 end
-return {nows, 0, claimed, stale}
+if limits then
+  count_starts(base, window, used + #active / 2)
+end
+return {nows, 0, claimed, stale, held_back and retry}

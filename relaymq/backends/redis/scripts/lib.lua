@@ -28,6 +28,35 @@ local function clock(arg)
   return tonumber(s), s
 end
 
+-- The queue's limits (relaymq.limits.allowance, the same arithmetic): nil when it has none;
+-- else how many of `want` jobs may start now, the current rate window and the starts counted
+-- in it, and (when the rate held the claim back) the seconds until that window ends, or ''.
+local function allowance(base, now, want)
+  local l = redis.call('HMGET', base .. ':limits', 'max_active', 'rate', 'per', 'window', 'used')
+  if not l[3] then
+    return nil
+  end
+  local per = tonumber(l[3])
+  local current = math.floor(now / per)
+  local window, used = tonumber(l[4] or '0'), tonumber(l[5] or '0')
+  if window ~= current then
+    window, used = current, 0
+  end
+  local take, retry = want, ''
+  if l[1] then
+    take = math.min(take, math.max(0, tonumber(l[1]) - redis.call('ZCARD', base .. ':active')))
+  end
+  if l[2] and tonumber(l[2]) - used < take then
+    take = math.max(0, tonumber(l[2]) - used)
+    retry = fmt((current + 1) * per - now)
+  end
+  return take, window, used, retry
+end
+
+local function count_starts(base, window, used)
+  redis.call('HSET', base .. ':limits', 'window', fmt(window), 'used', used)
+end
+
 local function job_key(base, id)
   return base .. ':job:' .. id
 end

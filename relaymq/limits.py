@@ -1,0 +1,105 @@
+"""Queue limits: how many jobs of a queue may be active at once, and how many may start per
+period, counted over every worker together.
+
+Limits are stored in the backend (``Backend.set_limits``) and enforced by its claim, in the
+same atomic step that takes the jobs, so no number of workers can exceed them. The rate is
+counted in fixed windows of ``per`` seconds on the backend's clock (window ``k`` is
+``[k * per, (k + 1) * per)``): at most ``rate`` jobs start in each.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from relaymq.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits of one queue; a field left None does not limit."""
+
+    max_active: int | None = None
+    """At most this many jobs of the queue are active (claimed, not yet settled) at once.
+    A stalled job counts until recovery returns it."""
+    rate: int | None = None
+    """At most this many jobs of the queue start (are claimed) per window of ``per`` s."""
+    per: float = 1.0
+    """The length of a rate window, in seconds."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_active", "rate"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):  # fmt: skip
+                raise ConfigError(f"limits: {name} must be a whole number >= 1, not {value!r}")
+        if not (isinstance(self.per, int | float) and math.isfinite(self.per) and self.per > 0):
+            raise ConfigError(f"limits: per must be a number of seconds > 0, not {self.per!r}")
+
+    @property
+    def empty(self) -> bool:
+        """Limits nothing (storing it removes the queue's limits)."""
+        return self.max_active is None and self.rate is None
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_active is not None:
+            parts.append(f"at most {self.max_active} active")
+        if self.rate is not None:
+            parts.append(f"{self.rate} per {self.per:g}s")
+        return ", ".join(parts) or "no limits"
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """``"100/60"`` or ``"100/60s"``, ``"10/m"``, ``"5/s"``, ``"1000/h"``: (rate, per seconds)."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    count, sep, period = text.strip().partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        rate = int(count)
+        period = period.strip().lower()
+        if period in units:
+            per = units[period]
+        elif period[-1:] in units:
+            per = float(period[:-1]) * units[period[-1]]
+        else:
+            per = float(period)
+    except ValueError:
+        raise ConfigError(
+            f"rate {text!r}: expected N/PERIOD, e.g. 100/60 (seconds), 10/m, 5/s or 1000/h"
+        ) from None
+    Limits(rate=rate, per=per)  # the same checks as everywhere else
+    return rate, per
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """What one claim of a limited queue may take (``allowance``)."""
+
+    take: int
+    """How many jobs the claim may start now."""
+    window: int
+    """The current rate window (its index) ..."""
+    used: int
+    """... and the jobs started in it before this claim."""
+    retry_in: float | None
+    """When the limit stopped the claim: seconds until the rate window ends, or None when it
+    waits for active jobs to end. Meaningless when nothing was held back."""
+
+
+def allowance(limits: Limits, active: int, window: int, used: int, now: float,
+              want: int) -> Allowance:  # fmt: skip
+    """How many of ``want`` jobs a claim at ``now`` may start, given the queue's ``active``
+    jobs and its stored rate window (``window`` index, ``used`` starts in it)."""
+    take = want
+    retry_in: float | None = None
+    current = math.floor(now / limits.per)
+    if window != current:
+        window, used = current, 0
+    if limits.max_active is not None:
+        take = min(take, max(0, limits.max_active - active))
+    if limits.rate is not None and limits.rate - used < take:
+        take = max(0, limits.rate - used)
+        retry_in = max(0.0, (current + 1) * limits.per - now)
+    return Allowance(take, window, used, retry_in)
