@@ -19,6 +19,7 @@ from relaymq.errors import (
 )
 from relaymq.events import Event
 from relaymq.job import TERMINAL, Claim, Job, JobState
+from relaymq.limits import Limits, limit
 from relaymq.options import Call
 from relaymq.queue import JobHandle, Queue
 from relaymq.retry import exponential, fixed
@@ -45,6 +46,7 @@ __all__ = [
     "JobHandle",
     "JobNotFoundError",
     "JobState",
+    "Limits",
     "Queue",
     "RelayError",
     "RelayWarning",
@@ -60,6 +62,7 @@ __all__ = [
     "connect",
     "exponential",
     "fixed",
+    "limit",
     "schedule",
     "set_default_backend",
     "task",

@@ -42,6 +42,7 @@ from relaymq.backends.base import (
 )
 from relaymq.errors import BackendError
 from relaymq.job import Job, JobState, NewJob
+from relaymq.limits import Limits
 
 log = logging.getLogger("relaymq.events")
 recovery_log = logging.getLogger("relaymq.recovery")
@@ -378,6 +379,10 @@ class Instrumented:
         with self._call("resume"):
             await self.backend.resume(queue)
         await self._announce_one(events.QUEUE_RESUMED, queue)
+
+    async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        with self._call("set_limits"):
+            await self.backend.set_limits(queue, limits)
 
     async def register_worker(self, info: WorkerInfo, ttl: float, *, online: bool = False) -> None:
         """Register or renew ``info``; ``online=True`` the first time announces the worker."""

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from relaymq.errors import ConfigError
+from relaymq.options import validate_queue_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,27 @@ def parse_rate(text: str) -> tuple[int, float]:
         ) from None
     Limits(rate=rate, per=per)  # the same checks as everywhere else
     return rate, per
+
+
+DEFINED: dict[str, Limits] = {}
+"""Limits defined in code (``limit``), by queue; each worker stores those of its queues when
+it starts, so the code's limits hold from the next deploy on."""
+
+
+def limit(queue: str, *, max_active: int | None = None, rate: int | str | None = None,
+          per: float = 1.0) -> Limits:  # fmt: skip
+    """Define ``queue``'s limits in code: at most ``max_active`` of its jobs active at once,
+    and at most ``rate`` starts per ``per`` seconds (or ``rate="100/m"``), over every worker.
+
+    Workers of the queue store them when they start; ``Queue.set_limits`` (or ``relaymq queue
+    limits``) changes them at run time, until the next worker start stores these again.
+    """
+    validate_queue_name(queue)
+    if isinstance(rate, str):
+        rate, per = parse_rate(rate)
+    limits = Limits(max_active=max_active, rate=rate, per=per)
+    DEFINED[queue] = limits
+    return limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from relaymq.errors import (
 )
 from relaymq.instrumented import Instrumented
 from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
+from relaymq.limits import Limits, parse_rate
 from relaymq.models import Models
 from relaymq.options import Call, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
@@ -378,6 +379,22 @@ class Queue:
         paused = await self.backend.is_paused(self.name)
         self._saw_paused(paused)
         return paused
+
+    async def set_limits(self, *, max_active: int | None = None, rate: int | str | None = None,
+                         per: float = 1.0) -> Limits | None:  # fmt: skip
+        """Limit this queue over every worker, from their next claim on: at most
+        ``max_active`` jobs active at once, at most ``rate`` starts per ``per`` seconds (or
+        ``rate="100/m"``). With neither, the queue's limits are removed. Returns what is stored.
+        See ``relaymq.limits``."""
+        if isinstance(rate, str):
+            rate, per = parse_rate(rate)
+        limits = Limits(max_active=max_active, rate=rate, per=per)
+        await self.backend.set_limits(self.name, None if limits.empty else limits)
+        return None if limits.empty else limits
+
+    async def limits(self) -> Limits | None:
+        """This queue's stored limits, or None."""
+        return (await self.backend.list_limits()).get(self.name)
 
     async def drain(self) -> int:
         """Delete every waiting and delayed job."""

@@ -1,4 +1,4 @@
-"""``relaymq queue list|info|pause|resume|drain|clean|obliterate``."""
+"""``relaymq queue list|info|limits|pause|resume|drain|clean|obliterate``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from relaymq.cli.common import (
 )
 from relaymq.cli.output import ask, console, counts_json, counts_table, done, emit_json
 from relaymq.job import TERMINAL, JobState
+from relaymq.limits import Limits
 from relaymq.queue import Queue
 
 
@@ -59,6 +60,7 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
         workers = [w for w in await q.backend.list_workers() if q.name in w.queues]
         return {
             "queue": q.name, **counts_json(counts, paused),
+            "limits": limits_json(await q.limits()),
             "workers": [{"id": w.id, "host": w.host, "pid": w.pid,
                          "concurrency": w.concurrency} for w in workers],
         }  # fmt: skip
@@ -72,6 +74,75 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
     out.print("  " + "  ".join(f"{s.value}={info[s.value]}" for s in JobState))
     names = ", ".join(f"{w['id']} ({w['concurrency']})" for w in info["workers"]) or "none"
     out.print(f"  workers: {names}")
+    out.print(f"  limits: {Limits(**info['limits']).describe() if info['limits'] else 'none'}")
+
+
+def limits_json(limits: Limits | None) -> dict[str, Any] | None:
+    if limits is None:
+        return None
+    return {"max_active": limits.max_active, "rate": limits.rate, "per": limits.per}
+
+
+@queue_group.command("limits")
+@click.argument("queue", required=False)
+@click.option(
+    "--max-active",
+    type=click.IntRange(min=1),
+    envvar="RELAYMQ_MAX_ACTIVE",
+    show_envvar=True,
+    help="At most this many of QUEUE's jobs active at once, over every worker.",
+)
+@click.option(
+    "--rate",
+    envvar="RELAYMQ_RATE",
+    show_envvar=True,
+    help="At most N starts per period: 100/60 (seconds), 10/m, 5/s, 1000/h.",
+)
+@click.option(
+    "--clear",
+    is_flag=True,
+    envvar="RELAYMQ_CLEAR_LIMITS",
+    show_envvar=True,
+    help="Remove QUEUE's limits.",
+)
+@backend_option
+@json_option
+def queue_limits(
+    queue: str | None, max_active: int | None, rate: str | None, clear: bool, backend: str,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Show or set QUEUE's limits (every queue's, without QUEUE).
+
+    --max-active and --rate replace what is stored (one without the other unsets it);
+    workers obey from their next claim. Limits defined in code (relaymq.limit) are stored
+    again by each worker of the queue when it starts."""
+    changing = clear or max_active is not None or rate is not None
+    if queue is None:
+        if changing:
+            raise click.UsageError("name the QUEUE whose limits to set")
+        found = run(lambda: with_backend(backend, lambda b: b.list_limits()))
+        if as_json:
+            emit_json([{"queue": q, **(limits_json(lim) or {})} for q, lim in found.items()])
+        else:
+            for q, lim in found.items():
+                click.echo(f"{q}: {lim.describe()}")
+            if not found:
+                click.echo("no queue has limits")
+        return
+    if clear and (max_active is not None or rate is not None):
+        raise click.UsageError("--clear removes the limits: give it alone")
+
+    async def go(b: Backend) -> Limits | None:
+        q = Queue(queue, b)
+        if not changing:
+            return await q.limits()
+        return await q.set_limits(max_active=max_active, rate=rate)
+
+    stored = run(lambda: with_backend(backend, go, create=changing))
+    if as_json:
+        emit_json({"queue": queue, "limits": limits_json(stored)})
+    else:
+        click.echo(f"queue {queue!r}: {stored.describe() if stored else 'no limits'}")
 
 
 @queue_group.command("pause")

@@ -145,10 +145,11 @@ class Dashboard:
         page = max(1, int(request.query_params.get("page", "1") or 1))
         offset = (page - 1) * self.page_size
         jobs = await q.list_jobs(state, offset, self.page_size + 1, task=task)
-        counts, paused = await asyncio.gather(q.counts(), q.is_paused())
+        counts, paused, limits = await asyncio.gather(q.counts(), q.is_paused(), q.limits())
         return {"queue": q.name, "state": state, "task": task or "", "page": page,
                 "jobs": jobs[: self.page_size], "more": len(jobs) > self.page_size,
-                "counts": counts, "paused": paused, "states": STATES, "missing": None}  # fmt: skip
+                "counts": counts, "paused": paused, "limits": limits, "states": STATES,
+                "missing": None}  # fmt: skip
 
     async def job(self, request: Request) -> Response:
         q = self._queue(request)

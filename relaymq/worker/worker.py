@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relaymq import limits
 from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
@@ -177,6 +178,9 @@ class Worker:
     async def run(self) -> None:
         """Work until ``stop()``; then finish or release running jobs and settle everything."""
         await self.ops.register_worker(self.info, self._registry_ttl, online=True)
+        for queue in self.queues:  # the limits defined in code (relaymq.limit) hold from now
+            if queue in limits.DEFINED:
+                await self.ops.set_limits(queue, limits.DEFINED[queue])
         async with self.ops.batching():
             helpers = [
                 asyncio.create_task(self._settler.run(), name="relaymq-settle"),

@@ -77,6 +77,16 @@ async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
         303, f"http://dash/queues/{q.name}/jobs/{ids[3]}")  # fmt: skip
     assert "No job with id nope" in missing
     assert ids[0] in by_task and ids[0] not in other_task and "No waiting jobs" in other_task
+    assert "Limits" not in first
+
+
+async def test_a_queue_page_shows_the_queues_limits(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await waiting(q, 1)
+    await q.set_limits(max_active=3, rate="50/m")
+    async with client(memory) as c:
+        page = (await c.get(f"/queues/{q.name}")).text
+    assert "Limits, over every worker: at most 3 active, 50 per 60s" in page
 
 
 async def test_the_job_page_shows_arguments_error_and_traceback(memory: InMemoryBackend) -> None:

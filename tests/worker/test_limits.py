@@ -1,0 +1,90 @@
+"""Queue limits with running workers, on every backend: two workers together never run more
+of a queue's jobs than its ``max_active``, a rate lets through its number per window, and
+limits defined in code are stored by the workers of the queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from relaymq import ConfigError, Limits, Queue, limit
+from relaymq.limits import DEFINED, parse_rate
+from tests import tasks
+from tests.support.jobs import queue_name
+from tests.worker.conftest import RunWorker
+
+
+async def test_two_workers_together_stay_within_max_active(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    key = queue_name("cap")
+    await queue.set_limits(max_active=2)
+    job = tasks.wait_for_gate.with_options(queue=queue.name)
+    handles = [await queue.add(job.call(key)) for _ in range(6)]
+    async with run_worker(concurrency=5) as one, run_worker(concurrency=5) as two:
+        await one.until(lambda s: s.claimed + two.stats.claimed >= 2, "claims of two jobs")
+        # Both keep claiming and are held back: a few empty claims each, and still two run.
+        base = (one.stats.empty_claims, two.stats.empty_claims)
+        await one.until(lambda s: s.empty_claims >= base[0] + 3, "claims held back")
+        await two.until(lambda s: s.empty_claims >= base[1] + 3, "claims held back")
+        assert tasks.LEDGER[key] == 2
+        tasks.gate(key).set()
+        assert [await h.result(timeout=20) for h in handles] == [key] * 6
+    assert tasks.PEAK[key] == 2
+
+
+async def test_a_rate_lets_its_number_start_per_window(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    key = queue_name("rate")
+    await queue.set_limits(rate=3, per=0.5)
+    job = tasks.record_order.with_options(queue=queue.name)
+    handles = [await queue.add(job.call(key, str(i))) for i in range(9)]
+    async with run_worker(concurrency=10) as worker:
+        for h in handles:
+            await h.result(timeout=20)
+        starts = [j.claimed_at for j in [await h.job() for h in handles]]
+    assert worker.stats.claimed == 9
+    # By the backend's clock, which decides the windows: three at least, none over its rate.
+    windows = sorted({int(t // 0.5) for t in starts if t is not None})
+    assert len(windows) >= 3
+    for w in windows:
+        assert sum(1 for t in starts if t is not None and int(t // 0.5) == w) <= 3
+
+
+async def test_limits_defined_in_code_are_stored_by_the_queues_workers(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    limit(queue.name, max_active=7, rate="30/m")
+    try:
+        async with run_worker():
+            assert await queue.limits() == Limits(max_active=7, rate=30, per=60)
+    finally:
+        DEFINED.pop(queue.name)
+    assert await queue.set_limits() is None  # neither: removed
+    assert await queue.limits() is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("100/60", (100, 60.0)), ("10/m", (10, 60.0)), ("5/s", (5, 1.0)), ("1000/h", (1000, 3600.0)),
+     ("3/2.5s", (3, 2.5)), ("7/ 2m", (7, 120.0))],
+)  # fmt: skip
+def test_rates_are_read_as_count_per_period(text: str, expected: tuple[int, float]) -> None:
+    assert parse_rate(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"max_active": 0}, "max_active must be a whole number >= 1"),
+     ({"rate": 2.5}, "rate must be a whole number >= 1"),
+     ({"rate": 1, "per": 0}, "per must be a number of seconds > 0"),
+     ({"rate": "ten/m"}, "expected N/PERIOD"),
+     ({"rate": "10"}, "expected N/PERIOD")],
+)  # fmt: skip
+async def test_bad_limits_are_refused_and_nothing_is_stored(
+    queue: Queue, kwargs: dict[str, object], message: str
+) -> None:
+    await queue.set_limits(max_active=3)
+    with pytest.raises(ConfigError, match=message):
+        await queue.set_limits(**kwargs)  # type: ignore[arg-type]
+    assert await queue.limits() == Limits(max_active=3)
