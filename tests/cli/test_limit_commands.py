@@ -13,8 +13,10 @@ from tests.support.jobs import queue_name
 def test_set_show_list_and_clear(url: str, capsys: Capture) -> None:
     q, other = queue_name(), queue_name()
     b = ["--backend", url]
-    assert cli_json(["queue", "limits", q, "--max-active", "4", "--rate", "100/m", *b],
-                    capsys) == {"queue": q, "limits": {"max_active": 4, "rate": 100, "per": 60.0}}  # fmt: skip
+    set_both = ["queue", "limits", q, "--max-active", "4", "--rate", "100/m", *b]
+    assert cli_json(set_both, capsys) == {
+        "queue": q, "limits": {"max_active": 4, "rate": 100, "per": 60.0},
+    }  # fmt: skip
     cli_json(["queue", "limits", other, "--rate", "5/s", *b], capsys)
 
     async def stored(backend: Backend) -> dict[str, Limits]:

@@ -32,9 +32,7 @@ async def test_two_workers_together_stay_within_max_active(
     assert tasks.PEAK[key] == 2
 
 
-async def test_a_rate_lets_its_number_start_per_window(
-    queue: Queue, run_worker: RunWorker
-) -> None:
+async def test_a_rate_lets_its_number_start_per_window(queue: Queue, run_worker: RunWorker) -> None:
     key = queue_name("rate")
     await queue.set_limits(rate=3, per=0.5)
     job = tasks.record_order.with_options(queue=queue.name)
