@@ -18,7 +18,8 @@ from relaymq.errors import (
     TaskNotFoundError,
 )
 from relaymq.events import Event
-from relaymq.job import TERMINAL, Claim, Job, JobState
+from relaymq.flows import Flow
+from relaymq.job import TERMINAL, Claim, DependencyPolicy, Job, JobState
 from relaymq.limits import Limits, limit
 from relaymq.options import Call
 from relaymq.queue import JobHandle, Queue
@@ -37,7 +38,9 @@ __all__ = [
     "Capabilities",
     "Claim",
     "ConfigError",
+    "DependencyPolicy",
     "Event",
+    "Flow",
     "Job",
     "JobCancelledError",
     "JobContext",

@@ -13,6 +13,8 @@ import orjson
 from relaymq.backends.base import Backend, Enqueued
 from relaymq.job import NewJob
 
+JOB_BLOCKED: Final = "job:blocked"
+"""A job with dependencies was enqueued (it waits for them unless they had all ended)."""
 JOB_WAITING: Final = "job:waiting"
 JOB_DELAYED: Final = "job:delayed"
 JOB_ACTIVE: Final = "job:active"
@@ -33,9 +35,10 @@ WORKER_OFFLINE: Final = "worker:offline"
 
 EVENT_NAMES: Final = frozenset(
     {
-        JOB_WAITING, JOB_DELAYED, JOB_ACTIVE, JOB_PROGRESS, JOB_COMPLETED, JOB_RETRYING,
-        JOB_FAILED, JOB_EXPIRED, JOB_CANCELLED, JOB_STALLED, JOB_REMOVED, JOB_DEDUPLICATED,
-        JOB_CLAIM_LOST, QUEUE_PAUSED, QUEUE_RESUMED, WORKER_ONLINE, WORKER_OFFLINE,
+        JOB_BLOCKED, JOB_WAITING, JOB_DELAYED, JOB_ACTIVE, JOB_PROGRESS, JOB_COMPLETED,
+        JOB_RETRYING, JOB_FAILED, JOB_EXPIRED, JOB_CANCELLED, JOB_STALLED, JOB_REMOVED,
+        JOB_DEDUPLICATED, JOB_CLAIM_LOST, QUEUE_PAUSED, QUEUE_RESUMED, WORKER_ONLINE,
+        WORKER_OFFLINE,
     }
 )  # fmt: skip
 
@@ -70,11 +73,12 @@ def decode(raw: bytes) -> list[Event]:
 
 
 def enqueued(jobs: Sequence[NewJob], answers: Sequence[Enqueued], at: float) -> list[Event]:
-    """The event of each enqueue: the job waits, is delayed, or was a duplicate. (The Redis and
-    PostgreSQL backends write the same events in their own enqueue script and statement.)"""
+    """The event of each enqueue: the job waits, is delayed, waits for its dependencies, or was
+    a duplicate. (The Redis and PostgreSQL backends write the same events in their own enqueue
+    script and statement, for batches without dependencies.)"""
     return [
         Event(
-            JOB_DEDUPLICATED if answer.duplicate
+            JOB_DEDUPLICATED if answer.duplicate else JOB_BLOCKED if new.depends_on
             else JOB_DELAYED if new.delay > 0 else JOB_WAITING,
             new.queue, at, answer.id,
         )

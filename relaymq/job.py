@@ -10,8 +10,10 @@ from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 
 
 class JobState(enum.StrEnum):
-    """The seven states of a job. See ``TERMINAL`` for the ones a job never leaves by itself."""
+    """The eight states of a job. See ``TERMINAL`` for the ones a job never leaves by itself."""
 
+    BLOCKED = "blocked"
+    """Waits for the jobs it depends on (``depends_on``) to end."""
     WAITING = "waiting"
     DELAYED = "delayed"
     ACTIVE = "active"
@@ -70,6 +72,29 @@ class KeyRule:
     """Throttle only: seconds from the enqueue during which the key stays held."""
 
 
+class DependencyPolicy(enum.StrEnum):
+    """What a job does when a job it depends on ends other than completed (failed, expired,
+    cancelled, or removed before it ended)."""
+
+    FAIL = "fail"
+    """End this job failed as well (into the DLQ), and so on down the chain."""
+    IGNORE = "ignore"
+    """Run it once every dependency has ended; it sees the results of the completed ones."""
+    INCLUDE = "include"
+    """As IGNORE, and it also sees which dependencies did not complete, and why."""
+
+
+def error_line(error: str | None) -> str:
+    """The line of a stored error that says what happened: a traceback's last line."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def dependency_error(dep: str, ended: JobState | None) -> str:
+    """The error of a job failed because ``dep`` ended in ``ended`` (None: removed)."""
+    return f"dependency {dep} ended {ended.value if ended is not None else 'removed'}"
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """A job as a producer hands it to ``Backend.enqueue``: the payload is already serialized."""
@@ -90,6 +115,9 @@ class NewJob:
     by ``relaymq.tracing``); stored with the job so each attempt's span joins the trace."""
     rule: KeyRule | None = None
     """Throttle or debounce by key (``KeyRule``); None for the plain job-id deduplication."""
+    depends_on: tuple[str, ...] = ()
+    """Ids of jobs of the same queue this job waits for (existing, or earlier in the batch)."""
+    on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +153,9 @@ class Job:
     """Backend-specific facts worth showing an operator (never needed by the core)."""
     traceparent: str | None = None
     """As given at enqueue (``NewJob.traceparent``); None when tracing was off."""
+    depends_on: tuple[str, ...] = ()
+    """As given at enqueue: the jobs it waited for (``blocked`` until they ended)."""
+    on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
 
     @property
     def claim(self) -> Claim:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from relaymq.errors import ConfigError
-from relaymq.job import KeyMode, KeyRule
+from relaymq.job import DependencyPolicy, KeyMode, KeyRule
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
@@ -46,6 +46,11 @@ class Options:
     debounce: tuple[str, float] | None = None
     """``(key, seconds)``: replace the pending (waiting or delayed) job of ``key``; this one
     runs ``seconds`` after it was enqueued, so of a burst only the last runs."""
+    depends_on: tuple[str, ...] = ()
+    """Ids of jobs of the same queue this job waits for (``JobState.BLOCKED`` until each has
+    ended); they exist already, or come before it in the same ``add_bulk``."""
+    on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
+    """What the job does when a dependency ends other than completed (``DependencyPolicy``)."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid option."""
@@ -75,6 +80,15 @@ class Options:
                                   f"seconds positive, got {rule!r}")  # fmt: skip
         if self.debounce is not None and self.delay:
             raise ConfigError("debounce sets the delay itself: give no delay with it")
+        if self.depends_on:
+            if not all(isinstance(d, str) and 0 < len(d) <= 255 for d in self.depends_on):
+                raise ConfigError(f"depends_on takes job ids or handles, got {self.depends_on!r}")
+            if self.delay or self.throttle is not None or self.debounce is not None:
+                raise ConfigError("a job with depends_on starts when its dependencies end: "
+                                  "give it no delay, throttle or debounce")  # fmt: skip
+        if not isinstance(self.on_dependency_failure, DependencyPolicy):
+            raise ConfigError("on_dependency_failure must be 'fail', 'ignore' or 'include', "
+                              f"got {self.on_dependency_failure!r}")  # fmt: skip
 
     def rule(self) -> KeyRule | None:
         """The ``KeyRule`` of ``throttle`` or ``debounce``, if either is set."""

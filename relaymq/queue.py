@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from relaymq import bulk, events
-from relaymq.backends.base import Backend, CancelResult, Tally
+from relaymq.backends.base import Backend, CancelResult, Tally, dependent
 from relaymq.errors import (
     ConfigError,
     JobCancelledError,
@@ -26,6 +26,7 @@ from relaymq.errors import (
     RelayError,
     ResultTimeoutError,
 )
+from relaymq.flows import Flow, check_order
 from relaymq.instrumented import Instrumented
 from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
 from relaymq.limits import Limits, parse_rate
@@ -206,6 +207,8 @@ class Queue:
         new_jobs = self._new_jobs(calls)
         if not new_jobs:
             return []
+        if dependent(new_jobs):
+            await self._check_dependencies(new_jobs)
         seen = _pause_seen.setdefault(self.backend, {}).get(self.name)
         if seen is None or time.monotonic() - seen[0] >= PAUSE_CHECK_EVERY:
             # Asked alongside the enqueue, so it adds no latency (and at most one call per
@@ -219,6 +222,11 @@ class Queue:
                       serializer=self.serializer, paused=paused, models=c.task.models)
             for a, c in zip(answers, calls, strict=True)
         ]  # fmt: skip
+
+    async def add_flow(self, flow: Flow) -> list[JobHandle[Any]]:
+        """Enqueue a flow in one batch: the handles of its jobs, children before their parent,
+        so the last is the top parent's. See ``relaymq.Flow``."""
+        return await self.add_bulk(flow.calls())
 
     async def _check_paused(self) -> bool | None:
         try:
@@ -256,8 +264,21 @@ class Queue:
             job_id = o.job_id or random_ids[32 * k : 32 * k + 32]
             out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority,
                               o.start_delay(), o.ttl, o.retries + 1, o.timeout,
-                              rule=o.rule()))  # fmt: skip
+                              rule=o.rule(), depends_on=o.depends_on,
+                              on_dependency_failure=o.on_dependency_failure))  # fmt: skip
         return out
+
+    async def _check_dependencies(self, jobs: Sequence[NewJob]) -> None:
+        """``ConfigError`` before anything is stored when a job depends on itself, on a later
+        job of the batch, or on a job this queue does not hold."""
+        outside = check_order(jobs)
+        if not outside:
+            return
+        found = await self.backend.get_jobs(self.name, outside)
+        missing = [i for i, job in zip(outside, found, strict=True) if job is None]
+        if missing:
+            raise ConfigError(f"depends_on names {', '.join(map(repr, missing))}: no such job "
+                              f"in queue {self.name!r}")  # fmt: skip
 
     # -- admin and observation --------------------------------------------------------------
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from relaymq.backends import default_backend
 from relaymq.errors import TaskNotFoundError
+from relaymq.flows import dependency_ids, dependency_policy
 from relaymq.models import Models, models_of
 from relaymq.options import DEFAULT_QUEUE, Call, Options
 from relaymq.queue import JobHandle, Queue
@@ -42,11 +43,19 @@ class JobContext:
         task: str,
         attempt: int,
         report: Callable[[Any], None],
+        results: dict[str, Any] | None = None,
+        failed: dict[str, str] | None = None,
     ) -> None:
         self.job_id = job_id
         self.queue = queue
         self.task = task
         self.attempt = attempt
+        self.results: dict[str, Any] = results or {}
+        """The results of the jobs this one depended on that completed, by job id (a flow's
+        parent: its children's), decoded."""
+        self.failed: dict[str, str] = failed or {}
+        """Under ``on_dependency_failure="include"``: each dependency that did not complete,
+        by job id: how it ended (``"failed: <error>"``, ``"cancelled: ..."``, ``"removed"``)."""
         self._report = report
         self._cancelled = False
 
@@ -108,6 +117,8 @@ class Task(Generic[P, R]):
         backend: Backend | None = None,
         throttle: tuple[str, float] | None = None,
         debounce: tuple[str, float] | None = None,
+        depends_on: Iterable[str | JobHandle[Any]] | None = None,
+        on_dependency_failure: str | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose next enqueues use these options.
 
@@ -115,6 +126,10 @@ class Task(Generic[P, R]):
         queue or was enqueued less than ``seconds`` ago (the handle is then that job's).
         ``debounce=(key, seconds)`` replaces the pending job of ``key`` and runs ``seconds``
         after this enqueue, so of a burst only the last runs.
+        ``depends_on=[handle or id, ...]`` makes the job wait (``blocked``) until those jobs of
+        its queue have ended; ``on_dependency_failure`` says what it does when one did not
+        complete: ``"fail"`` (the default), ``"ignore"`` or ``"include"``
+        (``DependencyPolicy``; see ``relaymq.Flow`` for a parent with children).
 
         Raises ``ConfigError`` at once for an invalid option, as ``@task(...)`` does.
         """
@@ -124,6 +139,9 @@ class Task(Generic[P, R]):
                 "queue": queue, "delay": delay, "job_id": job_id, "priority": priority,
                 "ttl": ttl, "timeout": timeout, "retries": retries, "backoff": backoff,
                 "backend": backend, "throttle": throttle, "debounce": debounce,
+                "depends_on": None if depends_on is None else dependency_ids(depends_on),
+                "on_dependency_failure": None if on_dependency_failure is None
+                else dependency_policy(on_dependency_failure),
             }.items()
             if v is not None
         }  # fmt: skip

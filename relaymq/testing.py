@@ -87,12 +87,18 @@ async def drain(
 
 
 async def _left(backend: Backend, queues: Sequence[str], wait_for_delayed: bool) -> str | None:
-    """What still has to run, in words; None when nothing does."""
-    states = [JobState.WAITING, JobState.ACTIVE] + ([JobState.DELAYED] if wait_for_delayed else [])
+    """What still has to run, in words; None when nothing does. Blocked jobs count (their
+    dependencies run here), and so do delayed ones already due (a released flow parent)."""
+    states = [JobState.BLOCKED, JobState.WAITING, JobState.ACTIVE] + (
+        [JobState.DELAYED] if wait_for_delayed else [])  # fmt: skip
     left = []
     for q in queues:
         counts = await backend.counts(q)
         left += [f"{counts[s]} {s.value} in {q}" for s in states if counts[s]]
+        if counts[JobState.DELAYED] and not wait_for_delayed:
+            first = await backend.list_jobs(q, JobState.DELAYED, 0, 1)
+            if first and (first[0].run_at or 0.0) <= time.time():
+                left.append(f"delayed jobs due in {q}")
     return ", ".join(left) or None
 
 

@@ -167,3 +167,10 @@ def block_thread(key: str) -> str:
     if not thread_gate(key).wait(30):
         raise TimeoutError("the test never opened the gate")
     return key
+
+
+@task(queue="tests")
+async def gather(ctx: JobContext, label: str) -> dict[str, Any]:
+    """What a flow's parent sees of its children: their results and, under "include", how the
+    others ended."""
+    return {"label": label, "results": ctx.results, "failed": ctx.failed}

@@ -75,6 +75,11 @@ def keyed(jobs: Sequence[NewJob]) -> bool:
     return any(j.rule is not None for j in jobs)
 
 
+def dependent(jobs: Sequence[NewJob]) -> bool:
+    """Whether any of ``jobs`` waits for others (the backends' slower path for those)."""
+    return any(j.depends_on for j in jobs)
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimBatch:
     """Jobs claimed in one call, with the backend's clock reading at the moment of the claim."""
@@ -304,6 +309,15 @@ class Backend(abc.ABC):
         with ``duplicate=True`` and the id of the job holding the key; a debounced job deletes
         the waiting or delayed job holding its key (``replaced``) and takes the key. Keys are
         per queue; ``obliterate`` forgets them. Batches without rules never pay for them.
+
+        A job with ``depends_on`` waits for those jobs of its queue (existing, or earlier in
+        the batch; the core checks that they exist): it is stored ``blocked`` while any has
+        not ended, and each end (completed, failed, expired, cancelled, or deleted before it
+        ended) is counted in the same atomic step as that transition. When the last ends, the
+        job becomes ``delayed``, due at once. Under ``DependencyPolicy.FAIL``, a dependency
+        that ends other than completed fails the job instead (error ``dependency <id> ended
+        <state>``, into the DLQ), which its own dependents count in turn. Dependencies that
+        ended before the enqueue count at once. Jobs without dependencies never pay for them.
         """
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
@@ -464,7 +478,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def drain(self, queue: str) -> int:
-        """Delete every waiting and delayed job of ``queue``; the number deleted."""
+        """Delete every blocked, waiting and delayed job of ``queue`` (none of it has started);
+        the number deleted."""
 
     @abc.abstractmethod
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relaymq.backends.base import WorkerInfo
-from relaymq.job import Job, JobState
+from relaymq.job import Job, JobState, error_line
 from relaymq.serializers import DEFAULT_SERIALIZER
 
 PIPE_WIDTH = 240
@@ -80,7 +80,7 @@ def age(at: float | None, now: float | None = None) -> str:
 def jobs_table(jobs: Iterable[Job]) -> Table:
     table = Table("id", "task", "state", "attempts", "created", "finished", "error")
     for j in jobs:
-        error = summary(j.error)[:60]
+        error = error_line(j.error)[:60]
         table.add_row(j.id, j.task, j.state.value, f"{j.attempts}/{j.max_attempts}",
                       when(j.created_at), when(j.finished_at), error)  # fmt: skip
     return table
@@ -140,9 +140,3 @@ def done(as_json: bool, text: str, **fields: Any) -> None:
         emit_json(fields)
     else:
         click.echo(text)
-
-
-def summary(error: str | None) -> str:
-    """The line of a stored error that says what happened: a traceback's last line."""
-    lines = [line for line in (error or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""

@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from relaymq.backends.base import Backend
-from relaymq.cli.output import decoded, summary, when
+from relaymq.cli.output import decoded, when
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
 from relaymq.dashboard.live import Hub
@@ -39,7 +39,7 @@ from relaymq.errors import (
     JobNotFoundError,
     ScheduleNotFoundError,
 )
-from relaymq.job import DLQ_STATES, Job, JobState
+from relaymq.job import DLQ_STATES, Job, JobState, error_line
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
 from relaymq.schedules import Schedules
@@ -384,7 +384,7 @@ def job_view(job: Job) -> dict[str, Any]:
     times = [("created", job.created_at), ("run at", job.run_at), ("claimed", job.claimed_at),
              ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)]  # fmt: skip
     return {"arguments": args, "result": decoded(job.result), "progress": decoded(job.progress),
-            "error_line": summary(job.error),
+            "error_line": error_line(job.error),
             "times": [(label, when(at)) for label, at in times if at]}  # fmt: skip
 
 
@@ -407,7 +407,7 @@ def create_app(
     env = Environment(loader=PackageLoader("relaymq.dashboard", "templates"),
                       autoescape=select_autoescape(default=True))  # fmt: skip
     env.filters["when"] = when
-    env.filters["summary"] = summary
+    env.filters["summary"] = error_line
     env.filters["pretty"] = pretty
     d = Dashboard(backend, Access(token, password), Hub(backend, live_interval),
                   Jinja2Templates(env=env), page_size)  # fmt: skip

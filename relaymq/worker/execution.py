@@ -20,7 +20,7 @@ from typing import Any
 from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
 from relaymq.instrumented import HOOKS, around, tell
-from relaymq.job import Job
+from relaymq.job import DependencyPolicy, Job, JobState, error_line
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
 from relaymq.task import JobContext, Task, resolve
@@ -108,8 +108,11 @@ class Execution:
         fresh_for: float = START_CHECK_AFTER,
         pool: Executor | None = None,
         sandbox: Sandbox | None = None,
+        get_jobs: Callable[[str, list[str]], Awaitable[list[Job | None]]] | None = None,
     ) -> None:
         self.serializer = serializer
+        self.get_jobs = get_jobs
+        """Reads the dependencies of a job whose handler takes a ``JobContext``."""
         self.still_held = still_held
         self.report = report
         self.fresh_for = fresh_for
@@ -173,9 +176,18 @@ class Execution:
         sandboxed = t.options.sandbox
         if (t.is_async or sandboxed) and not await self._still_to_run(r):
             return after_stop(r)
+        results: dict[str, Any] = {}
+        failed: dict[str, str] = {}
+        if t.takes_context and job.depends_on and self.get_jobs is not None:
+            try:
+                results, failed = await self._dependencies(job)
+            except BackendError as e:  # run it again once they can be read
+                log.warning("job %s/%s: its dependencies could not be read (%s); released",
+                            job.queue, job.id, e)  # fmt: skip
+                return Settle(claim, Outcome.RELEASE)
         if t.takes_context and not sandboxed:
             r.ctx = JobContext(job.id, job.queue, job.task, job.attempts,
-                               lambda value: self.report(r, value))  # fmt: skip
+                               lambda value: self.report(r, value), results, failed)  # fmt: skip
             args.insert(0, r.ctx)
         log.debug("job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task,
                   job.attempts)  # fmt: skip
@@ -185,7 +197,7 @@ class Execution:
         began = time.monotonic()
         try:
             if sandboxed:
-                value = await self._in_sandbox(r, t, args, kwargs)
+                value = await self._in_sandbox(r, t, args, kwargs, (results, failed))
             elif not t.is_async:
                 value = await self._in_thread(r, t, args, kwargs)
                 if value is NOT_STARTED:
@@ -228,13 +240,33 @@ class Execution:
             await self.still_held(r)
         return r.stop_reason is None
 
+    async def _dependencies(self, job: Job) -> tuple[dict[str, Any], dict[str, str]]:
+        """The results of ``job``'s completed dependencies, and (``DependencyPolicy.INCLUDE``)
+        how each of the others ended, by job id."""
+        assert self.get_jobs is not None
+        ids = list(dict.fromkeys(job.depends_on))
+        results: dict[str, Any] = {}
+        failed: dict[str, str] = {}
+        for dep_id, dep in zip(ids, await self.get_jobs(job.queue, ids), strict=True):
+            if dep is not None and dep.state is JobState.COMPLETED:
+                results[dep_id] = dep.result_value(self.serializer)
+            elif job.on_dependency_failure is DependencyPolicy.INCLUDE:
+                how = "removed" if dep is None else dep.state.value
+                failed[dep_id] = f"{how}: {error_line(dep.error)}" if dep and dep.error else how
+        return results, failed
+
     async def _in_sandbox(
-        self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
-    ) -> Any:
+        self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any],
+        dependencies: tuple[dict[str, Any], dict[str, str]],
+    ) -> Any:  # fmt: skip
         """Run the handler in one of the sandbox's child processes; a timeout or a stop
         (the job's task cancelled) kills the child."""
         job = r.job
-        context = (job.id, job.queue, job.task, job.attempts) if t.takes_context else None
+        context = (
+            (job.id, job.queue, job.task, job.attempts, *dependencies)
+            if (t.takes_context)
+            else None
+        )
         call = self.sandbox.run(job.task, args, kwargs, context, lambda v: self.report(r, v))
         if job.timeout is None:
             return await call

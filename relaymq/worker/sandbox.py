@@ -69,9 +69,10 @@ def child(fd: int) -> None:
         try:
             t = resolve(name)
             if context is not None:
-                job_id, queue, task_name, attempt = context
+                job_id, queue, task_name, attempt, results, failed = context
                 ctx = JobContext(job_id, queue, task_name, attempt,
-                                 lambda value: conn.send(("progress", value)))  # fmt: skip
+                                 lambda value: conn.send(("progress", value)),
+                                 results, failed)  # fmt: skip
                 args = [ctx, *args]
             if t.is_async:  # one event loop for the child's life, as a worker has
                 value = loop.run_until_complete(t.fn(*args, **kwargs))
@@ -160,7 +161,7 @@ class Sandbox:
         task: str,
         args: list[Any],
         kwargs: dict[str, Any],
-        context: tuple[str, str, str, int] | None,
+        context: tuple[str, str, str, int, dict[str, Any], dict[str, str]] | None,
         progress: Callable[[Any], None],
     ) -> Any:
         """Run one attempt of ``task`` in a child and return its value. Raises

@@ -122,7 +122,7 @@ class Worker:
         """Child processes for sandboxed tasks, started on first need."""
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
-            pool=self._pool, sandbox=self._sandbox,
+            pool=self._pool, sandbox=self._sandbox, get_jobs=backend.get_jobs,
         )  # fmt: skip
         self._rotation = 0
         self._watch = (

@@ -356,8 +356,8 @@ async def test_job_watch_of_a_job_that_has_ended_returns_at_once(url: str) -> No
 
 
 def test_a_listed_error_is_the_tracebacks_last_line() -> None:
-    from relaymq.cli.output import summary
+    from relaymq.job import error_line
 
     stored = 'Traceback (most recent call last):\n  File "t.py", line 1\nValueError: k failed\n\n'
-    assert summary(stored) == "ValueError: k failed"
-    assert summary(None) == "" and summary("boom") == "boom"
+    assert error_line(stored) == "ValueError: k failed"
+    assert error_line(None) == "" and error_line("boom") == "boom"

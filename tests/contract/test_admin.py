@@ -19,6 +19,7 @@ from tests.support.jobs import new_job
 async def test_counts_cover_every_state(backend: Backend, q: str) -> None:
     await backend.enqueue([new_job(q) for _ in range(6)] + [new_job(q, delay=60)])
     a, b, c, d = (await backend.claim([q], "w", 4)).jobs
+    await backend.enqueue([new_job(q, "blocked", depends_on=(d.id,))])
     await backend.settle(
         [
             Settle(a.claim, Outcome.COMPLETE, result=b"1"),
@@ -26,17 +27,22 @@ async def test_counts_cover_every_state(backend: Backend, q: str) -> None:
             Settle(c.claim, Outcome.EXPIRE, error="ttl"),
         ]
     )
-    await backend.cancel(q, d.id)
+    await backend.cancel(q, d.id)  # the job blocked on it fails with it
+    await backend.enqueue([new_job(q, "also-blocked", depends_on=("blocked", d.id))])
     counts = await backend.counts(q)
     assert counts == {
+        JobState.BLOCKED: 0,
         JobState.WAITING: 2,
         JobState.DELAYED: 1,
         JobState.ACTIVE: 0,
         JobState.COMPLETED: 1,
-        JobState.FAILED: 1,
+        JobState.FAILED: 3,
         JobState.EXPIRED: 1,
         JobState.CANCELLED: 1,
     }
+    await backend.enqueue([new_job(q, "waits", depends_on=(new.id,))
+                           for new in (await backend.claim([q], "w", 1)).jobs])  # fmt: skip
+    assert (await backend.counts(q))[JobState.BLOCKED] == 1
     assert await backend.counts(q + "-empty") == {s: 0 for s in JobState}
 
 

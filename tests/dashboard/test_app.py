@@ -80,6 +80,20 @@ async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
     assert "Limits" not in first
 
 
+async def test_a_blocked_job_is_listed_and_links_what_it_waits_for(
+    memory: InMemoryBackend,
+) -> None:
+    q = Queue(queue_name(), memory)
+    [first] = await waiting(q, 1)
+    blocked = await q.add(add.with_options(queue=q.name, depends_on=[first]).call(1, 2))
+    async with client(memory) as c:
+        listing = (await c.get(f"/queues/{q.name}?state=blocked")).text
+        page = (await c.get(f"/queues/{q.name}/jobs/{blocked.id}")).text
+    assert blocked.id in listing and f'data-count="{q.name}:blocked">1<' in listing
+    assert f'/queues/{q.name}/jobs/{first}">{first}</a>' in page
+    assert "(if one does not complete: fail)" in page
+
+
 async def test_a_queue_page_shows_the_queues_limits(memory: InMemoryBackend) -> None:
     q = Queue(queue_name(), memory)
     await waiting(q, 1)

@@ -245,3 +245,27 @@ async def test_a_timed_out_read_does_not_end_the_subscription(make: Make) -> Non
         await sub.aclose()
     with pytest.raises(StopAsyncIteration):
         await anext(sub)
+
+
+async def test_dependency_ends_a_crash_left_untold_are_counted_by_recovery(make: Make) -> None:
+    """A process that dies between a dependency's end and telling its dependents (two writes
+    here) leaves them blocked; the elected maintenance's next recovery pass counts the end."""
+    clock = FakeClock()
+    backend = await make(clock)
+    await backend.enqueue([new_job("q", "a"), new_job("q", "b")])
+    await backend.enqueue([new_job("q", "p", depends_on=("a", "b")),
+                           new_job("q", "f", depends_on=("b",))])  # fmt: skip
+    a, _ = sorted((await backend.claim(["q"], "w", 2)).jobs, key=lambda j: j.id)
+    await backend.settle([Settle(a.claim, Outcome.COMPLETE, result=b"1")])
+    # "b" fails, as its settle would store it, but the process dies before telling anyone.
+    await set_fields(backend, "q", "b", state="failed", error="x")
+    assert (await backend.get_job("q", "p")).state is JobState.BLOCKED  # type: ignore[union-attr]
+    await backend.recover_stalled("q", 30, 5)
+    p, f = await backend.get_jobs("q", ["p", "f"])
+    assert p is not None and (p.state, p.error) == (JobState.FAILED, "dependency b ended failed")
+    assert f is not None and f.state is JobState.FAILED
+    # A list emptied but the job not released (the last step lost): released by recovery.
+    await backend.enqueue([new_job("q", "c"), new_job("q", "r", depends_on=("c",))])
+    await set_fields(backend, "q", "r", waiting_on=[])
+    await backend.recover_stalled("q", 30, 5)
+    assert (await backend.get_job("q", "r")).state is JobState.DELAYED  # type: ignore[union-attr]

@@ -67,7 +67,8 @@ async def hold(backend: SQLiteBackend, queue: str) -> None:
     row = {
         "queue": queue, "id": "uncommitted", "task": "t", "payload": b"", "state": "waiting",
         "priority": 0, "seq": 10**9, "now": 0.0, "run_at": None, "ttl": None,
-        "max_attempts": 1, "timeout": None, "traceparent": None,
+        "max_attempts": 1, "timeout": None, "traceparent": None, "depends_on": None,
+        "dep_policy": None, "pending_deps": None,
     }  # fmt: skip
     conn.execute(QUERIES["insert_job"], row)
     say("IN-TRANSACTION")

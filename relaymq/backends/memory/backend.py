@@ -35,7 +35,17 @@ from relaymq.backends.base import (
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
 from relaymq.backends.wakeup import Wakeup
-from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
+from relaymq.job import (
+    PENDING,
+    TERMINAL,
+    Claim,
+    DependencyPolicy,
+    Job,
+    JobState,
+    KeyMode,
+    NewJob,
+    dependency_error,
+)
 from relaymq.limits import Limits
 
 _DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
@@ -67,7 +77,7 @@ class InMemoryBackend(Backend, DeliveryStore):
     def _queue(self, name: str) -> QueueState:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = QueueState()
+            q = self._queues[name] = QueueState(self._now)
         return q
 
     def _find(self, queue: str, job_id: str) -> tuple[QueueState | None, Row | None]:
@@ -108,11 +118,37 @@ class InMemoryBackend(Backend, DeliveryStore):
                 new.queue, new.id, new.task, new.payload, JobState.WAITING,
                 priority=new.priority, created_at=now, ttl=new.ttl,
                 max_attempts=new.max_attempts, timeout=new.timeout, traceparent=new.traceparent,
+                depends_on=new.depends_on, on_dependency_failure=new.on_dependency_failure,
             )  # fmt: skip
-            q.add(row, now + new.delay if new.delay > 0 else None)
+            if new.depends_on:
+                self._add_dependent(q, row, now)
+            else:
+                q.add(row, now + new.delay if new.delay > 0 else None)
             out.append(Enqueued(new.id, replaced=replaced))
         self._wakeup.notify()
         return out
+
+    @staticmethod
+    def _add_dependent(q: QueueState, row: Row, now: float) -> None:
+        """Store a job with dependencies: blocked while any is pending; failed at once when
+        one already ended other than completed under ``DependencyPolicy.FAIL``; otherwise
+        waiting."""
+        pending: list[str] = []
+        for dep_id in dict.fromkeys(row.depends_on):
+            dep = q.jobs.get(dep_id)
+            ended = None if dep is None else dep.state
+            if ended is not None and ended not in TERMINAL:
+                pending.append(dep_id)
+            elif (ended is not JobState.COMPLETED
+                  and row.on_dependency_failure is DependencyPolicy.FAIL):  # fmt: skip
+                q.add(row, None)
+                row.error = dependency_error(dep_id, ended)
+                q.finish(row, JobState.FAILED, now)
+                return
+        if pending:
+            q.block(row, pending)
+        else:
+            q.add(row, None)
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -323,9 +359,10 @@ class InMemoryBackend(Backend, DeliveryStore):
         q = self._queues.get(queue)
         if q is None:
             return 0
-        ids = [*q.by_state[JobState.WAITING], *q.by_state[JobState.DELAYED]]
-        for job_id in ids:
-            q.remove(job_id)
+        ids = [*q.by_state[JobState.BLOCKED], *q.by_state[JobState.WAITING],
+               *q.by_state[JobState.DELAYED]]  # fmt: skip
+        for job_id in ids:  # the jobs blocked on these go too: nothing to tell them
+            q.remove(job_id, cascade=False)
         return len(ids)
 
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:

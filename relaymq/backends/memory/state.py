@@ -16,9 +16,11 @@ import dataclasses
 import heapq
 import itertools
 import operator
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from relaymq.job import Job, JobState
+from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, dependency_error
 from relaymq.limits import Allowance, Limits, allowance
 
 _values = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
@@ -49,13 +51,18 @@ else:
 
 
 class QueueState:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._now = clock
         self.jobs: dict[str, Row] = {}
         self.by_state: dict[JobState, dict[str, None]] = {s: {} for s in JobState}
         """Job ids per state, in the order they entered it (O(1) counts)."""
         self.paused = False
         self.keys: dict[str, tuple[str, float]] = {}
         """Throttle and debounce keys: key -> (the id of the job holding it, held until)."""
+        self.dependents: dict[str, list[str]] = {}
+        """Dependencies: a job id -> the blocked jobs waiting for it to end."""
+        self.pending: dict[str, int] = {}
+        """A blocked job's id -> how many of its dependencies have not ended yet."""
         self.limits: Limits | None = None
         self.window = 0
         """The current rate window (index) and the jobs started in it (``relaymq.limits``)."""
@@ -82,16 +89,63 @@ class QueueState:
         return self.move(row, JobState.ACTIVE)
 
     def finish(self, row: Row, state: JobState, now: float) -> Row:
-        """A terminal transition: the job leaves its worker."""
+        """A terminal transition: the job leaves its worker, and its dependents learn it."""
         row.finished_at = now
         row.worker_id = None
-        return self.move(row, state)
+        self.move(row, state)
+        self._ended(row.id, state, now)
+        return row
 
-    def remove(self, job_id: str) -> Row | None:
+    def remove(self, job_id: str, *, cascade: bool = True) -> Row | None:
+        """Delete a job. One that had not ended counts as ended for the jobs blocked on it
+        (``cascade``; ``drain`` deletes those too, and says False)."""
         job = self.jobs.pop(job_id, None)
         if job is not None:
             del self.by_state[job.state][job_id]
+            self.pending.pop(job_id, None)
+            if not cascade:
+                self.dependents.pop(job_id, None)
+            elif job.state not in TERMINAL:
+                self._ended(job_id, None, self._now())
         return job
+
+    # -- dependencies -----------------------------------------------------------------------
+
+    def block(self, row: Row, waits_for: list[str]) -> Row:
+        """Store a new job blocked until each of ``waits_for`` (pending jobs) has ended."""
+        self.jobs[row.id] = row
+        row.state = JobState.BLOCKED
+        row.seq = next(self._seq)
+        self.by_state[JobState.BLOCKED][row.id] = None
+        self.pending[row.id] = len(waits_for)
+        for dep in waits_for:
+            self.dependents.setdefault(dep, []).append(row.id)
+        return row
+
+    def _ended(self, job_id: str, state: JobState | None, now: float) -> None:
+        """``job_id`` ended in ``state`` (None: removed before it ended): each blocked job
+        waiting for it counts it, and becomes due at once when it was the last; or, under
+        ``DependencyPolicy.FAIL`` when it did not complete, fails, and so on down the chain."""
+        work = [(job_id, state)]
+        while work:
+            dep, ended = work.pop()
+            for waiter in self.dependents.pop(dep, ()):
+                row = self.jobs.get(waiter)
+                if row is None or row.state is not JobState.BLOCKED:
+                    continue
+                if ended is not JobState.COMPLETED and (
+                    row.on_dependency_failure is DependencyPolicy.FAIL
+                ):
+                    del self.pending[waiter]
+                    row.error = dependency_error(dep, ended)
+                    row.finished_at = now
+                    self.move(row, JobState.FAILED)
+                    work.append((waiter, JobState.FAILED))
+                    continue
+                self.pending[waiter] -= 1
+                if self.pending[waiter] <= 0:
+                    del self.pending[waiter]
+                    self.make_delayed(row, now)
 
     # -- ways into waiting and delayed ------------------------------------------------------
 

@@ -56,11 +56,13 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    dependent,
     keyed,
     merge_tallies,
 )
 from relaymq.backends.mongodb import transitions as tx
 from relaymq.backends.mongodb.config import parse
+from relaymq.backends.mongodb.dependencies import NOT_ENDED, Dependencies
 from relaymq.backends.mongodb.errors import translated
 from relaymq.backends.mongodb.eventlog import EventLog, Subscription
 from relaymq.backends.mongodb.indexes import (
@@ -103,6 +105,8 @@ IDS_PER_FIND: Final = 200
 
 PENDING_STATES: Final = frozenset(s.value for s in PENDING)
 """The stored names of the states in which a job still holds its throttle or debounce key."""
+NOT_STARTED: Final = [str(JobState.BLOCKED), *tx.CLAIMABLE]
+"""What ``drain`` deletes (the jobs blocked on those go with them: nothing to tell)."""
 KEY_ROUNDS: Final = 50
 LIMITS_LEASE: Final = 10.0
 """Seconds one claim of a queue with limits may take before another may start."""
@@ -175,6 +179,7 @@ class MongoDBBackend(Backend):
         self._tallies: AsyncCollection[Document] = db[TALLIES]
         self._schedules: AsyncCollection[Document] = db[SCHEDULES]
         self._keys: AsyncCollection[Document] = db[JOB_KEYS]
+        self._deps = Dependencies(self._jobs, self._now)
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
 
     async def close(self) -> None:
@@ -219,7 +224,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        if keyed(jobs):
+        if keyed(jobs) or dependent(jobs):
             keyed_answers = [await self._enqueue_keyed(j) for j in jobs]
             self._wakeup.notify()
             return keyed_answers
@@ -262,6 +267,8 @@ class MongoDBBackend(Backend):
         that leaves both to run). A crash between the first two steps leaves a throttle key
         held by a job that was never stored, until its window ends."""
         rule = job.rule
+        if job.depends_on:
+            return await self._enqueue_dependent(job)
         if rule is None:
             [answer] = await self.enqueue([job])
             return answer
@@ -290,10 +297,13 @@ class MongoDBBackend(Backend):
                 return Enqueued(job.id, duplicate=True)
             replaced = None
             if rule.mode is KeyMode.DEBOUNCE and state in ("waiting", "delayed"):
-                gone = await self._jobs.delete_one(
-                    {"queue": job.queue, "id": holder, "state": {"$in": ["waiting", "delayed"]}}
-                )
-                replaced = holder if gone.deleted_count else None
+                gone = await self._jobs.find_one_and_delete(
+                    {"queue": job.queue, "id": holder, "state": {"$in": ["waiting", "delayed"]}},
+                    projection={"dependents": 1},
+                )  # fmt: skip
+                replaced = holder if gone is not None else None
+                if gone is not None and holder is not None and gone.get("dependents"):
+                    await self._deps.ended(job.queue, [(holder, "removed", gone["dependents"])])
             return Enqueued(job.id, replaced=replaced)
         raise BackendError(f"key {rule.key!r} of queue {job.queue!r} changed hands "
                            f"{KEY_ROUNDS} times while job {job.id!r} was enqueued")  # fmt: skip
@@ -310,6 +320,19 @@ class MongoDBBackend(Backend):
         moved = await self._keys.update_one({"_id": key_id, "v": held.get("v")},
                                             {"$set": fields, "$inc": {"v": 1}})  # fmt: skip
         return moved.modified_count == 1
+
+    async def _enqueue_dependent(self, job: NewJob) -> Enqueued:
+        """One job with dependencies (``dependencies.py``): stored blocked, failed or waiting
+        as its dependencies stand, then registered with each pending one."""
+        seq, now = await self._sequences(job.queue, 1)
+        doc = new_document(job, seq, now)
+        pending = await self._deps.prepare(job, doc)
+        try:
+            await self._jobs.insert_one(doc)
+        except DuplicateKeyError:
+            return Enqueued(job.id, duplicate=True)
+        await self._deps.register(job.queue, job.id, pending)
+        return Enqueued(job.id)
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -438,11 +461,24 @@ class MongoDBBackend(Backend):
         result = await self._jobs.bulk_write(ops, ordered=False)
         if any(s.outcome in (Outcome.RETRY, Outcome.RELEASE) for s in settles):
             self._wakeup.notify()
+        await self._tell_dependents(settles)
         if result.matched_count == len(settles):
             return [True] * len(settles)
         current = await self._current([s.claim for s in settles], ["write_id"])
         return [self._applied(s, current.get((s.claim.queue, s.claim.job_id)), write_id)
                 for s in settles]  # fmt: skip
+
+    async def _tell_dependents(self, settles: Sequence[Settle]) -> None:
+        """The jobs blocked on those that just ended learn it, in queues that have blocked
+        jobs (the others pay nothing but a cached read a second); ``repair`` mends the rest."""
+        ended: dict[str, list[str]] = {}
+        for s in settles:
+            if OUTCOME_STATE[s.outcome] in TERMINAL:
+                ended.setdefault(s.claim.queue, []).append(s.claim.job_id)
+        for queue, ids in ended.items():
+            if await self._deps.any_blocked(queue):
+                await self._deps.ended_among(queue, ids)
+                self._wakeup.notify()
 
     async def _retry_sequences(self, settles: Sequence[Settle]) -> dict[int, int]:
         """New FIFO sequences for the RETRYs without delay (they rejoin the back of the line)."""
@@ -517,6 +553,7 @@ class MongoDBBackend(Backend):
                 fail.append((doc["_id"], job_id, token, reason))
             else:
                 requeue.append((doc["_id"], job_id, token, stalls or 0))
+        await self._deps.repair(queue)
         if not requeue and not fail:
             return result
         first = (await self._sequences(queue, len(requeue)))[0] if requeue else 0
@@ -544,6 +581,7 @@ class MongoDBBackend(Backend):
             applied = {doc["_id"] async for doc in cursor}
         result.requeued.extend(r[1] for r in requeue if applied is None or r[0] in applied)
         result.failed.extend(r[1] for r in fail if applied is None or r[0] in applied)
+        await self._deps.ended_among(queue, result.failed)
         if result.requeued:
             self._wakeup.notify()
         return result
@@ -611,6 +649,7 @@ class MongoDBBackend(Backend):
             projection={"_id": 1},
         )
         if before is not None:
+            await self._deps.ended_among(queue, [job_id])
             return CancelResult.CANCELLED
         exists = await self._jobs.find_one({"queue": queue, "id": job_id}, {"_id": 1})
         return CancelResult.NOT_FOUND if exists is None else CancelResult.ALREADY_TERMINAL
@@ -628,13 +667,15 @@ class MongoDBBackend(Backend):
 
     @translated
     async def remove_job(self, queue: str, job_id: str) -> bool:
-        result = await self._jobs.delete_one({"queue": queue, "id": job_id})
-        return result.deleted_count == 1
+        [removed] = await self.remove_jobs(queue, [job_id])
+        return removed
 
     @translated
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._stamped(queue, ids, {"state": {"$in": tx.LIVE}},
+        done = await self._stamped(queue, ids, {"state": {"$in": tx.LIVE}},
                                    lambda _: tx.cancel_update(self._now))  # fmt: skip
+        await self._deps.ended_among(queue, [i for i, ok in zip(ids, done, strict=True) if ok])
+        return done
 
     @translated
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
@@ -675,10 +716,16 @@ class MongoDBBackend(Backend):
         if not ids:
             return []
         query = {"queue": queue, "id": {"$in": list(ids)}}
-        present = {doc["id"]: doc["_id"] async for doc in self._jobs.find(query, {"id": 1})}
+        found = [doc async for doc in self._jobs.find(query, {"id": 1, "state": 1,
+                                                             "dependents": 1})]  # fmt: skip
+        present = {doc["id"]: doc["_id"] for doc in found}
         # Deleted by _id: a job removed meanwhile by another process is answered True here
         # too (it is gone either way); a job enqueued meanwhile under one of the ids is kept.
         await self._jobs.delete_many({"_id": {"$in": list(present.values())}})
+        await self._deps.ended(queue, [
+            (doc["id"], "removed", doc["dependents"]) for doc in found
+            if doc.get("dependents") and doc.get("state") in NOT_ENDED
+        ])  # fmt: skip
         return [i in present for i in ids]
 
     @translated
@@ -696,7 +743,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def drain(self, queue: str) -> int:
-        result = await self._jobs.delete_many({"queue": queue, "state": {"$in": tx.CLAIMABLE}})
+        result = await self._jobs.delete_many({"queue": queue, "state": {"$in": NOT_STARTED}})
         return result.deleted_count
 
     @translated

@@ -38,7 +38,7 @@ from typing import Any
 from bson import Binary
 
 from relaymq.errors import ConfigError, CorruptRecordError
-from relaymq.job import Job, JobState, NewJob
+from relaymq.job import DependencyPolicy, Job, JobState, NewJob
 from relaymq.limits import Limits
 
 Document = dict[str, Any]
@@ -115,8 +115,11 @@ _FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
     ("error", (str,), True, None),
     ("finished_at", (dt.datetime,), True, None),
     ("traceparent", (str,), True, None),
+    ("depends_on", (list,), True, None),
+    ("dep_policy", (str,), True, None),
 ]
 _STATES = frozenset(str(s) for s in JobState)
+_POLICIES = {p.value: p for p in DependencyPolicy}
 
 
 def problems(doc: Mapping[str, Any]) -> list[str]:
@@ -211,6 +214,8 @@ def _build(doc: Mapping[str, Any]) -> Job:
         error=doc.get("error"),
         finished_at=_seconds(doc.get("finished_at")),
         traceparent=doc.get("traceparent"),
+        depends_on=tuple(str(i) for i in doc.get("depends_on") or ()),
+        on_dependency_failure=_POLICIES.get(str(doc.get("dep_policy")), DependencyPolicy.FAIL),
     )
 
 

@@ -26,7 +26,7 @@ WAITING: Final = str(JobState.WAITING)
 DELAYED: Final = str(JobState.DELAYED)
 ACTIVE: Final = str(JobState.ACTIVE)
 CLAIMABLE: Final = [WAITING, DELAYED]
-LIVE: Final = [WAITING, DELAYED, ACTIVE]
+LIVE: Final = [str(JobState.BLOCKED), WAITING, DELAYED, ACTIVE]
 RETRYABLE: Final = [str(JobState.FAILED), str(JobState.EXPIRED), str(JobState.CANCELLED)]
 
 CLAIM_ORDER: Final = [("priority", 1), ("ready_at", 1), ("seq", 1)]

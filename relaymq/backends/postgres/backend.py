@@ -34,6 +34,7 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    dependent,
     keyed,
     merge_tallies,
 )
@@ -52,7 +53,15 @@ from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_
 from relaymq.backends.postgres.records import to_job
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError
-from relaymq.job import TERMINAL, Job, JobState, KeyMode, NewJob
+from relaymq.job import (
+    TERMINAL,
+    DependencyPolicy,
+    Job,
+    JobState,
+    KeyMode,
+    NewJob,
+    dependency_error,
+)
 from relaymq.limits import Limits
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
@@ -222,7 +231,7 @@ class PostgresBackend(Backend, DeliveryStore):
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         if not jobs:
             return []
-        if keyed(jobs):
+        if keyed(jobs) or dependent(jobs):
             return await self._enqueue_keyed(jobs)
         rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()), None, "", 0.0)
         return _answers(jobs, rows)
@@ -230,7 +239,7 @@ class PostgresBackend(Backend, DeliveryStore):
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
         """One statement, whose notification carries the events, when they fit in one."""
         size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: an event's own bytes
-        if not jobs or size >= NOTIFY_LIMIT or keyed(jobs):
+        if not jobs or size >= NOTIFY_LIMIT or keyed(jobs) or dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
         rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()),
@@ -619,7 +628,28 @@ async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueu
         replaced = took["replaced"]
     rows = await con.fetch(Q["enqueue"], *_enqueue_args([job], now), None, "", 0.0)
     [answer] = _answers([job], rows)
+    if job.depends_on and not answer.duplicate:
+        await _store_dependencies(con, job, now)
     return Enqueued(answer.id, answer.duplicate, replaced)
+
+
+async def _store_dependencies(con: Any, job: NewJob, now: float | None) -> None:
+    """The job just stored (waiting, in this transaction) waits for its dependencies: blocked
+    while any is pending, failed when one already ended badly under the FAIL policy. The
+    dependencies are locked meanwhile, so none ends unseen (``dependency_states``)."""
+    ids = list(dict.fromkeys(job.depends_on))
+    states = {r["id"]: r["state"] for r in await con.fetch(Q["dependency_states"], job.queue, ids)}
+    pending = [i for i in ids if i in states and JobState(states[i]) not in TERMINAL]
+    error = None
+    if job.on_dependency_failure is DependencyPolicy.FAIL:
+        bad = next((i for i in ids if i not in pending and states.get(i) != "completed"), None)
+        if bad is not None:
+            error = dependency_error(bad, JobState(states[bad]) if bad in states else None)
+    await con.execute(Q["set_dependencies"], job.queue, job.id, list(job.depends_on),
+                      job.on_dependency_failure.value, 0 if error else len(pending), error,
+                      now)  # fmt: skip
+    if pending and error is None:
+        await con.execute(Q["add_dependencies"], job.queue, pending, job.id)
 
 
 def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:

@@ -318,6 +318,11 @@ ORDER BY priority, seq OFFSET $2 LIMIT $3;
 SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'delayed'
 ORDER BY run_at, seq OFFSET $2 LIMIT $3;
 
+-- name: list_blocked
+-- in: $1 queue, $2 offset, $3 limit. out: blocked jobs, in enqueue order.
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'blocked'
+ORDER BY seq OFFSET $2 LIMIT $3;
+
 -- name: list_active
 -- in: $1 queue, $2 offset, $3 limit. out: active jobs, oldest claim first.
 SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = 'active'
@@ -345,7 +350,7 @@ done AS (
     SET state = 'cancelled', cancel_requested = (j.state = 'active'),
         error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
     FROM t
-    WHERE j.queue = $1 AND j.id = $2 AND j.state IN ('waiting', 'delayed', 'active')
+    WHERE j.queue = $1 AND j.id = $2 AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
     RETURNING j.id
 )
 SELECT EXISTS (SELECT 1 FROM cur) AS found, EXISTS (SELECT 1 FROM done) AS cancelled;
@@ -360,7 +365,7 @@ UPDATE relaymq_jobs j
 SET state = 'cancelled', cancel_requested = (j.state = 'active'),
     error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
 FROM t
-WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state IN ('waiting', 'delayed', 'active')
+WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
 RETURNING j.id;
 
 -- name: retry_jobs
@@ -408,9 +413,16 @@ SELECT pg_notify(relaymq_wake_channel($2), $1);
 SELECT EXISTS (SELECT 1 FROM relaymq_queues WHERE name = $1) AS paused;
 
 -- name: drain
--- in: $1 queue. out: one row: n, the number of waiting and delayed jobs deleted.
-WITH gone AS (
-    DELETE FROM relaymq_jobs WHERE queue = $1 AND state IN ('waiting', 'delayed') RETURNING 1
+-- in: $1 queue. out: one row: n, the number of blocked, waiting and delayed jobs deleted. The
+-- jobs blocked on them go too, so they are told nothing (their dependency rows go first).
+WITH forget AS (
+    DELETE FROM relaymq_job_deps d USING relaymq_jobs j
+    WHERE d.queue = $1 AND j.queue = $1 AND j.id = d.dep_id
+      AND j.state IN ('blocked', 'waiting', 'delayed')
+),
+gone AS (
+    DELETE FROM relaymq_jobs WHERE queue = $1 AND state IN ('blocked', 'waiting', 'delayed')
+    RETURNING 1
 )
 SELECT count(*) AS n FROM gone;
 
@@ -436,7 +448,9 @@ gone AS (
 SELECT count(*) AS n FROM gone;
 
 -- name: obliterate_jobs
--- First step of obliterate: delete every job of $1 (the trigger zeroes its counters).
+-- First step of obliterate: delete every job of $1 (the trigger zeroes its counters), and
+-- the queue's dependency rows (so there is nothing to tell).
+WITH deps AS (DELETE FROM relaymq_job_deps WHERE queue = $1)
 DELETE FROM relaymq_jobs WHERE queue = $1;
 
 -- name: obliterate_queue
@@ -703,3 +717,27 @@ WHERE j.queue = $1 AND j.state = 'waiting';
 -- name: count_starts
 -- Last step: the rate window the claim counted its starts in. in: $1 queue, $2 win, $3 used.
 UPDATE relaymq_limits SET win = $2, used = $3 WHERE queue = $1;
+
+-- name: dependency_states
+-- A dependent's enqueue (its own transaction): the dependencies that exist, and their states,
+-- locked until the dependent and its rows in relaymq_job_deps are stored, so that none can end
+-- unseen in between. in: $1 queue, $2 ids text[]. out: id, state.
+SELECT id, state FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]) FOR SHARE;
+
+-- name: set_dependencies
+-- Second step: the job just stored (waiting) becomes blocked on $5 pending dependencies, or
+-- failed with $6 when a dependency already ended badly under the 'fail' policy.
+-- in: $1 queue, $2 id, $3 depends_on text[], $4 policy, $5 pending int, $6 error|NULL,
+--     $7 now float8|NULL.
+UPDATE relaymq_jobs SET depends_on = $3, dep_policy = $4, pending_deps = $5,
+    state = CASE WHEN $6::text IS NOT NULL THEN 'failed'
+                 WHEN $5 > 0 THEN 'blocked' ELSE state END,
+    error = $6,
+    finished_at = CASE WHEN $6::text IS NOT NULL THEN coalesce(to_timestamp($7::float8), now()) END
+WHERE queue = $1 AND id = $2;
+
+-- name: add_dependencies
+-- Last step: the job $3 learns when each of $2 ends. in: $1 queue, $2 dep ids, $3 dependent.
+INSERT INTO relaymq_job_deps (queue, dep_id, dependent)
+SELECT $1, d, $3 FROM unnest($2::text[]) AS d
+ON CONFLICT DO NOTHING;

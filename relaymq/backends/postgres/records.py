@@ -7,7 +7,7 @@ from datetime import datetime
 import asyncpg
 
 from relaymq.errors import CorruptRecordError
-from relaymq.job import Job, JobState
+from relaymq.job import DependencyPolicy, Job, JobState
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -42,6 +42,8 @@ def to_job(r: asyncpg.Record) -> Job:
             error=r["error"],
             finished_at=_ts(r["finished_at"]),
             traceparent=r.get("traceparent"),
+            depends_on=tuple(r.get("depends_on") or ()),
+            on_dependency_failure=DependencyPolicy(r.get("dep_policy") or "fail"),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise CorruptRecordError(f"unreadable job row {dict(r)!r}: {e}") from e

@@ -36,6 +36,7 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    dependent,
     keyed,
     merge_tallies,
 )
@@ -47,6 +48,7 @@ from relaymq.backends.redis.records import (
     Unreadable,
     claimed_jobs,
     delivered_jobs,
+    deps_arg,
     enqueue_head,
     held_back,
     listed_jobs,
@@ -134,7 +136,10 @@ class RedisBackend(Backend, DeliveryStore):
         return await self._enqueue(jobs, "", 0.0)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
-        """One round trip: each script call publishes the events of its jobs."""
+        """One round trip: each script call publishes the events of its jobs (two for a
+        batch with dependencies, whose events say more than the script knows)."""
+        if dependent(jobs):
+            return await super().enqueue_announced(jobs, at)
         return await self._enqueue(jobs, self._keys.events, at)
 
     async def _enqueue(self, jobs: Sequence[NewJob], channel: str, at: float) -> list[Enqueued]:
@@ -154,14 +159,16 @@ class RedisBackend(Backend, DeliveryStore):
                 indexes = by_queue[new.queue] = []
             indexes.append(i)
         now = self._now()
-        with_rules = keyed(jobs)  # then each job has a 4th argument and 2 answers (enqueue.lua)
+        with_deps = dependent(jobs)  # then each job has a 5th argument (enqueue.lua)
+        with_rules = with_deps or keyed(jobs)  # then a 4th argument and 2 answers
         commands: list[tuple[Any, ...]] = []
         chunks: list[list[int]] = []
         for queue, indexes in by_queue.items():
             commands.append(("SADD", self._keys.queues, queue))
             chunks.append([])
             head = self._evalsha("enqueue", [self._keys.base(queue)],
-                                 [now, channel, queue, at, 4 if with_rules else 3])  # fmt: skip
+                                 [now, channel, queue, at,
+                                  5 if with_deps else 4 if with_rules else 3])  # fmt: skip
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = []
@@ -170,6 +177,8 @@ class RedisBackend(Backend, DeliveryStore):
                     args += (head_of[i], j.task, j.payload)
                     if with_rules:
                         args.append(rule_arg(j))
+                    if with_deps:
+                        args.append(deps_arg(j))
                 commands.append((*head, *args))
                 chunks.append(chunk)
         replies = await self._run(commands, "enqueue")
@@ -371,7 +380,7 @@ class RedisBackend(Backend, DeliveryStore):
         return [a == 1 for a in await self._batch("retry_jobs", queue, [self._now()], ids)]
 
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return [a == 1 for a in await self._batch("remove_jobs", queue, [], ids)]
+        return [a == 1 for a in await self._batch("remove_jobs", queue, [self._now()], ids)]
 
     async def _batch(
         self, script: str, queue: str, head: list[Any], ids: Sequence[str]
@@ -418,7 +427,7 @@ class RedisBackend(Backend, DeliveryStore):
                 return total
 
     async def drain(self, queue: str) -> int:
-        return await self._purge(queue, "waiting") + await self._purge(queue, "delayed")
+        return sum([await self._purge(queue, s) for s in ("blocked", "waiting", "delayed")])
 
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
         if state not in TERMINAL:

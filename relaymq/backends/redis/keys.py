@@ -8,6 +8,8 @@ scripts receive it as ``KEYS[i]`` and derive the other names by appending a suff
 key                        type    content
 =========================  ======  =========================================================
 ``base:job:<id>``          hash    one job record (fields: ``JOB_FIELDS``); absent -> None
+``base:blocked``           zset    ids of jobs waiting for their dependencies, score ``seq``
+``base:deps:<id>``         set     the blocked jobs waiting for job ``<id>`` to end
 ``base:waiting``           zset    waiting ids, score ``priority * 2**40 + seq`` (claim order)
 ``base:delayed``           zset    delayed ids, score ``run_at`` (promotion is a range query)
 ``base:active``            zset    active ids, score = last heartbeat or claim time, so the
@@ -31,7 +33,7 @@ key                        type    content
 =========================  ======  =========================================================
 
 A state set's suffix is the state's name, so a job in state ``s`` is a member of ``base:s``
-and nowhere else: ``counts`` is seven ``ZCARD`` (O(1)) and can never drift from the records.
+and nowhere else: ``counts`` is eight ``ZCARD`` (O(1)) and can never drift from the records.
 
 Global keys (few, in their own slot ``{<prefix>:global}``; no per-queue script touches them):
 
@@ -66,12 +68,13 @@ PRIORITY_SHIFT = 2**40
 PRIORITY_LIMIT = 2**12
 """Priorities must lie in ``(-PRIORITY_LIMIT, PRIORITY_LIMIT)`` to keep scores exact."""
 WAKE_MAX = 32
-STATE_SUFFIXES = ("waiting", "delayed", "active", "completed", "failed", "expired", "cancelled")
+STATE_SUFFIXES = ("blocked", "waiting", "delayed", "active", "completed", "failed", "expired",
+                  "cancelled")  # fmt: skip
 
 JOB_FIELDS = (
     "task payload state priority seq created_at run_at ttl max_attempts timeout attempts token "
     "claimed_at heartbeat_at worker_id stalls cancel_requested progress result error finished_at "
-    "traceparent"
+    "traceparent depends_on dep_policy"
 ).split()
 """Fields of a job hash. Absent fields mean None (or 0 for counters). ``worker_id`` means
 something only while the job is active: settling leaves it behind (one write fewer per job)

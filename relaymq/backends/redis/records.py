@@ -11,7 +11,7 @@ import orjson
 from relaymq.backends.base import WorkerInfo
 from relaymq.backends.redis.keys import PRIORITY_LIMIT
 from relaymq.errors import ConfigError, CorruptRecordError
-from relaymq.job import Claim, Job, JobState, NewJob
+from relaymq.job import Claim, DependencyPolicy, Job, JobState, NewJob
 
 Unreadable = tuple[Claim, str]
 """A job that was claimed but whose record cannot be read back, and why: the backend fails it
@@ -28,6 +28,16 @@ def opt(value: bytes | str | None) -> bytes:
 def num(value: float) -> str:
     """A float as a decimal string that reads back as exactly the same double."""
     return repr(float(value))
+
+
+def _deps(raw: bytes | None) -> tuple[str, ...]:
+    """A stored ``depends_on`` (a JSON array of ids); ``ValueError`` when it is not one."""
+    if raw is None:
+        return ()
+    ids = orjson.loads(raw)
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"depends_on is {raw!r}, not a JSON array of job ids")
+    return tuple(ids)
 
 
 def _float(raw: bytes | None) -> float | None:
@@ -57,7 +67,8 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     try:
         (task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
          attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-         progress, result, error, finished_at, traceparent) = values  # fmt: skip
+         progress, result, error, finished_at, traceparent, depends_on,
+         dep_policy) = values  # fmt: skip
         assert task is not None and payload is not None
         return Job(
             queue=queue,
@@ -84,6 +95,8 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             error=_str(error),
             finished_at=_float(finished_at),
             traceparent=_str(traceparent),
+            depends_on=_deps(depends_on),
+            on_dependency_failure=DependencyPolicy((dep_policy or b"fail").decode()),
         )
     except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
@@ -136,6 +149,8 @@ def parse_claimed(
             None if error is None else error.decode(),
             None if finished_at is None else float(finished_at),
             traceparent=None if (tp := g(b"traceparent")) is None else tp.decode(),
+            depends_on=_deps(g(b"depends_on")),
+            on_dependency_failure=DependencyPolicy((g(b"dep_policy") or b"fail").decode()),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
@@ -208,6 +223,13 @@ def worker_infos(reply: list[Any]) -> list[WorkerInfo]:
 def worker_record(info: WorkerInfo) -> bytes:
     """A worker's registration as stored (``info`` of its hash)."""
     return orjson.dumps(info.to_record())
+
+
+def deps_arg(j: NewJob) -> str:
+    """A job's dependencies as ``enqueue.lua`` reads them ('' for none)."""
+    if not j.depends_on:
+        return ""
+    return f"{j.on_dependency_failure.value} {orjson.dumps(list(j.depends_on)).decode()}"
 
 
 def rule_arg(j: NewJob) -> str:

@@ -68,6 +68,20 @@ EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
 
 
+def _statements(script: str) -> list[str]:
+    """The statements of ``script``, one by one (``executescript`` would commit first)."""
+    out: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending)
+            pending = ""
+    if pending.strip():
+        out.append(pending)  # the loader drops the last statement's ';'
+    return out
+
+
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
     ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``), under the
@@ -76,7 +90,8 @@ def _upgrade(conn: sqlite3.Connection) -> None:
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()
         for step in range(version + 1, SCHEMA_VERSION + 1):
-            conn.execute(Q[f"upgrade_to_{step}"])
+            for statement in _statements(Q[f"upgrade_to_{step}"]):
+                conn.execute(statement)
             conn.execute(Q[f"set_version_{step}"])
         conn.commit()
     except BaseException:
@@ -165,6 +180,7 @@ class SQLiteBackend(Backend, DeliveryStore):
             if str(mode).lower() != "wal":
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
             conn.execute(Q[f"pragma_synchronous_{self.options.synchronous}"])
+            conn.execute(Q["pragma_recursive_triggers"])
             (version,) = conn.execute(Q["schema_version"]).fetchone()
             if version < 1:
                 conn.executescript(SCHEMA)

@@ -29,12 +29,13 @@ from relaymq.backends.base import (
     StoredSchedule,
     Tally,
     WorkerInfo,
+    dependent,
     keyed,
 )
 from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
-from relaymq.job import TERMINAL, Job, JobState, KeyMode, NewJob
+from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, KeyMode, NewJob, dependency_error
 from relaymq.limits import Allowance, Limits, allowance
 
 Conn = sqlite3.Connection
@@ -54,6 +55,8 @@ def allocate_seq(conn: Conn, queue: str, n: int) -> int:
 def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
     if keyed(jobs):
         return [_enqueue_keyed(conn, now, new) for new in jobs]
+    if dependent(jobs):
+        return [_enqueue_dependent(conn, now, new) for new in jobs]
     by_queue: dict[str, list[int]] = {}
     for i, new in enumerate(jobs):
         by_queue.setdefault(new.queue, []).append(i)
@@ -91,10 +94,57 @@ def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
                     "max_attempts": new.max_attempts,
                     "timeout": new.timeout,
                     "traceparent": new.traceparent,
+                    "depends_on": None,
+                    "dep_policy": None,
+                    "pending_deps": None,
                 }
             )
     conn.executemany(Q["insert_job"], inserts)
     return [Enqueued(new.id, duplicate=dup) for new, dup in zip(jobs, duplicate, strict=True)]
+
+
+_ENDED = frozenset(s.value for s in TERMINAL)
+
+
+def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
+    """One job of a batch with dependencies, in the batch's transaction: blocked while any
+    dependency is pending (job_deps tells it when each ends); failed at once when one already
+    ended other than completed under the FAIL policy; otherwise waiting."""
+    if not new.depends_on:
+        return enqueue(conn, now, [new])[0]
+    ids = list(dict.fromkeys(new.depends_on))
+    if conn.execute(
+        Q["existing_ids"], {"queue": new.queue, "ids": json.dumps([new.id])}
+    ).fetchone():
+        return Enqueued(new.id, duplicate=True)
+    states = dict(
+        conn.execute(Q["dependency_states"], {"queue": new.queue, "ids": json.dumps(ids)})
+    )
+    pending = [i for i in ids if i in states and states[i] not in _ENDED]
+    failed_by = None
+    if new.on_dependency_failure is DependencyPolicy.FAIL:
+        failed_by = next((i for i in ids if states.get(i) != JobState.COMPLETED.value
+                          and i not in pending), None)  # fmt: skip
+    row = {
+        "queue": new.queue, "id": new.id, "task": new.task, "payload": new.payload,
+        "state": JobState.BLOCKED.value if pending and failed_by is None else "waiting",
+        "priority": new.priority, "seq": allocate_seq(conn, new.queue, 1), "now": now,
+        "run_at": None, "ttl": new.ttl, "max_attempts": new.max_attempts,
+        "timeout": new.timeout, "traceparent": new.traceparent,
+        "depends_on": json.dumps(list(new.depends_on)),
+        "dep_policy": new.on_dependency_failure.value, "pending_deps": len(pending),
+    }  # fmt: skip
+    conn.execute(Q["insert_job"], row)
+    if failed_by is not None:
+        ended = states.get(failed_by)
+        error = dependency_error(failed_by, JobState(ended) if ended else None)
+        conn.execute(Q["fail_dependent"], {"queue": new.queue, "id": new.id, "error": error,
+                                           "now": now})  # fmt: skip
+        return Enqueued(new.id)
+    for dep_id in pending:
+        conn.execute(Q["add_dependency"], {"queue": new.queue, "dep_id": dep_id,
+                                           "dependent": new.id})  # fmt: skip
+    return Enqueued(new.id)
 
 
 _REPLACEABLE = (JobState.WAITING.value, JobState.DELAYED.value)
@@ -319,6 +369,7 @@ _LISTINGS = {
     JobState.WAITING: "list_waiting",
     JobState.DELAYED: "list_delayed",
     JobState.ACTIVE: "list_active",
+    JobState.BLOCKED: "list_blocked",
 }
 
 
@@ -394,6 +445,7 @@ def is_paused(conn: Conn, now: float, queue: str) -> bool:
 
 
 def drain(conn: Conn, now: float, queue: str) -> int:
+    conn.execute(Q["forget_pending_dependencies"], {"queue": queue})
     return conn.execute(Q["drain"], {"queue": queue}).rowcount
 
 
@@ -405,7 +457,8 @@ def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float
 
 
 def obliterate(conn: Conn, now: float, queue: str) -> None:
-    for name in ("obliterate_jobs", "resume", "obliterate_counts", "obliterate_seq",
+    for name in ("obliterate_dependencies", "obliterate_jobs", "resume", "obliterate_counts",
+                 "obliterate_seq",
                  "obliterate_tallies", "obliterate_keys", "remove_limits"):  # fmt: skip
         conn.execute(Q[name], {"queue": queue})
 

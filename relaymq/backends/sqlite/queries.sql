@@ -3,7 +3,7 @@
 -- Parameters are named (:name). "<job>" below means the job columns in this order:
 --   queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
 --   timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
---   progress, result, error, finished_at, traceparent, rowid
+--   progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 -- (records.py reads them by position). Writes run inside begin_immediate ... COMMIT.
 
 -- name: pragma_wal
@@ -18,6 +18,11 @@ PRAGMA synchronous = NORMAL;
 -- name: pragma_synchronous_full
 -- WAL + FULL: the WAL is fsynced on every commit; survives power loss too, at a cost per commit.
 PRAGMA synchronous = FULL;
+
+-- name: pragma_recursive_triggers
+-- Per connection: a trigger's own writes fire triggers too (a job failed because of its
+-- dependency tells the jobs blocked on it, and so on; see upgrade_to_6).
+PRAGMA recursive_triggers = ON;
 
 -- name: schema_version
 -- Out: one row, the schema version (0 for a fresh file).
@@ -84,6 +89,58 @@ CREATE TABLE IF NOT EXISTS limits (
     used       INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
+-- Jobs that wait for others (depends_on): the ids they wait for (a JSON array) and what they
+-- do when one does not complete; while blocked, how many have not ended yet. job_deps lists,
+-- per dependency, the jobs blocked on it; the triggers below tell them when it ends, in the
+-- same transaction (recursive_triggers is on: a dependent failed in turn tells its own).
+ALTER TABLE jobs ADD COLUMN depends_on TEXT;
+ALTER TABLE jobs ADD COLUMN dep_policy TEXT;
+ALTER TABLE jobs ADD COLUMN pending_deps INTEGER;
+CREATE INDEX IF NOT EXISTS jobs_blocked ON jobs (queue, seq) WHERE state = 'blocked';
+CREATE TABLE IF NOT EXISTS job_deps (
+    queue     TEXT NOT NULL,
+    dep_id    TEXT NOT NULL,
+    dependent TEXT NOT NULL,
+    PRIMARY KEY (queue, dep_id, dependent)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS jobs_dependency_ended AFTER UPDATE OF state ON jobs
+WHEN NEW.state IN ('completed', 'failed', 'expired', 'cancelled')
+ AND OLD.state IN ('blocked', 'waiting', 'delayed', 'active')
+ AND EXISTS (SELECT 1 FROM job_deps WHERE queue = NEW.queue AND dep_id = NEW.id)
+BEGIN
+    UPDATE jobs SET state = 'failed', pending_deps = 0, finished_at = NEW.finished_at,
+                    error = 'dependency ' || NEW.id || ' ended ' || NEW.state
+    WHERE NEW.state <> 'completed' AND queue = NEW.queue AND state = 'blocked'
+      AND dep_policy = 'fail'
+      AND id IN (SELECT dependent FROM job_deps WHERE queue = NEW.queue AND dep_id = NEW.id);
+    UPDATE jobs SET pending_deps = pending_deps - 1
+    WHERE queue = NEW.queue AND state = 'blocked'
+      AND id IN (SELECT dependent FROM job_deps WHERE queue = NEW.queue AND dep_id = NEW.id);
+    UPDATE jobs SET state = 'delayed', run_at = NEW.finished_at
+    WHERE queue = NEW.queue AND state = 'blocked' AND pending_deps <= 0
+      AND id IN (SELECT dependent FROM job_deps WHERE queue = NEW.queue AND dep_id = NEW.id);
+    DELETE FROM job_deps WHERE queue = NEW.queue AND dep_id = NEW.id;
+END;
+-- A dependency deleted before it ended: "removed". (A trigger cannot see the backend's clock;
+-- this one reads the system's for the times it stores.)
+CREATE TRIGGER IF NOT EXISTS jobs_dependency_removed AFTER DELETE ON jobs
+WHEN OLD.state IN ('blocked', 'waiting', 'delayed', 'active')
+ AND EXISTS (SELECT 1 FROM job_deps WHERE queue = OLD.queue AND dep_id = OLD.id)
+BEGIN
+    UPDATE jobs SET state = 'failed', pending_deps = 0,
+                    finished_at = (julianday('now') - 2440587.5) * 86400.0,
+                    error = 'dependency ' || OLD.id || ' ended removed'
+    WHERE queue = OLD.queue AND state = 'blocked' AND dep_policy = 'fail'
+      AND id IN (SELECT dependent FROM job_deps WHERE queue = OLD.queue AND dep_id = OLD.id);
+    UPDATE jobs SET pending_deps = pending_deps - 1
+    WHERE queue = OLD.queue AND state = 'blocked'
+      AND id IN (SELECT dependent FROM job_deps WHERE queue = OLD.queue AND dep_id = OLD.id);
+    UPDATE jobs SET state = 'delayed', run_at = (julianday('now') - 2440587.5) * 86400.0
+    WHERE queue = OLD.queue AND state = 'blocked' AND pending_deps <= 0
+      AND id IN (SELECT dependent FROM job_deps WHERE queue = OLD.queue AND dep_id = OLD.id);
+    DELETE FROM job_deps WHERE queue = OLD.queue AND dep_id = OLD.id;
+END;
+
 -- name: set_version_6
 PRAGMA user_version = 6;
 
@@ -106,9 +163,34 @@ SELECT id FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(
 -- name: insert_job
 -- In: one new job. Out: nothing (the counts trigger adds it to its state).
 INSERT INTO jobs (queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-                  max_attempts, timeout, traceparent)
+                  max_attempts, timeout, traceparent, depends_on, dep_policy, pending_deps)
 VALUES (:queue, :id, :task, :payload, :state, :priority, :seq, :now, :run_at, :ttl,
-        :max_attempts, :timeout, :traceparent);
+        :max_attempts, :timeout, :traceparent, :depends_on, :dep_policy, :pending_deps);
+
+-- name: dependency_states
+-- In: :queue, :ids (JSON array). Out: (id, state) of those that exist.
+SELECT id, state FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: add_dependency
+-- In: :queue, :dep_id, :dependent. Out: nothing. The dependent learns when dep_id ends.
+INSERT INTO job_deps (queue, dep_id, dependent) VALUES (:queue, :dep_id, :dependent)
+ON CONFLICT DO NOTHING;
+
+-- name: fail_dependent
+-- In: :queue, :id, :error, :now. Out: nothing. A new job whose dependency already failed.
+UPDATE jobs SET state = 'failed', error = :error, finished_at = :now
+WHERE queue = :queue AND id = :id;
+
+-- name: forget_pending_dependencies
+-- In: :queue. Out: nothing. Before drain deletes the jobs that have not started: the jobs
+-- blocked on them go too, so there is nothing to tell them.
+DELETE FROM job_deps WHERE queue = :queue AND dep_id IN (
+    SELECT id FROM jobs WHERE queue = :queue AND state IN ('blocked', 'waiting', 'delayed')
+);
+
+-- name: obliterate_dependencies
+-- In: :queue. Out: nothing.
+DELETE FROM job_deps WHERE queue = :queue;
 
 -- name: is_paused
 -- In: :queue. Out: one row when the queue is paused, none otherwise.
@@ -169,7 +251,7 @@ WHERE rowid IN (
 )
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid;
 
 -- name: fail_corrupt
 -- In: :rowid, :error, :now. Out: nothing. Moves an unreadable job out of every line into the DLQ.
@@ -236,7 +318,7 @@ SELECT
 -- claimed_at is older than :cutoff (jobs_active).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs
 WHERE queue = :queue AND state = 'active' AND max(heartbeat_at, claimed_at) < :cutoff;
 
@@ -271,21 +353,21 @@ DELETE FROM locks WHERE name = :name AND owner = :owner;
 -- In: :queue, :id. Out: <job>, or no row.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs WHERE queue = :queue AND id = :id;
 
 -- name: get_jobs
 -- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: list_waiting
 -- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs WHERE queue = :queue AND state = 'waiting'
 ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 
@@ -293,16 +375,24 @@ ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 -- In: :queue, :limit, :offset. Out: <job> rows by run time (jobs_delayed).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs WHERE queue = :queue AND state = 'delayed'
 ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
+
+-- name: list_blocked
+-- In: :queue, :limit, :offset. Out: <job> rows of blocked jobs, in enqueue order.
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+FROM jobs WHERE queue = :queue AND state = 'blocked'
+ORDER BY seq LIMIT :limit OFFSET :offset;
 
 -- name: list_active
 -- In: :queue, :limit, :offset. Out: <job> rows, oldest claim first. The active set is bounded
 -- by the workers' concurrency, so sorting it is cheap.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs WHERE queue = :queue AND state = 'active'
 ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 
@@ -311,7 +401,7 @@ ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 -- (jobs_finished; ties in insertion order).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
 FROM jobs WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL
 ORDER BY finished_at, rowid LIMIT :limit OFFSET :offset;
 
@@ -325,7 +415,7 @@ SELECT state, n FROM counts WHERE queue = :queue;
 -- (SET reads the old state).
 UPDATE jobs SET state = 'cancelled', cancel_requested = (state = 'active'),
                 error = 'cancelled by request', finished_at = :now, worker_id = NULL
-WHERE queue = :queue AND id = :id AND state IN ('waiting', 'delayed', 'active');
+WHERE queue = :queue AND id = :id AND state IN ('blocked', 'waiting', 'delayed', 'active');
 
 -- name: retry_job
 -- In: :queue, :id, :seq (fresh FIFO number), :now. Out: nothing; changes() = 1 when a failed,
@@ -348,11 +438,13 @@ INSERT INTO pauses (queue) VALUES (:queue) ON CONFLICT (queue) DO NOTHING;
 DELETE FROM pauses WHERE queue = :queue;
 
 -- name: drain
--- In: :queue. Out: nothing; changes() = the number of waiting and delayed jobs deleted.
+-- In: :queue. Out: nothing; changes() = the number of blocked, waiting and delayed jobs deleted.
 DELETE FROM jobs WHERE rowid IN (
     SELECT rowid FROM jobs WHERE queue = :queue AND state = 'waiting'
     UNION ALL
     SELECT rowid FROM jobs WHERE queue = :queue AND state = 'delayed'
+    UNION ALL
+    SELECT rowid FROM jobs WHERE queue = :queue AND state = 'blocked'
 );
 
 -- name: clean
@@ -428,7 +520,7 @@ UPDATE jobs SET
 WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid;
 
 -- name: delivery_live
 -- DeliveryStore. In: :queue, :id, :token. Out: one row while the job waits with that token.
@@ -447,7 +539,7 @@ UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
 WHERE rowid = :rowid AND state = 'delayed'
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid;
 
 -- name: add_tally
 -- In: :queue, :minute, :completed, :retried, :failed. Adds to the minute's counters.

@@ -8,23 +8,27 @@ a neutral value and says what was wrong in ``Job.extra["corrupt"]``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from relaymq.errors import CorruptRecordError
-from relaymq.job import Job, JobState
+from relaymq.job import DependencyPolicy, Job, JobState
 
 # The column order of "<job>" in queries.sql.
 COLUMNS = (
     "queue", "id", "task", "payload", "state", "priority", "seq", "created_at", "run_at", "ttl",
     "max_attempts", "timeout", "attempts", "token", "claimed_at", "heartbeat_at", "worker_id",
     "stalls", "cancel_requested", "progress", "result", "error", "finished_at", "traceparent",
-    "rowid",
+    "depends_on", "dep_policy", "rowid",
 )  # fmt: skip
 ROWID = COLUMNS.index("rowid")
+DEPENDS_ON = COLUMNS.index("depends_on")
+DEP_POLICY = COLUMNS.index("dep_policy")
 PRIORITY = COLUMNS.index("priority")
 SEQ = COLUMNS.index("seq")
 
 _STATES = {s.value: s for s in JobState}
+_POLICIES = {p.value: p for p in DependencyPolicy}
 
 # What each column may hold: (python types allowed, nullable, neutral value for listings).
 _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
@@ -51,6 +55,8 @@ _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
     "error": ((str,), True, None),
     "finished_at": ((float, int), True, None),
     "traceparent": ((str,), True, None),
+    "depends_on": ((str,), True, None),
+    "dep_policy": ((str,), True, None),
 }
 _FLOATS = frozenset(name for name, (types, _, _) in _KINDS.items() if float in types)
 _CHECKS = tuple(
@@ -68,7 +74,21 @@ def problems(row: tuple[Any, ...]) -> list[str]:
         value = row[i]
         if type(value) not in types and not (value is None and nullable):
             found.append(f"{name} is {value!r}, not {'/'.join(t.__name__ for t in types)}")
+    if isinstance(row[DEPENDS_ON], str) and _dependencies(row[DEPENDS_ON]) is None:
+        found.append(f"depends_on is {row[DEPENDS_ON]!r}, not a JSON array of job ids")
+    if isinstance(row[DEP_POLICY], str) and row[DEP_POLICY] not in _POLICIES:
+        found.append(f"dep_policy is {row[DEP_POLICY]!r}, not a dependency policy")
     return found
+
+
+def _dependencies(text: str) -> tuple[str, ...] | None:
+    try:
+        ids = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return None
+    return tuple(ids)
 
 
 def to_job(row: tuple[Any, ...]) -> Job:
@@ -92,6 +112,10 @@ def to_job_lenient(row: tuple[Any, ...], state: JobState) -> Job:
     for i, _, types, nullable, neutral in _CHECKS:
         if type(row[i]) not in types and not (row[i] is None and nullable):
             fixed[i] = neutral
+    if isinstance(fixed[DEPENDS_ON], str) and _dependencies(fixed[DEPENDS_ON]) is None:
+        fixed[DEPENDS_ON] = None
+    if fixed[DEP_POLICY] not in _POLICIES:
+        fixed[DEP_POLICY] = None
     return build(tuple(fixed), {"corrupt": "; ".join(bad)})
 
 
@@ -108,4 +132,9 @@ def build(row: tuple[Any, ...], extra: dict[str, str] | None = None) -> Job:
             v[name] = float(v[name])
     v["state"] = _STATES[v["state"]]
     v["cancel_requested"] = bool(v["cancel_requested"])
+    deps, policy = v.pop("depends_on"), v.pop("dep_policy")
+    if deps is not None:
+        v["depends_on"] = _dependencies(deps)
+    if policy is not None:
+        v["on_dependency_failure"] = _POLICIES[policy]
     return Job(**v, extra=extra or {})

@@ -1,4 +1,5 @@
--- cancel_jobs.lua: an operator cancels waiting, delayed or active jobs (one or a batch).
+-- cancel_jobs.lua: an operator cancels blocked, waiting, delayed or active jobs (one or a
+-- batch).
 -- KEYS[1]  base of the queue
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2..] job ids

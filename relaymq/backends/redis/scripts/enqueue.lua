@@ -3,13 +3,18 @@
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2]  the events channel ('' = publish nothing), ARGV[3] the queue's name,
 -- ARGV[4]  the events' time
--- ARGV[5]  the number of arguments per job: 3, or 4 when the jobs carry key rules
+-- ARGV[5]  the number of arguments per job: 3, 4 when the jobs carry key rules, 5 when they
+--          also carry dependencies
 -- ARGV[6..] per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
---           <traceparent|-> <id>" (- = none), task, payload, and with 4 the job's key rule:
---           "throttle <window s> <key>", "debounce 0 <key>" or '' (none)
+--           <traceparent|-> <id>" (- = none), task, payload, with 4 the job's key rule:
+--           "throttle <window s> <key>", "debounce 0 <key>" or '' (none), and with 5 its
+--           dependencies: "<policy> <JSON array of job ids>" or '' (none)
 -- Returns  with 3: one integer per job, 1 = stored, 0 = duplicate (the id exists in this
---          queue). With 4: two values per job: 1 and the id of the job it replaced (''), or 0
---          and '' (a duplicate id), or 0 and the id of the job holding the key (throttled).
+--          queue). With 4 or 5: two values per job: 1 and the id of the job it replaced (''),
+--          or 0 and '' (a duplicate id), or 0 and the id of the job holding the key (throttled).
+-- A job with dependencies is stored blocked while any has not ended (base:deps:<dep> lists it,
+-- and the dependency's hash gets dependents = 1); failed at once when one ended other than
+-- completed and its policy is 'fail'; otherwise as any job.
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
 -- With a channel, one framed message of events goes out too (job:waiting, job:delayed or
 -- job:deduplicated per job, as events.py writes them): the enqueue is one round trip.
@@ -58,12 +63,48 @@ local function take_key(id, rule)
       flush() -- the holder may have been stored earlier in this batch
       redis.call('ZREM', base .. ':' .. state, holder)
       redis.call('DEL', job_key(base, holder))
+      if redis.call('EXISTS', base .. ':deps:' .. holder) == 1 then
+        dependency_ended(base, holder, 'removed', nows)
+      end
       replaced = holder
     end
   end
   redis.call('HSET', base .. ':keys', key, id)
   redis.call('ZADD', base .. ':key_until', fmt(now + tonumber(window)), key)
   return nil, replaced
+end
+
+-- Record job id's dependencies ("<policy> <JSON ids>"): whether it is blocked (and on how
+-- many), or the error that fails it at once.
+local function wait_for(id, jk, spec)
+  local policy, list = string.match(spec, '^(%S+) (.*)$')
+  local deps = cjson.decode(list)
+  local pending, bad, seen = {}, nil, {}
+  for _, dep in ipairs(deps) do
+    if not seen[dep] then
+      seen[dep] = true
+      local r = read(job_key(base, dep), 'state')
+      local state = r and r[1]
+      if state and not TERMINAL[state] then
+        pending[#pending + 1] = dep
+      elseif state ~= 'completed' and bad == nil and policy == 'fail' then
+        bad = 'dependency ' .. dep .. ' ended ' .. (state or 'removed')
+      end
+    end
+  end
+  redis.call('HSET', jk, 'depends_on', list, 'dep_policy', policy)
+  if bad then
+    return false, bad
+  end
+  for _, dep in ipairs(pending) do
+    redis.call('SADD', base .. ':deps:' .. dep, id)
+    redis.call('HSET', job_key(base, dep), 'dependents', '1')
+  end
+  if #pending > 0 then
+    redis.call('HSET', jk, 'pending', #pending)
+    return true, nil
+  end
+  return false, nil
 end
 
 for i = 6, #ARGV, stride do
@@ -74,12 +115,12 @@ for i = 6, #ARGV, stride do
   local holder, replaced = nil, ''
   if redis.call('EXISTS', jk) == 1 then
     holder = ''
-  elseif stride == 4 and ARGV[i + 3] ~= '' then
+  elseif stride >= 4 and ARGV[i + 3] ~= '' then
     holder, replaced = take_key(id, ARGV[i + 3])
   end
   if holder then
     out[#out + 1] = 0
-    if stride == 4 then
+    if stride >= 4 then
       out[#out + 1] = holder
     end
     event = 'job:deduplicated'
@@ -88,7 +129,18 @@ for i = 6, #ARGV, stride do
     local priority = tonumber(priority_s)
     local delay = tonumber(delay_s)
     local state = 'waiting'
-    if delay > 0 then
+    local blocked, bad = false, nil
+    if stride == 5 and ARGV[i + 4] ~= '' then
+      blocked, bad = wait_for(id, jk, ARGV[i + 4])
+    end
+    if bad then
+      state = 'failed'
+      redis.call('HSET', jk, 'finished_at', nows, 'error', bad)
+      redis.call('ZADD', base .. ':failed', nows, id)
+    elseif blocked then
+      state = 'blocked'
+      redis.call('ZADD', base .. ':blocked', seq, id)
+    elseif delay > 0 then
       state = 'delayed'
       event = 'job:delayed'
       local run_at = fmt(now + delay)
@@ -111,7 +163,7 @@ for i = 6, #ARGV, stride do
       redis.call('HSET', jk, 'traceparent', traceparent)
     end
     out[#out + 1] = 1
-    if stride == 4 then
+    if stride >= 4 then
       out[#out + 1] = replaced
     end
   end

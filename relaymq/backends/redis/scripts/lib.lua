@@ -10,7 +10,8 @@ local TERMINAL = {completed = true, failed = true, expired = true, cancelled = t
 -- checks the two lists agree). Absent fields travel as nil.
 local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
   'max_attempts', 'timeout', 'attempts', 'token', 'claimed_at', 'heartbeat_at', 'worker_id',
-  'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at', 'traceparent'}
+  'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at', 'traceparent',
+  'depends_on', 'dep_policy'}
 
 -- Numbers go back to Redis with 17 significant digits: every double round-trips exactly.
 local function fmt(x)
@@ -107,12 +108,49 @@ local function wake(base, n)
   redis.call('LTRIM', key, 0, WAKE_MAX - 1)
 end
 
+-- Job `id` ended in `state` ('removed': deleted before it ended). The jobs blocked on it
+-- (base:deps:<id>; its hash has dependents = 1) count it: the last makes each due at once
+-- (delayed, run_at = now); one that did not complete fails each whose policy is 'fail', which
+-- ends in turn, down the chain.
+local function dependency_ended(base, id, state, nows)
+  local work = {{id, state}}
+  while #work > 0 do
+    local item = table.remove(work)
+    local dep, ended = item[1], item[2]
+    local dkey = base .. ':deps:' .. dep
+    local waiters = redis.call('SMEMBERS', dkey)
+    redis.call('DEL', dkey)
+    redis.pcall('HDEL', job_key(base, dep), 'dependents')
+    for _, w in ipairs(waiters) do
+      local wk = job_key(base, w)
+      local r = read(wk, 'state', 'dep_policy')
+      if r and r[1] == 'blocked' then
+        if ended ~= 'completed' and r[2] == 'fail' then
+          redis.call('ZREM', base .. ':blocked', w)
+          redis.call('ZADD', base .. ':failed', nows, w)
+          redis.call('HSET', wk, 'state', 'failed', 'finished_at', nows, 'pending', 0,
+            'error', 'dependency ' .. dep .. ' ended ' .. ended)
+          work[#work + 1] = {w, 'failed'}
+        elseif redis.call('HINCRBY', wk, 'pending', -1) <= 0 then
+          redis.call('ZREM', base .. ':blocked', w)
+          redis.call('ZADD', base .. ':delayed', nows, w)
+          redis.call('HSET', wk, 'state', 'delayed', 'run_at', nows)
+          wake(base, 1)
+        end
+      end
+    end
+  end
+end
+
 -- Move a job from state set `from` into the terminal state `state`.
 local function finish(base, jk, id, from, state, nows)
   redis.call('ZREM', base .. ':' .. from, id)
   redis.call('ZADD', base .. ':' .. state, nows, id)
   redis.call('HSET', jk, 'state', state, 'finished_at', nows)
   redis.call('HDEL', jk, 'worker_id')
+  if redis.call('HGET', jk, 'dependents') then
+    dependency_ended(base, id, state, nows)
+  end
 end
 
 -- A record the scripts cannot read is taken out of line into the DLQ (failed), so it never
@@ -121,6 +159,9 @@ local function quarantine(base, jk, id, from, nows)
   redis.call('ZREM', base .. ':' .. from, id)
   redis.call('ZADD', base .. ':failed', nows, id)
   redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error', 'corrupt record')
+  if redis.call('EXISTS', base .. ':deps:' .. id) == 1 then
+    dependency_ended(base, id, 'failed', nows)
+  end
 end
 
 -- The due delayed jobs of one queue (at most `max`): their ids, and {id, jk, r} records in the

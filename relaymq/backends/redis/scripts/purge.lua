@@ -4,7 +4,8 @@
 -- ARGV[2]  older_than (s): only jobs scored below now - older_than; '' = any
 -- ARGV[3]  now ('' = server TIME)
 -- ARGV[4]  most jobs deleted in this call (the caller loops while a full chunk comes back)
--- Returns  the number of jobs deleted.
+-- Returns  the number of jobs deleted. The jobs blocked on them are told nothing: drain and
+-- obliterate delete those too, and a finished job has told them already.
 local base = KEYS[1]
 local key = base .. ':' .. ARGV[1]
 local chunk = tonumber(ARGV[4])
@@ -20,7 +21,8 @@ if #ids == 0 then
 end
 local jobs = {}
 for i, id in ipairs(ids) do
-  jobs[i] = job_key(base, id)
+  jobs[2 * i - 1] = job_key(base, id)
+  jobs[2 * i] = base .. ':deps:' .. id
 end
 redis.call('DEL', unpack(jobs))
 redis.call('ZREM', key, unpack(ids))

@@ -1,10 +1,13 @@
 -- remove_jobs.lua: delete one job or a batch, in any state (an active job's claim is lost).
 -- KEYS[1]  base of the queue
--- ARGV[1..] job ids
+-- ARGV[1]  now ('' = server TIME)
+-- ARGV[2..] job ids
 -- Returns  one number per id: 1 when a record was deleted, 0 when there was none.
+-- A job deleted before it ended counts as ended ('removed') for the jobs blocked on it.
 local base = KEYS[1]
+local _, nows = clock(ARGV[1])
 local out = {}
-for i = 1, #ARGV do
+for i = 2, #ARGV do
   local id = ARGV[i]
   local jk = job_key(base, id)
   local r = read(jk, 'state')
@@ -14,11 +17,15 @@ for i = 1, #ARGV do
     if r then
       redis.call('ZREM', base .. ':' .. r[1], id)
     else -- unreadable: it may sit in any set
-      for _, s in ipairs({'waiting', 'delayed', 'active', 'completed', 'failed', 'expired', 'cancelled'}) do
+      for _, s in ipairs({'blocked', 'waiting', 'delayed', 'active', 'completed', 'failed',
+                          'expired', 'cancelled'}) do
         redis.call('ZREM', base .. ':' .. s, id)
       end
     end
     redis.call('DEL', jk)
+    if redis.call('EXISTS', base .. ':deps:' .. id) == 1 then
+      dependency_ended(base, id, 'removed', nows)
+    end
     out[#out + 1] = 1
   end
 end

@@ -21,7 +21,7 @@ for i = 2, #ARGV, 2 do
   local token, outcome, delay, id = string.match(ARGV[i], '^(%d+) (%a+) (%S+) (.*)$')
   local value = ARGV[i + 1]
   local jk = job_key(base, id or '')
-  local r = id and read(jk, 'state', 'token')
+  local r = id and read(jk, 'state', 'token', 'dependents')
   local target = TARGET[outcome]
   local answer = 0
   if r and r[2] == token then
@@ -48,6 +48,9 @@ for i = 2, #ARGV, 2 do
         else
           redis.call('HSET', jk, 'state', target, 'finished_at', nows, 'error',
             string.sub(value, 2))
+        end
+        if r[3] then
+          dependency_ended(base, id, target, nows)
         end
         local set = finished[target]
         if set == nil then
