@@ -46,7 +46,7 @@ async def run(url: str, rounds: int, backlog: int) -> None:
         for r in range(rounds):
             for mode, con in cons.items():
                 t0 = time.perf_counter()
-                rows = await con.fetch(Q["claim"], ["s"], "w", 10, None, 1000)
+                rows = await con.fetch(Q["claim"], ["s"], "w", 10, None, 1000, False)
                 t1 = time.perf_counter()
                 n = len(rows)
                 await con.fetch(

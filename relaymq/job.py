@@ -118,6 +118,8 @@ class NewJob:
     depends_on: tuple[str, ...] = ()
     """Ids of jobs of the same queue this job waits for (existing, or earlier in the batch)."""
     on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
+    limit_key: str | None = None
+    """The key its queue's per-key limits count it under (``Limits.key_rate``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,8 @@ class Job:
     depends_on: tuple[str, ...] = ()
     """As given at enqueue: the jobs it waited for (``blocked`` until they ended)."""
     on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
+    limit_key: str | None = None
+    """As given at enqueue (``NewJob.limit_key``)."""
 
     @property
     def claim(self) -> Claim:

@@ -10,6 +10,7 @@ counted in fixed windows of ``per`` seconds on the backend's clock (window ``k``
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from relaymq.errors import ConfigError
@@ -27,20 +28,26 @@ class Limits:
     """At most this many jobs of the queue start (are claimed) per window of ``per`` s."""
     per: float = 1.0
     """The length of a rate window, in seconds."""
+    key_rate: int | None = None
+    """At most this many jobs of each limit key (``with_options(limit_key=...)``, e.g. one
+    customer) start per window of ``key_per`` seconds. Jobs without a key are not counted."""
+    key_per: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("max_active", "rate"):
+        for name in ("max_active", "rate", "key_rate"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):  # fmt: skip
                 raise ConfigError(f"limits: {name} must be a whole number >= 1, not {value!r}")
-        if not (isinstance(self.per, int | float) and math.isfinite(self.per) and self.per > 0):
-            raise ConfigError(f"limits: per must be a number of seconds > 0, not {self.per!r}")
+        for name in ("per", "key_per"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"limits: {name} must be a number of seconds > 0, not {value!r}")
 
     @property
     def empty(self) -> bool:
         """Limits nothing (storing it removes the queue's limits)."""
-        return self.max_active is None and self.rate is None
+        return self.max_active is None and self.rate is None and self.key_rate is None
 
     def describe(self) -> str:
         parts = []
@@ -48,6 +55,8 @@ class Limits:
             parts.append(f"at most {self.max_active} active")
         if self.rate is not None:
             parts.append(f"{self.rate} per {self.per:g}s")
+        if self.key_rate is not None:
+            parts.append(f"{self.key_rate} per {self.key_per:g}s per key")
         return ", ".join(parts) or "no limits"
 
 
@@ -80,19 +89,30 @@ it starts, so the code's limits hold from the next deploy on."""
 
 
 def limit(queue: str, *, max_active: int | None = None, rate: int | str | None = None,
-          per: float = 1.0) -> Limits:  # fmt: skip
+          per: float = 1.0, key_rate: int | str | None = None,
+          key_per: float = 1.0) -> Limits:  # fmt: skip
     """Define ``queue``'s limits in code: at most ``max_active`` of its jobs active at once,
-    and at most ``rate`` starts per ``per`` seconds (or ``rate="100/m"``), over every worker.
+    at most ``rate`` starts per ``per`` seconds (or ``rate="100/m"``), and at most
+    ``key_rate`` starts per ``key_per`` seconds for each limit key, over every worker.
 
     Workers of the queue store them when they start; ``Queue.set_limits`` (or ``relaymq queue
     limits``) changes them at run time, until the next worker start stores these again.
     """
     validate_queue_name(queue)
-    if isinstance(rate, str):
-        rate, per = parse_rate(rate)
-    limits = Limits(max_active=max_active, rate=rate, per=per)
+    limits = make_limits(max_active, rate, per, key_rate, key_per)
     DEFINED[queue] = limits
     return limits
+
+
+def make_limits(max_active: int | None, rate: int | str | None, per: float,
+                key_rate: int | str | None, key_per: float) -> Limits:  # fmt: skip
+    """``Limits`` from the arguments of ``limit`` and ``Queue.set_limits`` (rates may be
+    written ``"100/m"``)."""
+    if isinstance(rate, str):
+        rate, per = parse_rate(rate)
+    if isinstance(key_rate, str):
+        key_rate, key_per = parse_rate(key_rate)
+    return Limits(max_active=max_active, rate=rate, per=per, key_rate=key_rate, key_per=key_per)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +145,43 @@ def allowance(limits: Limits, active: int, window: int, used: int, now: float,
         take = max(0, limits.rate - used)
         retry_in = max(0.0, (current + 1) * limits.per - now)
     return Allowance(take, window, used, retry_in)
+
+
+KEY_SCAN = 1000
+"""A claim of a queue with ``key_rate`` looks at most this many waiting jobs, in order, past
+those whose key has used its window: beyond that, jobs of other keys wait for the next claim
+(in the next key window at the latest, when the keys in front start again)."""
+
+
+class KeyBudget:
+    """What each limit key may still start in a claim (``Limits.key_rate``): the starts
+    counted in the current key window (``key_window`` index, ``used``: key -> starts), plus
+    the claim's own. ``window`` and ``used`` are what to store back afterwards."""
+
+    def __init__(self, limits: Limits, key_window: int, used: Mapping[str, int],
+                 now: float) -> None:  # fmt: skip
+        self.rate = limits.key_rate
+        self.per = limits.key_per
+        self.window = math.floor(now / limits.key_per)
+        self.used: dict[str, int] = dict(used) if key_window == self.window else {}
+        self.held_back = False
+        """Whether a job was refused (its key had used its window)."""
+
+    def take(self, key: str | None) -> bool:
+        """Whether a job of ``key`` may start now; if so, it is counted."""
+        if key is None or self.rate is None:
+            return True
+        n = self.used.get(key, 0)
+        if n >= self.rate:
+            self.held_back = True
+            return False
+        self.used[key] = n + 1
+        return True
+
+    def retry_in(self, now: float) -> float:
+        """Seconds until the key window ends (when the keys that used it start again)."""
+        return max(0.0, (self.window + 1) * self.per - now)
+
+    def spent(self) -> list[str]:
+        """The keys that may start nothing more in this window."""
+        return [k for k, n in self.used.items() if self.rate is not None and n >= self.rate]

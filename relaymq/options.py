@@ -51,6 +51,9 @@ class Options:
     ended); they exist already, or come before it in the same ``add_bulk``."""
     on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
     """What the job does when a dependency ends other than completed (``DependencyPolicy``)."""
+    limit_key: str | None = None
+    """The key its queue's per-key limits count it under (``Limits.key_rate``): a customer,
+    an account, an API token."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid option."""
@@ -86,6 +89,12 @@ class Options:
             if self.delay or self.throttle is not None or self.debounce is not None:
                 raise ConfigError("a job with depends_on starts when its dependencies end: "
                                   "give it no delay, throttle or debounce")  # fmt: skip
+        if self.limit_key is not None and not (
+            isinstance(self.limit_key, str) and 0 < len(self.limit_key) <= 255
+            and self.limit_key.split() == [self.limit_key]
+        ):  # fmt: skip
+            raise ConfigError("limit_key must be 1 to 255 characters without spaces, "
+                              f"got {self.limit_key!r}")  # fmt: skip
         if not isinstance(self.on_dependency_failure, DependencyPolicy):
             raise ConfigError("on_dependency_failure must be 'fail', 'ignore' or 'include', "
                               f"got {self.on_dependency_failure!r}")  # fmt: skip

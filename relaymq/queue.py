@@ -29,7 +29,7 @@ from relaymq.errors import (
 from relaymq.flows import Flow, check_order
 from relaymq.instrumented import Instrumented
 from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
-from relaymq.limits import Limits, parse_rate
+from relaymq.limits import Limits, make_limits
 from relaymq.models import Models
 from relaymq.options import Call, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
@@ -265,7 +265,8 @@ class Queue:
             out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority,
                               o.start_delay(), o.ttl, o.retries + 1, o.timeout,
                               rule=o.rule(), depends_on=o.depends_on,
-                              on_dependency_failure=o.on_dependency_failure))  # fmt: skip
+                              on_dependency_failure=o.on_dependency_failure,
+                              limit_key=o.limit_key))  # fmt: skip
         return out
 
     async def _check_dependencies(self, jobs: Sequence[NewJob]) -> None:
@@ -402,14 +403,14 @@ class Queue:
         return paused
 
     async def set_limits(self, *, max_active: int | None = None, rate: int | str | None = None,
-                         per: float = 1.0) -> Limits | None:  # fmt: skip
+                         per: float = 1.0, key_rate: int | str | None = None,
+                         key_per: float = 1.0) -> Limits | None:  # fmt: skip
         """Limit this queue over every worker, from their next claim on: at most
         ``max_active`` jobs active at once, at most ``rate`` starts per ``per`` seconds (or
-        ``rate="100/m"``). With neither, the queue's limits are removed. Returns what is stored.
-        See ``relaymq.limits``."""
-        if isinstance(rate, str):
-            rate, per = parse_rate(rate)
-        limits = Limits(max_active=max_active, rate=rate, per=per)
+        ``rate="100/m"``), at most ``key_rate`` starts per ``key_per`` seconds for each limit
+        key (``with_options(limit_key=...)``). With none, the queue's limits are removed.
+        Returns what is stored. See ``relaymq.limits``."""
+        limits = make_limits(max_active, rate, per, key_rate, key_per)
         await self.backend.set_limits(self.name, None if limits.empty else limits)
         return None if limits.empty else limits
 

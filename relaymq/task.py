@@ -119,6 +119,7 @@ class Task(Generic[P, R]):
         debounce: tuple[str, float] | None = None,
         depends_on: Iterable[str | JobHandle[Any]] | None = None,
         on_dependency_failure: str | None = None,
+        limit_key: str | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose next enqueues use these options.
 
@@ -130,6 +131,8 @@ class Task(Generic[P, R]):
         its queue have ended; ``on_dependency_failure`` says what it does when one did not
         complete: ``"fail"`` (the default), ``"ignore"`` or ``"include"``
         (``DependencyPolicy``; see ``relaymq.Flow`` for a parent with children).
+        ``limit_key="customer:42"`` counts the job under that key for its queue's per-key
+        limits (``relaymq.limit(queue, key_rate=...)``).
 
         Raises ``ConfigError`` at once for an invalid option, as ``@task(...)`` does.
         """
@@ -142,6 +145,7 @@ class Task(Generic[P, R]):
                 "depends_on": None if depends_on is None else dependency_ids(depends_on),
                 "on_dependency_failure": None if on_dependency_failure is None
                 else dependency_policy(on_dependency_failure),
+                "limit_key": limit_key,
             }.items()
             if v is not None
         }  # fmt: skip

@@ -80,7 +80,13 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
 def limits_json(limits: Limits | None) -> dict[str, Any] | None:
     if limits is None:
         return None
-    return {"max_active": limits.max_active, "rate": limits.rate, "per": limits.per}
+    return {
+        "max_active": limits.max_active,
+        "rate": limits.rate,
+        "per": limits.per,
+        "key_rate": limits.key_rate,
+        "key_per": limits.key_per,
+    }
 
 
 @queue_group.command("limits")
@@ -99,6 +105,12 @@ def limits_json(limits: Limits | None) -> dict[str, Any] | None:
     help="At most N starts per period: 100/60 (seconds), 10/m, 5/s, 1000/h.",
 )
 @click.option(
+    "--key-rate",
+    envvar="RELAYMQ_KEY_RATE",
+    show_envvar=True,
+    help="At most N starts per period for each limit key (a job's limit_key), e.g. 10/m.",
+)
+@click.option(
     "--clear",
     is_flag=True,
     envvar="RELAYMQ_CLEAR_LIMITS",
@@ -108,15 +120,15 @@ def limits_json(limits: Limits | None) -> dict[str, Any] | None:
 @backend_option
 @json_option
 def queue_limits(
-    queue: str | None, max_active: int | None, rate: str | None, clear: bool, backend: str,
-    as_json: bool,
+    queue: str | None, max_active: int | None, rate: str | None, key_rate: str | None,
+    clear: bool, backend: str, as_json: bool,
 ) -> None:  # fmt: skip
     """Show or set QUEUE's limits (every queue's, without QUEUE).
 
-    --max-active and --rate replace what is stored (one without the other unsets it);
+    --max-active, --rate and --key-rate replace what is stored (one left out is unset);
     workers obey from their next claim. Limits defined in code (relaymq.limit) are stored
     again by each worker of the queue when it starts."""
-    changing = clear or max_active is not None or rate is not None
+    changing = clear or max_active is not None or rate is not None or key_rate is not None
     if queue is None:
         if changing:
             raise click.UsageError("name the QUEUE whose limits to set")
@@ -129,14 +141,14 @@ def queue_limits(
             if not found:
                 click.echo("no queue has limits")
         return
-    if clear and (max_active is not None or rate is not None):
+    if clear and (max_active is not None or rate is not None or key_rate is not None):
         raise click.UsageError("--clear removes the limits: give it alone")
 
     async def go(b: Backend) -> Limits | None:
         q = Queue(queue, b)
         if not changing:
             return await q.limits()
-        return await q.set_limits(max_active=max_active, rate=rate)
+        return await q.set_limits(max_active=max_active, rate=rate, key_rate=key_rate)
 
     stored = run(lambda: with_backend(backend, go, create=changing))
     if as_json:

@@ -13,18 +13,19 @@ from tests.support.jobs import queue_name
 def test_set_show_list_and_clear(url: str, capsys: Capture) -> None:
     q, other = queue_name(), queue_name()
     b = ["--backend", url]
-    set_both = ["queue", "limits", q, "--max-active", "4", "--rate", "100/m", *b]
-    assert cli_json(set_both, capsys) == {
-        "queue": q, "limits": {"max_active": 4, "rate": 100, "per": 60.0},
-    }  # fmt: skip
+    set_all = ["queue", "limits", q, "--max-active", "4", "--rate", "100/m", "--key-rate", "5/s",
+               *b]  # fmt: skip
+    assert cli_json(set_all, capsys) == {"queue": q, "limits": {
+        "max_active": 4, "rate": 100, "per": 60.0, "key_rate": 5, "key_per": 1.0,
+    }}  # fmt: skip
     cli_json(["queue", "limits", other, "--rate", "5/s", *b], capsys)
 
     async def stored(backend: Backend) -> dict[str, Limits]:
         return await backend.list_limits()
 
-    assert on(url, stored) == {q: Limits(4, 100, 60.0), other: Limits(rate=5, per=1.0)}
+    assert on(url, stored) == {q: Limits(4, 100, 60.0, 5, 1.0), other: Limits(rate=5, per=1.0)}
     assert main(["queue", "limits", q, *b]) == 0
-    assert "at most 4 active, 100 per 60s" in capsys.readouterr().out
+    assert "at most 4 active, 100 per 60s, 5 per 1s per key" in capsys.readouterr().out
     listed = cli_json(["queue", "limits", *b], capsys)
     assert [x["queue"] for x in listed] == sorted([q, other])
     # Setting replaces: --rate alone unsets max_active.

@@ -95,3 +95,16 @@ async def test_delivered_jobs_beyond_the_limits_are_kept(
     again, stale = await store.claim_delivered(q, [("c", 0), ("d", 0)], "w")
     assert again.jobs == [] and stale == [] and again.limited == {q: None}
     assert (await backend.counts(q))[JobState.ACTIVE] == 2
+
+
+async def test_delivered_jobs_of_a_key_that_used_its_window_are_kept(
+    store: DeliveryStore, backend: Backend, q: str
+) -> None:
+    await backend.set_limits(q, Limits(key_rate=1, key_per=3600))
+    await backend.enqueue([new_job(q, "a1", limit_key="a"), new_job(q, "a2", limit_key="a"),
+                           new_job(q, "b1", limit_key="b")])  # fmt: skip
+    batch, stale = await store.claim_delivered(q, [("a1", 0), ("a2", 0), ("b1", 0)], "w")
+    assert [j.id for j in batch.jobs] == ["a1", "b1"]
+    assert stale == [] and list(batch.limited) == [q]  # "a2" is kept by the caller
+    again, stale = await store.claim_delivered(q, [("a2", 0)], "w")
+    assert again.jobs == [] and stale == [] and list(again.limited) == [q]

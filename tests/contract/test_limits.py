@@ -34,10 +34,10 @@ async def active(backend: Backend, q: str) -> int:
 
 async def test_limits_are_stored_listed_and_removed(backend: Backend, q: str) -> None:
     other = q + "-b"
-    await backend.set_limits(q, Limits(max_active=3, rate=100, per=60))
+    await backend.set_limits(q, Limits(max_active=3, rate=100, per=60, key_rate=7, key_per=2.5))
     await backend.set_limits(other, Limits(rate=5, per=0.5))
     stored = await backend.list_limits()
-    assert stored[q] == Limits(max_active=3, rate=100, per=60)
+    assert stored[q] == Limits(max_active=3, rate=100, per=60, key_rate=7, key_per=2.5)
     assert stored[other] == Limits(rate=5, per=0.5)
     await backend.set_limits(q, Limits(max_active=1))  # replaces, does not merge
     assert (await backend.list_limits())[q] == Limits(max_active=1)
@@ -167,3 +167,41 @@ async def test_rate_holds_over_concurrent_claims_of_many_processes(
     # Work ending frees no start within the window.
     await handles[0].settle([Settle(j.claim, Outcome.COMPLETE, result=b"1") for j in taken])
     assert (await handles[1].claim([q], "w", 10)).jobs == []
+
+
+async def test_a_key_rate_counts_starts_per_key_per_window(
+    backend: Backend, clock: FakeClock, q: str
+) -> None:
+    assert clock.now % 10 == 0  # a key window starts now
+    await backend.set_limits(q, Limits(key_rate=2, key_per=10))
+    keys = {"a1": "a", "a2": "a", "a3": "a", "b1": "b", "n1": None, "a4": "a"}
+    await backend.enqueue([new_job(q, i, limit_key=k) for i, k in keys.items()])
+    clock.advance(3)
+    first = await claim_until_limited(backend, q)
+    assert sorted(j.id for j in first) == ["a1", "a2", "b1", "n1"]  # past a3, to b1 and n1
+    assert first[0].limit_key in ("a", "b", None)
+    batch = await backend.claim([q], "w", 10)
+    assert batch.jobs == [] and batch.limited[q] == pytest.approx(7.0)
+    await backend.settle([Settle(j.claim, Outcome.COMPLETE, result=b"1") for j in first])
+    assert (await backend.claim([q], "w", 10)).jobs == []  # ending gives nothing back
+    clock.advance(7)
+    assert sorted(j.id for j in await claim_exactly(backend, q, 2)) == ["a3", "a4"]
+
+
+async def test_a_key_rate_holds_over_concurrent_claims_of_many_processes(
+    make_backend: MakeBackend, q: str
+) -> None:
+    handles = [await make_backend() for _ in range(3)]
+    await handles[0].set_limits(q, Limits(key_rate=3, key_per=3600))
+    await handles[0].enqueue([new_job(q, f"k{i}", limit_key="k") for i in range(12)]
+                             + [new_job(q, f"m{i}", limit_key="m") for i in range(4)])  # fmt: skip
+    taken: list[Job] = []
+    async with asyncio.timeout(10):
+        while len(taken) < 6:
+            batches: list[ClaimBatch] = await asyncio.gather(
+                *(h.claim([q], f"w{n}", 2) for n in range(2) for h in handles)
+            )
+            taken += [j for b in batches for j in b.jobs]
+            by_key = [j.limit_key for j in taken]
+            assert by_key.count("k") <= 3 and by_key.count("m") <= 3
+    assert len({j.id for j in taken}) == 6

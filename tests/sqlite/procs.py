@@ -68,7 +68,7 @@ async def hold(backend: SQLiteBackend, queue: str) -> None:
         "queue": queue, "id": "uncommitted", "task": "t", "payload": b"", "state": "waiting",
         "priority": 0, "seq": 10**9, "now": 0.0, "run_at": None, "ttl": None,
         "max_attempts": 1, "timeout": None, "traceparent": None, "depends_on": None,
-        "dep_policy": None, "pending_deps": None,
+        "dep_policy": None, "pending_deps": None, "limit_key": None,
     }  # fmt: skip
     conn.execute(QUERIES["insert_job"], row)
     say("IN-TRANSACTION")

@@ -49,13 +49,36 @@ async def test_a_rate_lets_its_number_start_per_window(queue: Queue, run_worker:
         assert sum(1 for t in starts if t is not None and int(t // 0.5) == w) <= 3
 
 
+async def test_a_key_rate_holds_per_key_and_lets_other_keys_pass(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    key = queue_name("keys")
+    await queue.set_limits(key_rate="2/0.5")
+    job = tasks.record_order.with_options(queue=queue.name)
+    a = [await queue.add(job.with_options(limit_key="a").call(key, f"a{i}")) for i in range(6)]
+    b = [await queue.add(job.with_options(limit_key="b").call(key, f"b{i}")) for i in range(2)]
+    async with run_worker(concurrency=5), run_worker(concurrency=5):
+        for h in a + b:
+            await h.result(timeout=20)
+        started = {h.id: (await h.job()).claimed_at or 0.0 for h in a + b}
+    for jobs in (a, b):
+        windows = [int(started[h.id] // 0.5) for h in jobs]
+        assert max(windows.count(w) for w in windows) <= 2  # never more than 2 per window
+    # b's jobs, enqueued behind all of a's, did not wait for them: they started in the first
+    # window, beside a's first two.
+    a_windows = sorted(int(started[h.id] // 0.5) for h in a)
+    assert {int(started[h.id] // 0.5) for h in b} == {a_windows[0]}
+    assert len(set(a_windows)) >= 3
+
+
 async def test_limits_defined_in_code_are_stored_by_the_queues_workers(
     queue: Queue, run_worker: RunWorker
 ) -> None:
-    limit(queue.name, max_active=7, rate="30/m")
+    limit(queue.name, max_active=7, rate="30/m", key_rate="5/s")
     try:
         async with run_worker():
-            assert await queue.limits() == Limits(max_active=7, rate=30, per=60)
+            assert await queue.limits() == Limits(max_active=7, rate=30, per=60, key_rate=5,
+                                                  key_per=1)  # fmt: skip
     finally:
         DEFINED.pop(queue.name)
     assert await queue.set_limits() is None  # neither: removed

@@ -119,6 +119,7 @@ class InMemoryBackend(Backend, DeliveryStore):
                 priority=new.priority, created_at=now, ttl=new.ttl,
                 max_attempts=new.max_attempts, timeout=new.timeout, traceparent=new.traceparent,
                 depends_on=new.depends_on, on_dependency_failure=new.on_dependency_failure,
+                limit_key=new.limit_key,
             )  # fmt: skip
             if new.depends_on:
                 self._add_dependent(q, row, now)
@@ -164,14 +165,19 @@ class InMemoryBackend(Backend, DeliveryStore):
             want = limit - len(claimed)
             a = q.allowance(now, want)
             take = want if a is None else a.take
+            budget = q.key_budget(now)
             taken = 0
-            while taken < take and (job := q.pop_waiting()) is not None:
+            while taken < take and (job := q.pop_within(budget)) is not None:
                 claimed.append(q.activate(job, worker_id, now).freeze())
                 taken += 1
             if a is not None:
                 q.started(a, taken)
                 if taken == take < want:
                     limited[name] = a.retry_in
+            if budget is not None:
+                q.key_window, q.key_used = budget.window, budget.used
+                if taken < take and q.by_state[JobState.WAITING]:  # keys held the rest back
+                    limited[name] = budget.retry_in(now)
         return ClaimBatch(claimed, now, limited)
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
@@ -481,19 +487,24 @@ class InMemoryBackend(Backend, DeliveryStore):
         claimed: list[Job] = []
         stale: list[str] = []
         a = q.allowance(now, len(deliveries)) if q is not None else None
+        budget = q.key_budget(now) if q is not None else None
         take = len(deliveries) if a is None else a.take
-        held_back = False
+        held_back: float | bool | None = False  # when held back: when to try again
         for job_id, token in deliveries:
             job = q.jobs.get(job_id) if q else None
             if q is None or job is None or job.state is not JobState.WAITING or job.token != token:
                 stale.append(job_id)
-            elif len(claimed) < take:
-                claimed.append(q.activate(job, worker_id, now).freeze())
+            elif len(claimed) >= take:
+                held_back = a.retry_in if a is not None else None  # kept by the caller
+            elif budget is not None and not budget.take(job.limit_key):
+                held_back = budget.retry_in(now)
             else:
-                held_back = True  # kept by the caller, for when the limits allow it
+                claimed.append(q.activate(job, worker_id, now).freeze())
         if q is not None and a is not None:
             q.started(a, len(claimed))
-        limited = {queue: a.retry_in} if a is not None and held_back else {}
+        if q is not None and budget is not None:
+            q.key_window, q.key_used = budget.window, budget.used
+        limited = {} if held_back is False else {queue: held_back}
         return ClaimBatch(claimed, now, limited), stale
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:

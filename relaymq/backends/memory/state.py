@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, dependency_error
-from relaymq.limits import Allowance, Limits, allowance
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
 
 _values = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
 
@@ -67,6 +67,9 @@ class QueueState:
         self.window = 0
         """The current rate window (index) and the jobs started in it (``relaymq.limits``)."""
         self.used = 0
+        self.key_window = 0
+        self.key_used: dict[str, int] = {}
+        """The current key window (index) and the starts counted in it per limit key."""
         self._waiting: list[tuple[int, int, str]] = []  # (priority, seq, id)
         self._delayed: list[tuple[float, int, str]] = []  # (run_at, seq, id)
         self._seq = itertools.count(1)
@@ -191,6 +194,27 @@ class QueueState:
     def started(self, a: Allowance, taken: int) -> None:
         """Count ``taken`` starts in the rate window ``a`` was decided in."""
         self.window, self.used = a.window, a.used + taken
+
+    def key_budget(self, now: float) -> KeyBudget | None:
+        if self.limits is None or self.limits.key_rate is None:
+            return None
+        return KeyBudget(self.limits, self.key_window, self.key_used, now)
+
+    def pop_within(self, budget: KeyBudget | None) -> Row | None:
+        """``pop_waiting``, past jobs whose key has used its window (``KEY_SCAN`` at most;
+        they keep their place)."""
+        if budget is None:
+            return self.pop_waiting()
+        passed: list[Row] = []
+        found = None
+        while len(passed) < KEY_SCAN and (job := self.pop_waiting()) is not None:
+            if budget.take(job.limit_key):
+                found = job
+                break
+            passed.append(job)
+        for job in passed:
+            heapq.heappush(self._waiting, (job.priority, job.seq, job.id))
+        return found
 
     # -- reading the heaps ------------------------------------------------------------------
 

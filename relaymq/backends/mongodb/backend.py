@@ -91,7 +91,7 @@ from relaymq.errors import (
     CorruptRecordError,
 )
 from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
-from relaymq.limits import Allowance, Limits, allowance
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -349,10 +349,12 @@ class MongoDBBackend(Backend):
             want = limit - len(claimed)
             if want <= 0:
                 break
-            jobs, a = await self._claim_limited(queue, worker_id, want)
+            jobs, a, keys_held = await self._claim_limited(queue, worker_id, want)
             claimed += jobs
             if a is not None and len(jobs) == a.take < want:
                 limited[queue] = a.retry_in
+            if keys_held is not None:
+                limited[queue] = keys_held
         now = claimed[0].claimed_at if claimed and claimed[0].claimed_at else self._now.local()
         return ClaimBatch(claimed, now, limited)
 
@@ -370,21 +372,46 @@ class MongoDBBackend(Backend):
                 ids += [doc["_id"] async for doc in cursor]
             if not ids:
                 break
-            claim_id = uuid.uuid4().hex
-            result = await self._jobs.update_many(
-                tx.claim_again(ids, self._now), tx.claim_update(worker_id, claim_id, self._now)
-            )
-            if result.modified_count:
-                claimed += await self._read_claimed(claim_id, ids)
-            if result.modified_count == len(ids):
+            got, all_won = await self._claim_ids(ids, worker_id)
+            claimed += got
+            if all_won:
                 break  # no lost races: either the limit is reached or the queues are empty
         return claimed
 
+    async def _claim_ids(self, ids: list[Any], worker_id: str) -> tuple[list[Job], bool]:
+        """Claim the candidates ``ids`` (document ids) still claimable: the jobs taken, in
+        candidate order, and whether every one was."""
+        claim_id = uuid.uuid4().hex
+        result = await self._jobs.update_many(
+            tx.claim_again(ids, self._now), tx.claim_update(worker_id, claim_id, self._now)
+        )
+        got = await self._read_claimed(claim_id, ids) if result.modified_count else []
+        return got, result.modified_count == len(ids)
+
+    async def _take_within(
+        self, queue: str, worker_id: str, want: int, budget: KeyBudget
+    ) -> list[Job]:
+        """Up to ``want`` jobs of ``queue`` in claim order, past those whose limit key has used
+        its window (``KEY_SCAN`` looked at, at most)."""
+        spent = budget.spent()
+        if spent:
+            budget.held_back = True  # their jobs are left out of the candidates
+        query = tx.claimable(queue, self._now) | {"limit_key": {"$nin": spent}}
+        cursor = self._jobs.find(query, {"limit_key": 1}).sort(tx.CLAIM_ORDER).limit(KEY_SCAN)
+        ids: list[Any] = []
+        async for doc in cursor:
+            if len(ids) == want:
+                break
+            if budget.take(doc.get("limit_key")):
+                ids.append(doc["_id"])
+        return (await self._claim_ids(ids, worker_id))[0] if ids else []
+
     async def _claim_limited(
         self, queue: str, worker_id: str, want: int
-    ) -> tuple[list[Job], Allowance | None]:
-        """Claim up to ``want`` jobs of ``queue`` within its limits: the jobs, and the
-        allowance (None: the limits are gone; the claim was the ordinary one).
+    ) -> tuple[list[Job], Allowance | None, float | None]:
+        """Claim up to ``want`` jobs of ``queue`` within its limits: the jobs, the allowance
+        (None: the limits are gone; the claim was the ordinary one), and, when the keys' rate
+        held jobs back, the seconds until the key window ends (else None).
 
         Without multi-document transactions, the claims of a limited queue take turns under a
         lease (``LIMITS_LEASE``): while it is held, another claim of the queue takes nothing.
@@ -392,25 +419,36 @@ class MongoDBBackend(Backend):
         cap by its own batch; docs/guarantees.md says so."""
         name, owner = f"limits:{queue}", uuid.uuid4().hex
         if not await self.lock(name, owner, LIMITS_LEASE):
-            return [], Allowance(0, 0, 0, None)  # another claim of this queue is under way
+            return [], Allowance(0, 0, 0, None), None  # another claim of this queue is on
         try:
             doc = await self._queues.find_one_and_update(
                 {"_id": queue}, [{"$set": {"now": self._now.expr()}}],
-                projection={"limits": 1, "win": 1, "used": 1, "now": 1},
+                projection={"limits": 1, "win": 1, "used": 1, "key_window": 1, "key_used": 1,
+                            "now": 1},
                 return_document=ReturnDocument.AFTER,
             )  # fmt: skip
             limits = to_limits(doc)
             if limits is None or doc is None:
-                return await self._take([queue], worker_id, want), None
+                return await self._take([queue], worker_id, want), None, None
             active = await self._jobs.count_documents({"queue": queue, "state": tx.ACTIVE})
             now = tx.as_date(doc["now"]).timestamp()
             a = allowance(limits, active, int(doc.get("win", 0)), int(doc.get("used", 0)), now,
                           want)  # fmt: skip
-            jobs = await self._take([queue], worker_id, a.take) if a.take > 0 else []
-            await self._queues.update_one(
-                {"_id": queue}, {"$set": {"win": a.window, "used": a.used + len(jobs)}}
-            )
-            return jobs, a
+            budget = None
+            if limits.key_rate is not None:
+                budget = KeyBudget(limits, int(doc.get("key_window", 0)),
+                                   dict(doc.get("key_used") or {}), now)  # fmt: skip
+                jobs = await self._take_within(queue, worker_id, a.take, budget)
+            else:
+                jobs = await self._take([queue], worker_id, a.take) if a.take > 0 else []
+            counted: dict[str, Any] = {"win": a.window, "used": a.used + len(jobs)}
+            if budget is not None:
+                counted |= {"key_window": budget.window, "key_used": budget.used}
+            await self._queues.update_one({"_id": queue}, {"$set": counted})
+            held = None
+            if budget is not None and budget.held_back and len(jobs) < a.take:
+                held = budget.retry_in(now)
+            return jobs, a, held
         finally:
             await self._locks.delete_one({"_id": name, "owner": owner})
 
@@ -781,7 +819,8 @@ class MongoDBBackend(Backend):
             await self._queues.update_one({"_id": queue}, {"$unset": {"limits": ""}})
         else:
             stored = {"max_active": limits.max_active, "rate": limits.rate,
-                      "per": float(limits.per)}  # fmt: skip
+                      "per": float(limits.per), "key_rate": limits.key_rate,
+                      "key_per": float(limits.key_per)}  # fmt: skip
             await self._queues.update_one({"_id": queue}, {"$set": {"limits": stored}},
                                           upsert=True)  # fmt: skip
 

@@ -87,6 +87,8 @@ def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
     }
     if job.traceparent is not None:  # only while tracing is on: no field otherwise
         doc["traceparent"] = job.traceparent
+    if job.limit_key is not None:
+        doc["limit_key"] = job.limit_key
     return doc
 
 
@@ -117,6 +119,7 @@ _FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
     ("traceparent", (str,), True, None),
     ("depends_on", (list,), True, None),
     ("dep_policy", (str,), True, None),
+    ("limit_key", (str,), True, None),
 ]
 _STATES = frozenset(str(s) for s in JobState)
 _POLICIES = {p.value: p for p in DependencyPolicy}
@@ -158,7 +161,8 @@ def to_limits(doc: Mapping[str, Any] | None) -> Limits | None:
         return None
     try:
         return Limits(max_active=stored.get("max_active"), rate=stored.get("rate"),
-                      per=float(stored.get("per", 1.0)))  # fmt: skip
+                      per=float(stored.get("per", 1.0)), key_rate=stored.get("key_rate"),
+                      key_per=float(stored.get("key_per", 1.0)))  # fmt: skip
     except (ConfigError, TypeError, ValueError):
         return None
 
@@ -216,6 +220,7 @@ def _build(doc: Mapping[str, Any]) -> Job:
         traceparent=doc.get("traceparent"),
         depends_on=tuple(str(i) for i in doc.get("depends_on") or ()),
         on_dependency_failure=_POLICIES.get(str(doc.get("dep_policy")), DependencyPolicy.FAIL),
+        limit_key=doc.get("limit_key"),
     )
 
 

@@ -233,7 +233,8 @@ class PostgresBackend(Backend, DeliveryStore):
             return []
         if keyed(jobs) or dependent(jobs):
             return await self._enqueue_keyed(jobs)
-        rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()), None, "", 0.0)
+        rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()), None, "", 0.0,
+                                 _limit_keys(jobs))  # fmt: skip
         return _answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
@@ -243,7 +244,8 @@ class PostgresBackend(Backend, DeliveryStore):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
         rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()),
-                                 channel, str(self._notes.number()), at)  # fmt: skip
+                                 channel, str(self._notes.number()), at,
+                                 _limit_keys(jobs))  # fmt: skip
         return _answers(jobs, rows)
 
     async def _enqueue_keyed(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
@@ -280,12 +282,14 @@ class PostgresBackend(Backend, DeliveryStore):
             want = limit - len(jobs)
             if want <= 0:
                 break
-            rows, a = await self._in_transaction(
+            rows, a, keys_held = await self._in_transaction(
                 claim_limited, queue, worker_id, want, now, PROMOTE_PER_CLAIM
             )
             jobs += [to_job(r) for r in rows]
             if a is not None and len(rows) == a.take < want:
                 limited[queue] = a.retry_in
+            if keys_held is not None:
+                limited[queue] = keys_held
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
         return ClaimBatch(jobs, now, limited)
@@ -458,7 +462,8 @@ class PostgresBackend(Backend, DeliveryStore):
             await self._execute("remove_limits", queue)
         else:
             await self._execute("set_limits", queue, limits.max_active, limits.rate,
-                                float(limits.per))  # fmt: skip
+                                float(limits.per), limits.key_rate,
+                                float(limits.key_per))  # fmt: skip
         self._limited.forget()
 
     async def list_limits(self) -> dict[str, Limits]:
@@ -592,8 +597,8 @@ class PostgresBackend(Backend, DeliveryStore):
             rows, a, held_back = await self._in_transaction(
                 claim_delivered_limited, queue, deliveries, worker_id, now
             )
-            if a is not None and held_back:
-                limited[queue] = a.retry_in
+            if a is not None and held_back is not False:
+                limited[queue] = held_back
         jobs = [to_job(r) for r in rows if r["id"] is not None]
         stale = [r["delivery_id"] for r in rows if r["id"] is None]
         if now is None:
@@ -626,7 +631,8 @@ async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueu
         took = await con.fetchrow(Q["take_key"], job.queue, rule.key, job.id, rule.window,
                                   victim, now)  # fmt: skip
         replaced = took["replaced"]
-    rows = await con.fetch(Q["enqueue"], *_enqueue_args([job], now), None, "", 0.0)
+    rows = await con.fetch(Q["enqueue"], *_enqueue_args([job], now), None, "", 0.0,
+                           _limit_keys([job]))  # fmt: skip
     [answer] = _answers([job], rows)
     if job.depends_on and not answer.duplicate:
         await _store_dependencies(con, job, now)
@@ -660,6 +666,11 @@ def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:
         [j.ttl for j in jobs], [j.max_attempts for j in jobs], [j.timeout for j in jobs], now,
         [j.traceparent for j in jobs],
     ]  # fmt: skip
+
+
+def _limit_keys(jobs: Sequence[NewJob]) -> list[str | None]:
+    """The argument $15 of the ``enqueue`` statement."""
+    return [j.limit_key for j in jobs]
 
 
 def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:

@@ -14,14 +14,16 @@ list delays its claims by that second but never lets one past its limits.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from relaymq.backends import sqlfile
-from relaymq.limits import Allowance, Limits, allowance
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
 
@@ -54,56 +56,108 @@ class LimitedQueues:
 
 
 def to_limits(row: Any) -> Limits:
-    return Limits(max_active=row["max_active"], rate=row["rate"], per=row["per"])
+    return Limits(max_active=row["max_active"], rate=row["rate"], per=row["per"],
+                  key_rate=row["key_rate"], key_per=row["key_per"])  # fmt: skip
 
 
-async def _allow(
-    con: asyncpg.Connection, queue: str, want: int, now: float | None
-) -> Allowance | None:
+@dataclass
+class _Gate:
+    """A limited claim's view of its queue, under the lock of the queue's limits row."""
+
+    allowance: Allowance
+    budget: KeyBudget | None
+    now: float
+
+
+async def _allow(con: asyncpg.Connection, queue: str, want: int, now: float | None) -> _Gate | None:
     """Lock ``queue``'s limits row and decide what a claim of ``want`` may take (inside the
     caller's transaction); None when the queue has no limits."""
     row = await con.fetchrow(Q["lock_limits"], queue)
     if row is None:
         return None
     state = await con.fetchrow(Q["limits_active"], queue, now)
-    return allowance(to_limits(row), state["active"], row["win"], row["used"], state["now"],
-                     want)  # fmt: skip
+    limits = to_limits(row)
+    a = allowance(limits, state["active"], row["win"], row["used"], state["now"], want)
+    budget = None
+    if limits.key_rate is not None:
+        budget = KeyBudget(limits, row["key_win"], json.loads(row["key_used"]), state["now"])
+    return _Gate(a, budget, state["now"])
+
+
+async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken: int) -> None:
+    a, budget = gate.allowance, gate.budget
+    await con.execute(Q["count_starts"], queue, a.window, a.used + taken,
+                      budget.window if budget else 0,
+                      json.dumps(budget.used if budget else {}))  # fmt: skip
 
 
 async def claim_limited(
     con: asyncpg.Connection, queue: str, worker_id: str, want: int, now: float | None,
     promote: int,
-) -> tuple[list[asyncpg.Record], Allowance | None]:  # fmt: skip
-    """Claim up to ``want`` jobs of ``queue`` within its limits; the rows, and the allowance
-    (None: the queue has no limits, and the claim was the ordinary one)."""
+) -> tuple[list[asyncpg.Record], Allowance | None, float | None]:  # fmt: skip
+    """Claim up to ``want`` jobs of ``queue`` within its limits: the rows, the allowance
+    (None: the queue has no limits, and the claim was the ordinary one), and, when the keys'
+    rate held jobs back, the seconds until the key window ends (else None)."""
     async with con.transaction():
-        a = await _allow(con, queue, want, now)
-        take = want if a is None else a.take
-        rows = []
-        if take > 0:
+        gate = await _allow(con, queue, want, now)
+        take = want if gate is None else gate.allowance.take
+        rows: list[asyncpg.Record] = []
+        keys_held: float | None = None
+        if take > 0 and gate is not None and gate.budget is not None:
+            rows = await _claim_within(con, queue, worker_id, take, now, promote, gate.budget)
+            if gate.budget.held_back and len(rows) < take:
+                keys_held = gate.budget.retry_in(gate.now)
+        elif take > 0:
             rows = await con.fetch(Q["claim"], [queue], worker_id, take, now, promote, True)
-        if a is not None:
-            await con.execute(Q["count_starts"], queue, a.window, a.used + len(rows))
-    return rows, a
+        if gate is not None:
+            await _count_starts(con, queue, gate, len(rows))
+    return rows, None if gate is None else gate.allowance, keys_held
+
+
+async def _claim_within(
+    con: asyncpg.Connection, queue: str, worker_id: str, want: int, now: float | None,
+    promote: int, budget: KeyBudget,
+) -> list[asyncpg.Record]:  # fmt: skip
+    """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
+    window (``KEY_SCAN`` looked at, at most); due delayed jobs join the line first."""
+    await con.fetch(Q["promote_due"], queue, promote, now)
+    spent = budget.spent()
+    if spent:
+        budget.held_back = True  # their jobs are left out of the candidates
+    picked: list[str] = []
+    for r in await con.fetch(Q["keyed_candidates"], queue, spent, KEY_SCAN):
+        if len(picked) == want:
+            break
+        if budget.take(r["limit_key"]):
+            picked.append(r["id"])
+    if not picked:
+        return []
+    rows = await con.fetch(Q["claim_ids"], queue, picked, worker_id, now)
+    return sorted(rows, key=lambda r: (r["priority"], r["seq"]))
 
 
 async def claim_delivered_limited(
     con: asyncpg.Connection, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str,
     now: float | None,
-) -> tuple[list[asyncpg.Record], Allowance | None, bool]:  # fmt: skip
+) -> tuple[list[asyncpg.Record], Allowance | None, float | bool | None]:  # fmt: skip
     """``claim_delivered`` of ``queue`` within its limits: the statement's rows, the
-    allowance (None: no limits), and whether live deliveries were held back (kept)."""
+    allowance (None: no limits), and False, or when live deliveries were held back (kept by
+    the caller), the seconds until that may change (None: when active jobs end)."""
     async with con.transaction():
-        a = await _allow(con, queue, len(deliveries), now)
+        gate = await _allow(con, queue, len(deliveries), now)
         offered = list(deliveries)
-        held_back = False
-        if a is not None:
+        held_back: float | bool | None = False
+        if gate is not None:
             ids, tokens = [d[0] for d in deliveries], [d[1] for d in deliveries]
-            live = {r["id"] for r in await con.fetch(Q["live_deliveries"], queue, ids, tokens)}
+            live = {r["id"]: r["limit_key"]
+                    for r in await con.fetch(Q["live_deliveries"], queue, ids, tokens)}  # fmt: skip
             offered, taken = [], 0
             for d in deliveries:
-                if d[0] in live and taken >= a.take:
-                    held_back = True  # kept by the caller; a stale one is reported stale
+                if d[0] in live and taken >= gate.allowance.take:
+                    held_back = gate.allowance.retry_in  # kept by the caller
+                    continue
+                if d[0] in live and gate.budget is not None and not gate.budget.take(live[d[0]]):
+                    held_back = gate.budget.retry_in(gate.now)
                     continue
                 taken += d[0] in live
                 offered.append(d)
@@ -113,7 +167,6 @@ async def claim_delivered_limited(
                 Q["claim_delivered"], queue, [d[0] for d in offered],
                 [d[1] for d in offered], worker_id, now, True,
             )  # fmt: skip
-        if a is not None:
-            claimed = sum(1 for r in rows if r["id"] is not None)
-            await con.execute(Q["count_starts"], queue, a.window, a.used + claimed)
-    return rows, a, held_back
+        if gate is not None:
+            await _count_starts(con, queue, gate, sum(1 for r in rows if r["id"] is not None))
+    return rows, None if gate is None else gate.allowance, held_back

@@ -39,21 +39,21 @@ INSERT INTO relaymq_migrations (name) VALUES ($1);
 -- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
 --      $6 delay float8[], $7 ttl float8[], $8 max_attempts int[], $9 timeout float8[],
 --      $10 now float8|NULL, $11 traceparent text[], $12 channel text|NULL (no events),
---      $13 notification number text, $14 the events' time float8
+--      $13 notification number text, $14 the events' time float8, $15 limit_key text[]
 -- out: sent (notifications: 0 or 1), then queue, id of each stored job (NULLs: none was).
 WITH t AS (SELECT coalesce(to_timestamp($10::float8), now()) AS now),
 ins AS (
     INSERT INTO relaymq_jobs AS j (queue, id, task, payload, state, priority, seq, created_at,
-                                   run_at, ttl, max_attempts, timeout, traceparent)
+                                   run_at, ttl, max_attempts, timeout, traceparent, limit_key)
     SELECT u.queue, u.id, u.task, u.payload,
            CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END,
            u.priority, nextval('relaymq_job_seq'), t.now,
            CASE WHEN u.delay > 0 THEN t.now + make_interval(secs => u.delay) END,
-           u.ttl, u.max_attempts, u.timeout, u.traceparent
+           u.ttl, u.max_attempts, u.timeout, u.traceparent, u.limit_key
     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int[], $6::float8[],
-                $7::float8[], $8::int[], $9::float8[], $11::text[])
+                $7::float8[], $8::int[], $9::float8[], $11::text[], $15::text[])
              WITH ORDINALITY AS u(queue, id, task, payload, priority, delay, ttl, max_attempts,
-                                  timeout, traceparent, ord)
+                                  timeout, traceparent, limit_key, ord)
          CROSS JOIN t
     ORDER BY u.ord
     ON CONFLICT (queue, id) DO NOTHING
@@ -683,13 +683,16 @@ SELECT queue FROM relaymq_limits;
 
 -- name: list_limits
 -- out: each queue's limits, by queue.
-SELECT queue, max_active, rate, per FROM relaymq_limits ORDER BY queue;
+SELECT queue, max_active, rate, per, key_rate, key_per FROM relaymq_limits ORDER BY queue;
 
 -- name: set_limits
--- The window's count is kept. in: $1 queue, $2 max_active int|NULL, $3 rate int|NULL, $4 per.
-INSERT INTO relaymq_limits (queue, max_active, rate, per) VALUES ($1, $2, $3, $4)
+-- The windows' counts are kept. in: $1 queue, $2 max_active int|NULL, $3 rate int|NULL,
+-- $4 per, $5 key_rate int|NULL, $6 key_per.
+INSERT INTO relaymq_limits (queue, max_active, rate, per, key_rate, key_per)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (queue) DO UPDATE
-SET max_active = excluded.max_active, rate = excluded.rate, per = excluded.per;
+SET max_active = excluded.max_active, rate = excluded.rate, per = excluded.per,
+    key_rate = excluded.key_rate, key_per = excluded.key_per;
 
 -- name: remove_limits
 -- in: $1 queue.
@@ -698,7 +701,8 @@ DELETE FROM relaymq_limits WHERE queue = $1;
 -- name: lock_limits
 -- First step of a limited claim (its own transaction): take the queue's limits row, so the
 -- claims of that queue take turns. in: $1 queue. out: the row, or none (no limits).
-SELECT max_active, rate, per, win, used FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
+SELECT max_active, rate, per, win, used, key_rate, key_per, key_win, key_used::text
+FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 
 -- name: limits_active
 -- Second step, in a statement of its own so that its snapshot is taken after the lock: every
@@ -708,15 +712,35 @@ SELECT (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active')
        extract(epoch FROM coalesce(to_timestamp($2::float8), now()))::float8 AS now;
 
 -- name: live_deliveries
--- Of the deliveries (id, token) of queue $1, the ids whose job waits with that token.
--- in: $1 queue, $2 id text[], $3 token int8[].
-SELECT j.id FROM relaymq_jobs j
+-- Of the deliveries (id, token) of queue $1, the ids (and limit keys) of the jobs that wait
+-- with that token. in: $1 queue, $2 id text[], $3 token int8[].
+SELECT j.id, j.limit_key FROM relaymq_jobs j
 JOIN unnest($2::text[], $3::int8[]) AS u(id, token) ON j.id = u.id AND j.token = u.token
 WHERE j.queue = $1 AND j.state = 'waiting';
 
 -- name: count_starts
--- Last step: the rate window the claim counted its starts in. in: $1 queue, $2 win, $3 used.
-UPDATE relaymq_limits SET win = $2, used = $3 WHERE queue = $1;
+-- Last step: the rate windows the claim counted its starts in. in: $1 queue, $2 win, $3 used,
+-- $4 key_win, $5 key_used (JSON: limit key -> starts in key_win).
+UPDATE relaymq_limits SET win = $2, used = $3, key_win = $4, key_used = $5::jsonb
+WHERE queue = $1;
+
+-- name: keyed_candidates
+-- A limited claim with key_rate: the first $3 waiting jobs of $1 in claim order, past those
+-- of the keys in $2 (they used their window). out: id, limit_key.
+SELECT id, limit_key FROM relaymq_jobs
+WHERE queue = $1 AND state = 'waiting' AND (limit_key IS NULL OR NOT (limit_key = ANY($2::text[])))
+ORDER BY priority, seq LIMIT $3;
+
+-- name: claim_ids
+-- Claim these waiting jobs of $1 as "claim" does. in: $1 queue, $2 ids text[], $3 worker_id,
+-- $4 now float8|NULL. out: every column of each job claimed.
+WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now)
+UPDATE relaymq_jobs j
+SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
+    claimed_at = t.now, heartbeat_at = t.now, worker_id = $3, run_at = NULL
+FROM t
+WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state = 'waiting'
+RETURNING j.*;
 
 -- name: dependency_states
 -- A dependent's enqueue (its own transaction): the dependencies that exist, and their states,

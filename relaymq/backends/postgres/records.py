@@ -44,6 +44,7 @@ def to_job(r: asyncpg.Record) -> Job:
             traceparent=r.get("traceparent"),
             depends_on=tuple(r.get("depends_on") or ()),
             on_dependency_failure=DependencyPolicy(r.get("dep_policy") or "fail"),
+            limit_key=r.get("limit_key"),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise CorruptRecordError(f"unreadable job row {dict(r)!r}: {e}") from e

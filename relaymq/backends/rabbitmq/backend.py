@@ -54,7 +54,7 @@ from relaymq.backends.base import (
     WorkerInfo,
 )
 from relaymq.backends.rabbitmq import config, topology
-from relaymq.backends.rabbitmq.consumer import Inbox, Key, QueueDeliveries, ack
+from relaymq.backends.rabbitmq.consumer import PARK_MAX, Inbox, Key, QueueDeliveries, ack
 from relaymq.backends.rabbitmq.errors import guarded
 from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
 from relaymq.backends.rabbitmq.reconcile import Reconciler, waiting_jobs
@@ -177,11 +177,15 @@ class RabbitMQBackend(Backend):
     ) -> tuple[list[Job], float]:  # fmt: skip
         claimed: list[Job] = []
         now = self._now()
+        parked = qd.unpark()  # offered first: the limits may allow them now
         while len(claimed) < limit:
             want = limit - len(claimed)
-            if qd.buffered < want and inbox.room > 0:
-                await guarded(inbox.fill(qd, want), self.options.call_timeout)
-            taken = qd.take(want)
+            if parked:
+                taken, parked = parked, []
+            else:
+                if qd.buffered < want and inbox.room > 0:
+                    await guarded(inbox.fill(qd, want), self.options.call_timeout)
+                taken = qd.take(want)
             if not taken:
                 break
             try:
@@ -202,9 +206,15 @@ class RabbitMQBackend(Backend):
                     inbox.hold(_key(job.claim), d, job.priority)
             await ack([d.message for d in taken if d.job_id in lost])
             claimed += batch.jobs
+            if kept and batch.limited and len(qd.parked) + len(kept) <= PARK_MAX:
+                # Held back by the queue's limits: parked, and the deliveries behind them
+                # are taken meanwhile (this claim, or the next one once its window is open).
+                limited.update(batch.limited)
+                qd.parked += kept
+                continue
             if kept:
-                # The queue is paused, or its limits hold these back: hand them back to the
-                # broker, and stop consuming until a later claim finds it open again.
+                # The queue is paused (or too much is parked): hand them back to the broker,
+                # and stop consuming until a later claim finds it open again.
                 limited.update(batch.limited)
                 await guarded(inbox.pause(qd, kept), self.options.call_timeout)
                 break

@@ -35,6 +35,8 @@ from aiormq.abc import DeliveredMessage
 from relaymq.backends.rabbitmq import topology
 from relaymq.errors import BackendUnavailableError, CorruptRecordError
 
+PARK_MAX = 1000
+"""Held-back deliveries parked per queue at most (``QueueDeliveries.parked``)."""
 FILL_DEADLINE = 1.0
 """Longest a claim waits for deliveries that the broker reported ready."""
 
@@ -67,10 +69,19 @@ class QueueDeliveries:
         """A claim found the queue paused: not consuming; the next claim asks the store."""
         self.tag: str | None = None
         self._heap: list[Delivery] = []
+        self.parked: list[Delivery] = []
+        """Deliveries the queue's limits held back (their key used its window): kept aside,
+        unacknowledged, and offered first on each claim, so the deliveries behind them are
+        taken meanwhile (``PARK_MAX`` at most; beyond it they go back to the broker)."""
 
     @property
     def buffered(self) -> int:
         return len(self._heap)
+
+    def unpark(self) -> list[Delivery]:
+        """The parked deliveries still live, taken out to be offered again."""
+        out, self.parked = [d for d in self.parked if d.live], []
+        return out
 
     def has_work(self) -> bool:
         return bool(self._heap) and not self.paused
@@ -101,7 +112,7 @@ class QueueDeliveries:
             heapq.heappush(self._heap, d)
 
     def forget(self) -> list[Delivery]:
-        out, self._heap = self._heap, []
+        out, self._heap, self.parked = [*self._heap, *self.parked], [], []
         return out
 
 
@@ -184,11 +195,14 @@ class Inbox:
     @property
     def room(self) -> int:
         """Deliveries the broker may still push before the window is full."""
-        return self.window - self.held - sum(q.buffered for q in self._queues.values())
+        return self.window - self.held - sum(q.buffered + len(q.parked)
+                                             for q in self._queues.values())  # fmt: skip
 
     def window_for(self, limit: int) -> int:
-        """The window a claim for ``limit`` jobs needs: the held deliveries plus ``limit``."""
-        return max(self.floor, self.held + limit)
+        """The window a claim for ``limit`` jobs needs: the held and parked deliveries plus
+        ``limit``."""
+        parked = sum(len(q.parked) for q in self._queues.values())
+        return max(self.floor, self.held + parked + limit)
 
     async def open_window(self, limit: int) -> None:
         """A claim for ``limit`` jobs: the window becomes ``window_for(limit)``."""

@@ -148,7 +148,7 @@ class RedisBackend(Backend, DeliveryStore):
         head_of: list[str] = []
         for i, new in enumerate(jobs):
             options = (new.priority, new.delay, new.ttl, new.max_attempts, new.timeout,
-                       new.traceparent)  # fmt: skip
+                       new.traceparent, new.limit_key)  # fmt: skip
             prefix = heads.get(options)
             if prefix is None:
                 prefix = heads[options] = enqueue_head(new)
@@ -466,7 +466,13 @@ class RedisBackend(Backend, DeliveryStore):
         if limits is None or limits.empty:
             await self._run([("DEL", key)], "set_limits")
             return
-        fields = {"max_active": limits.max_active, "rate": limits.rate, "per": num(limits.per)}
+        fields = {
+            "max_active": limits.max_active,
+            "rate": limits.rate,
+            "per": num(limits.per),
+            "key_rate": limits.key_rate,
+            "key_per": num(limits.key_per),
+        }
         unset = [f for f, v in fields.items() if v is None]
         await self._run(
             [("SADD", self._keys.queues, queue),  # list_limits finds it there
@@ -481,13 +487,14 @@ class RedisBackend(Backend, DeliveryStore):
         if not names:
             return {}
         found = await self._run(
-            [("HMGET", self._keys.limits(q), "max_active", "rate", "per") for q in names],
+            [("HMGET", self._keys.limits(q), "max_active", "rate", "per", "key_rate", "key_per")
+             for q in names],
             "list_limits",
-        )
+        )  # fmt: skip
         return {
-            q: Limits(max_active=None if m is None else int(m),
-                      rate=None if r is None else int(r), per=float(p))
-            for q, (m, r, p) in zip(names, found, strict=True) if p is not None
+            q: Limits(max_active=_opt_int(m), rate=_opt_int(r), per=float(p),
+                      key_rate=_opt_int(kr), key_per=float(kp or b"1"))
+            for q, (m, r, p, kr, kp) in zip(names, found, strict=True) if p is not None
         }  # fmt: skip
 
     async def list_queues(self) -> list[str]:
@@ -642,3 +649,7 @@ class RedisBackend(Backend, DeliveryStore):
             return []
         reply = await self._script("promote_due", [self._keys.base(queue)], [self._now(), limit])
         return promoted_jobs(queue, reply)
+
+
+def _opt_int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)

@@ -25,8 +25,10 @@ key                        type    content
 ``base:keys``              hash    throttle and debounce keys: key -> the id of the job holding it
 ``base:key_until``         zset    keys, score = the end of their throttle window (backend clock)
 ``base:limits``            hash    the queue's limits (``relaymq.limits``): ``max_active``,
-                                   ``rate``, ``per`` (each absent when unset), and ``window``,
-                                   ``used`` (the current rate window, the starts counted in it)
+                                   ``rate``, ``per``, ``key_rate``, ``key_per`` (each absent
+                                   when unset), ``window``, ``used`` (the current rate window,
+                                   the starts counted in it) and ``key_window``, ``key_used``
+                                   (JSON: limit key -> starts in the current key window)
 ``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
                                    fields ``<minute>:c``, ``:r``, ``:f`` (completed,
                                    retried, failed), each a HINCRBY counter
@@ -74,7 +76,7 @@ STATE_SUFFIXES = ("blocked", "waiting", "delayed", "active", "completed", "faile
 JOB_FIELDS = (
     "task payload state priority seq created_at run_at ttl max_attempts timeout attempts token "
     "claimed_at heartbeat_at worker_id stalls cancel_requested progress result error finished_at "
-    "traceparent depends_on dep_policy"
+    "traceparent depends_on dep_policy limit_key"
 ).split()
 """Fields of a job hash. Absent fields mean None (or 0 for counters). ``worker_id`` means
 something only while the job is active: settling leaves it behind (one write fewer per job)

@@ -67,8 +67,8 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     try:
         (task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
          attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-         progress, result, error, finished_at, traceparent, depends_on,
-         dep_policy) = values  # fmt: skip
+         progress, result, error, finished_at, traceparent, depends_on, dep_policy,
+         limit_key) = values  # fmt: skip
         assert task is not None and payload is not None
         return Job(
             queue=queue,
@@ -97,6 +97,7 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             traceparent=_str(traceparent),
             depends_on=_deps(depends_on),
             on_dependency_failure=DependencyPolicy((dep_policy or b"fail").decode()),
+            limit_key=_str(limit_key),
         )
     except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
@@ -151,6 +152,7 @@ def parse_claimed(
             traceparent=None if (tp := g(b"traceparent")) is None else tp.decode(),
             depends_on=_deps(g(b"depends_on")),
             on_dependency_failure=DependencyPolicy((g(b"dep_policy") or b"fail").decode()),
+            limit_key=None if (lk := g(b"limit_key")) is None else lk.decode(),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
@@ -251,4 +253,6 @@ def enqueue_head(j: NewJob) -> str:
     traceparent = "-" if j.traceparent is None else j.traceparent
     if traceparent == "" or traceparent.split() != [traceparent]:
         raise ConfigError(f"traceparent {j.traceparent!r} of job {j.id!r} is not one word")
-    return f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {traceparent} "
+    limit_key = "-" if j.limit_key is None else "=" + j.limit_key
+    return (f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {traceparent} "
+            f"{limit_key} ")  # fmt: skip

@@ -36,7 +36,7 @@ from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
 from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, KeyMode, NewJob, dependency_error
-from relaymq.limits import Allowance, Limits, allowance
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
 
 Conn = sqlite3.Connection
 Q = named_queries(__package__, "queries.sql")
@@ -97,6 +97,7 @@ def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
                     "depends_on": None,
                     "dep_policy": None,
                     "pending_deps": None,
+                    "limit_key": new.limit_key,
                 }
             )
     conn.executemany(Q["insert_job"], inserts)
@@ -133,6 +134,7 @@ def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
         "timeout": new.timeout, "traceparent": new.traceparent,
         "depends_on": json.dumps(list(new.depends_on)),
         "dep_policy": new.on_dependency_failure.value, "pending_deps": len(pending),
+        "limit_key": new.limit_key,
     }  # fmt: skip
     conn.execute(Q["insert_job"], row)
     if failed_by is not None:
@@ -183,13 +185,17 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
     claimed: list[Job] = []
     limited: dict[str, float | None] = {}
     for queue in queues:
-        paused, a = _gate(conn, now, queue, limit - len(claimed))
-        if paused:
+        gate = _gate(conn, now, queue, limit - len(claimed))
+        if gate.paused:
             continue
         _promote_due(conn, now, queue)
+        a = gate.allowance
         before = len(claimed)
         stop = limit if a is None else before + a.take
-        while len(claimed) < stop:
+        budget = gate.budget(now)
+        if budget is not None:
+            claimed += _claim_within(conn, now, queue, worker_id, stop - before, budget)
+        while budget is None and len(claimed) < stop:
             want = stop - len(claimed)
             params = {"queue": queue, "limit": want, "now": now, "worker_id": worker_id}
             taken = conn.execute(Q["claim"], params).fetchall()
@@ -204,27 +210,83 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
             claimed += good
             if len(taken) < want or len(good) == len(taken):
                 break  # the queue is empty, or the batch is full
-        if a is not None:
-            _count_starts(conn, queue, a, len(claimed) - before)
-            if len(claimed) == stop < limit:
-                limited[queue] = a.retry_in
+        if gate.limits is not None:
+            _count_starts(conn, queue, gate, len(claimed) - before, budget)
+        if a is not None and len(claimed) == stop < limit:
+            limited[queue] = a.retry_in
+        if budget is not None and len(claimed) < stop and budget.held_back:
+            limited[queue] = budget.retry_in(now)
     return ClaimBatch(claimed, now, limited)
 
 
-def _gate(conn: Conn, now: float, queue: str, want: int) -> tuple[bool, Allowance | None]:
-    """Whether ``queue`` is paused, and what its limits allow a claim of ``want`` (None: it
-    has none)."""
-    paused, max_active, rate, per, window, used, active = conn.execute(
-        Q["queue_gate"], {"queue": queue}
-    ).fetchone()
+def _claim_within(
+    conn: Conn, now: float, queue: str, worker_id: str, want: int, budget: KeyBudget
+) -> list[Job]:
+    """Up to ``want`` waiting jobs of ``queue`` in claim order, past those whose limit key has
+    used its window (``KEY_SCAN`` jobs looked at, at most)."""
+    if want <= 0:
+        return []
+    p = {"queue": queue, "spent": json.dumps(budget.spent()), "scan": KEY_SCAN}
+    picked: list[int] = []
+    for rowid, key in conn.execute(Q["keyed_candidates"], p).fetchall():
+        if len(picked) == want:
+            break
+        if budget.take(key):
+            picked.append(rowid)
+    if budget.spent():  # jobs of those keys were left out of the candidates
+        budget.held_back = True
+    if not picked:
+        return []
+    rows = conn.execute(Q["claim_rowids"], {"rowids": json.dumps(picked), "now": now,
+                                            "worker_id": worker_id}).fetchall()  # fmt: skip
+    good: list[Job] = []
+    for row in rows:
+        bad = records.problems(row)
+        if bad:
+            _fail_corrupt(conn, now, row, bad)
+        else:
+            good.append(records.build(row))
+    return sorted(good, key=lambda j: (j.priority, j.seq))
+
+
+@dataclasses.dataclass
+class _Gate:
+    """What a claim learns of a queue before it takes anything (``queue_gate``)."""
+
+    paused: bool
+    limits: Limits | None = None
+    allowance: Allowance | None = None
+    key_window: int = 0
+    key_used: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def budget(self, now: float) -> KeyBudget | None:
+        if self.limits is None or self.limits.key_rate is None:
+            return None
+        return KeyBudget(self.limits, self.key_window, self.key_used, now)
+
+
+def _gate(conn: Conn, now: float, queue: str, want: int) -> _Gate:
+    """Whether ``queue`` is paused, its limits, and what they allow a claim of ``want``."""
+    (paused, max_active, rate, per, window, used, key_rate, key_per, key_window, key_used,
+     active) = conn.execute(Q["queue_gate"], {"queue": queue}).fetchone()  # fmt: skip
     if paused or per is None:
-        return bool(paused), None
-    limits = Limits(max_active=max_active, rate=rate, per=per)
-    return False, allowance(limits, active, window, used, now, want)
+        return _Gate(bool(paused))
+    limits = Limits(max_active=max_active, rate=rate, per=per, key_rate=key_rate,
+                    key_per=key_per)  # fmt: skip
+    a = allowance(limits, active, window, used, now, want)
+    return _Gate(False, limits, a, key_window, json.loads(key_used))
 
 
-def _count_starts(conn: Conn, queue: str, a: Allowance, taken: int) -> None:
-    conn.execute(Q["count_starts"], {"queue": queue, "window": a.window, "used": a.used + taken})
+def _count_starts(
+    conn: Conn, queue: str, gate: _Gate, taken: int, budget: KeyBudget | None
+) -> None:
+    a = gate.allowance
+    assert a is not None
+    conn.execute(Q["count_starts"], {
+        "queue": queue, "window": a.window, "used": a.used + taken,
+        "key_window": budget.window if budget else gate.key_window,
+        "key_used": json.dumps(budget.used if budget else gate.key_used),
+    })  # fmt: skip
 
 
 def _promote_due(conn: Conn, now: float, queue: str) -> None:
@@ -472,12 +534,14 @@ def set_limits(conn: Conn, now: float, queue: str, limits: Limits | None) -> Non
         conn.execute(Q["remove_limits"], {"queue": queue})
     else:
         conn.execute(Q["set_limits"], {"queue": queue, "max_active": limits.max_active,
-                                       "rate": limits.rate, "per": limits.per})  # fmt: skip
+                                       "rate": limits.rate, "per": limits.per,
+                                       "key_rate": limits.key_rate,
+                                       "key_per": limits.key_per})  # fmt: skip
 
 
 def list_limits(conn: Conn, now: float) -> dict[str, Limits]:
-    return {q: Limits(max_active=m, rate=r, per=p)
-            for q, m, r, p in conn.execute(Q["list_limits"])}  # fmt: skip
+    return {q: Limits(max_active=m, rate=r, per=p, key_rate=kr, key_per=kp)
+            for q, m, r, p, kr, kp in conn.execute(Q["list_limits"])}  # fmt: skip
 
 
 def list_queues(conn: Conn, now: float) -> list[str]:
@@ -599,22 +663,26 @@ def advance_schedule(
 def claim_delivered(
     conn: Conn, now: float, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
 ) -> tuple[ClaimBatch, list[str]]:
-    paused, a = _gate(conn, now, queue, len(deliveries))
-    if paused:
+    gate = _gate(conn, now, queue, len(deliveries))
+    if gate.paused:
         return ClaimBatch([], now), []  # neither claimed nor stale: the caller offers it again
+    a, budget = gate.allowance, gate.budget(now)
     claimed: list[Job] = []
     stale: list[str] = []
-    held_back = False
+    held_back: float | bool | None = False  # when held back: when to try again
     for job_id, token in deliveries:
-        if a is not None and len(claimed) >= a.take:
-            # Beyond the limits: kept by the caller, unless it is stale anyway.
-            if conn.execute(Q["delivery_live"], {"queue": queue, "id": job_id,
-                                                 "token": token}).fetchone() is None:  # fmt: skip
-                stale.append(job_id)
-            else:
-                held_back = True
-            continue
         p = {"queue": queue, "id": job_id, "token": token, "now": now, "worker_id": worker_id}
+        if a is not None:
+            live = conn.execute(Q["delivery_live"], p).fetchone()
+            if live is None:
+                stale.append(job_id)
+                continue
+            if len(claimed) >= a.take:
+                held_back = a.retry_in  # kept by the caller
+                continue
+            if budget is not None and not budget.take(live[0]):
+                held_back = budget.retry_in(now)
+                continue
         row = conn.execute(Q["claim_delivered"], p).fetchone()
         bad = records.problems(row) if row is not None else []
         if row is None or bad:
@@ -623,10 +691,10 @@ def claim_delivered(
             stale.append(job_id)
         else:
             claimed.append(records.build(row))
-    if a is None:
+    if gate.limits is None:
         return ClaimBatch(claimed, now), stale
-    _count_starts(conn, queue, a, len(claimed))
-    return ClaimBatch(claimed, now, {queue: a.retry_in} if held_back else {}), stale
+    _count_starts(conn, queue, gate, len(claimed), budget)
+    return ClaimBatch(claimed, now, {} if held_back is False else {queue: held_back}), stale
 
 
 def promote_due(conn: Conn, now: float, queue: str, limit: int) -> list[Job]:

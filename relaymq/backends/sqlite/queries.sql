@@ -3,7 +3,7 @@
 -- Parameters are named (:name). "<job>" below means the job columns in this order:
 --   queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
 --   timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
---   progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+--   progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 -- (records.py reads them by position). Writes run inside begin_immediate ... COMMIT.
 
 -- name: pragma_wal
@@ -86,8 +86,14 @@ CREATE TABLE IF NOT EXISTS limits (
     rate       INTEGER,
     per        REAL    NOT NULL,
     window     INTEGER NOT NULL DEFAULT 0,
-    used       INTEGER NOT NULL DEFAULT 0
+    used       INTEGER NOT NULL DEFAULT 0,
+    key_rate   INTEGER,
+    key_per    REAL    NOT NULL DEFAULT 1,
+    key_window INTEGER NOT NULL DEFAULT 0,
+    key_used   TEXT    NOT NULL DEFAULT '{}'  -- JSON: limit key -> starts in key_window
 ) WITHOUT ROWID;
+-- The key a job's per-key limits count it under (with_options(limit_key=...)).
+ALTER TABLE jobs ADD COLUMN limit_key TEXT;
 
 -- Jobs that wait for others (depends_on): the ids they wait for (a JSON array) and what they
 -- do when one does not complete; while blocked, how many have not ended yet. job_deps lists,
@@ -163,9 +169,11 @@ SELECT id FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(
 -- name: insert_job
 -- In: one new job. Out: nothing (the counts trigger adds it to its state).
 INSERT INTO jobs (queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-                  max_attempts, timeout, traceparent, depends_on, dep_policy, pending_deps)
+                  max_attempts, timeout, traceparent, depends_on, dep_policy, pending_deps,
+                  limit_key)
 VALUES (:queue, :id, :task, :payload, :state, :priority, :seq, :now, :run_at, :ttl,
-        :max_attempts, :timeout, :traceparent, :depends_on, :dep_policy, :pending_deps);
+        :max_attempts, :timeout, :traceparent, :depends_on, :dep_policy, :pending_deps,
+        :limit_key);
 
 -- name: dependency_states
 -- In: :queue, :ids (JSON array). Out: (id, state) of those that exist.
@@ -198,29 +206,60 @@ SELECT 1 FROM pauses WHERE queue = :queue;
 
 -- name: queue_gate
 -- In: :queue. Out: one row: whether the queue is paused, then its limits (max_active, rate,
--- per, window, used; all NULL when it has none) and its active jobs.
+-- per, window, used, key_rate, key_per, key_window, key_used; all NULL when it has none) and
+-- its active jobs.
 SELECT EXISTS (SELECT 1 FROM pauses WHERE queue = :queue),
-       l.max_active, l.rate, l.per, l.window, l.used,
+       l.max_active, l.rate, l.per, l.window, l.used, l.key_rate, l.key_per, l.key_window,
+       l.key_used,
        coalesce((SELECT n FROM counts WHERE queue = :queue AND state = 'active'), 0)
 FROM (SELECT 1) LEFT JOIN limits l ON l.queue = :queue;
 
 -- name: count_starts
--- In: :queue, :window, :used. Out: nothing. The rate window a claim counted its starts in.
-UPDATE limits SET window = :window, used = :used WHERE queue = :queue;
+-- In: :queue, :window, :used, :key_window, :key_used. Out: nothing. The rate windows a claim
+-- counted its starts in.
+UPDATE limits SET window = :window, used = :used, key_window = :key_window,
+                  key_used = :key_used
+WHERE queue = :queue;
+
+-- name: keyed_candidates
+-- In: :queue, :spent (JSON array of keys that may start nothing more), :scan. Out: rowid and
+-- limit_key of the first :scan waiting jobs in claim order, past those of spent keys.
+SELECT rowid, limit_key FROM jobs
+WHERE queue = :queue AND state = 'waiting'
+  AND (limit_key IS NULL OR limit_key NOT IN (SELECT value FROM json_each(:spent)))
+ORDER BY priority, seq LIMIT :scan;
+
+-- name: claim_rowids
+-- In: :rowids (JSON array), :now, :worker_id. Out: <job> of each job taken, as "claim" does.
+UPDATE jobs SET
+    state = 'active',
+    token = CASE WHEN typeof(token) = 'integer' THEN token + 1 ELSE token END,
+    attempts = CASE WHEN typeof(attempts) = 'integer' THEN attempts + 1 ELSE attempts END,
+    claimed_at = :now,
+    heartbeat_at = :now,
+    worker_id = :worker_id
+WHERE rowid IN (SELECT value FROM json_each(:rowids)) AND state = 'waiting'
+RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
+          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on,
+          dep_policy, limit_key, rowid;
 
 -- name: set_limits
--- In: :queue, :max_active, :rate, :per. Out: nothing. The window's count is kept.
-INSERT INTO limits (queue, max_active, rate, per) VALUES (:queue, :max_active, :rate, :per)
+-- In: :queue, :max_active, :rate, :per, :key_rate, :key_per. Out: nothing. The windows'
+-- counts are kept.
+INSERT INTO limits (queue, max_active, rate, per, key_rate, key_per)
+VALUES (:queue, :max_active, :rate, :per, :key_rate, :key_per)
 ON CONFLICT (queue) DO UPDATE SET
-    max_active = excluded.max_active, rate = excluded.rate, per = excluded.per;
+    max_active = excluded.max_active, rate = excluded.rate, per = excluded.per,
+    key_rate = excluded.key_rate, key_per = excluded.key_per;
 
 -- name: remove_limits
 -- In: :queue. Out: nothing.
 DELETE FROM limits WHERE queue = :queue;
 
 -- name: list_limits
--- Out: (queue, max_active, rate, per) of every queue with limits, by queue.
-SELECT queue, max_active, rate, per FROM limits ORDER BY queue;
+-- Out: (queue, max_active, rate, per, key_rate, key_per) of every queue with limits.
+SELECT queue, max_active, rate, per, key_rate, key_per FROM limits ORDER BY queue;
 
 -- name: due_delayed
 -- In: :queue, :now. Out: rowid of each delayed job due at :now, in promotion order.
@@ -251,7 +290,7 @@ WHERE rowid IN (
 )
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid;
 
 -- name: fail_corrupt
 -- In: :rowid, :error, :now. Out: nothing. Moves an unreadable job out of every line into the DLQ.
@@ -318,7 +357,7 @@ SELECT
 -- claimed_at is older than :cutoff (jobs_active).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs
 WHERE queue = :queue AND state = 'active' AND max(heartbeat_at, claimed_at) < :cutoff;
 
@@ -353,21 +392,21 @@ DELETE FROM locks WHERE name = :name AND owner = :owner;
 -- In: :queue, :id. Out: <job>, or no row.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND id = :id;
 
 -- name: get_jobs
 -- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: list_waiting
 -- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND state = 'waiting'
 ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 
@@ -375,7 +414,7 @@ ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 -- In: :queue, :limit, :offset. Out: <job> rows by run time (jobs_delayed).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND state = 'delayed'
 ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
 
@@ -383,7 +422,7 @@ ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
 -- In: :queue, :limit, :offset. Out: <job> rows of blocked jobs, in enqueue order.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND state = 'blocked'
 ORDER BY seq LIMIT :limit OFFSET :offset;
 
@@ -392,7 +431,7 @@ ORDER BY seq LIMIT :limit OFFSET :offset;
 -- by the workers' concurrency, so sorting it is cheap.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND state = 'active'
 ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 
@@ -401,7 +440,7 @@ ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 -- (jobs_finished; ties in insertion order).
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
        timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 FROM jobs WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL
 ORDER BY finished_at, rowid LIMIT :limit OFFSET :offset;
 
@@ -520,11 +559,13 @@ UPDATE jobs SET
 WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid;
 
 -- name: delivery_live
--- DeliveryStore. In: :queue, :id, :token. Out: one row while the job waits with that token.
-SELECT 1 FROM jobs WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token;
+-- DeliveryStore. In: :queue, :id, :token. Out: one row, its limit_key, while the job waits
+-- with that token.
+SELECT limit_key FROM jobs
+WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token;
 
 -- name: due_delayed_page
 -- DeliveryStore. In: :queue, :now, :limit. Out: rowid of up to :limit due delayed jobs, in
@@ -539,7 +580,7 @@ UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
 WHERE rowid = :rowid AND state = 'delayed'
 RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
           max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, rowid;
+          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid;
 
 -- name: add_tally
 -- In: :queue, :minute, :completed, :retried, :failed. Adds to the minute's counters.

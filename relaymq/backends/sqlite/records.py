@@ -19,7 +19,7 @@ COLUMNS = (
     "queue", "id", "task", "payload", "state", "priority", "seq", "created_at", "run_at", "ttl",
     "max_attempts", "timeout", "attempts", "token", "claimed_at", "heartbeat_at", "worker_id",
     "stalls", "cancel_requested", "progress", "result", "error", "finished_at", "traceparent",
-    "depends_on", "dep_policy", "rowid",
+    "depends_on", "dep_policy", "limit_key", "rowid",
 )  # fmt: skip
 ROWID = COLUMNS.index("rowid")
 DEPENDS_ON = COLUMNS.index("depends_on")
@@ -57,6 +57,7 @@ _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
     "traceparent": ((str,), True, None),
     "depends_on": ((str,), True, None),
     "dep_policy": ((str,), True, None),
+    "limit_key": ((str,), True, None),
 }
 _FLOATS = frozenset(name for name, (types, _, _) in _KINDS.items() if float in types)
 _CHECKS = tuple(

@@ -13,7 +13,8 @@
 -- Each claimed job becomes active with token + 1, attempts + 1, claimed_at = heartbeat_at =
 -- now and worker_id; the caller applies exactly these changes to the record it got back.
 -- Paused queues are skipped; due delayed jobs of each visited queue are promoted first. A
--- queue with limits gives at most its allowance (lib.lua), and counts its starts.
+-- queue with limits gives at most its allowance (lib.lua), and counts its starts; with a
+-- per-key rate, jobs whose key used its window are passed over and keep their place.
 -- A record that cannot be read is moved to the DLQ (failed) and not returned.
 local now, nows = clock(ARGV[1])
 local worker = ARGV[2]
@@ -21,6 +22,45 @@ local remaining = tonumber(ARGV[3])
 local promote_max = tonumber(ARGV[4])
 local limited = {}
 local out = {nows, limited}
+
+-- Claim job id (already out of the waiting set) for the queue at KEYS[k]: true when it is
+-- now active and in the reply.
+local function activate(k, base, id, active)
+  local jk = job_key(base, id)
+  local r = redis.pcall('HGETALL', jk)
+  local state, token, attempts
+  if type(r) == 'table' and not r.err then
+    for j = 1, #r, 2 do
+      local f = r[j]
+      if f == 'state' then
+        state = r[j + 1]
+      elseif f == 'token' then
+        token = r[j + 1]
+      elseif f == 'attempts' then
+        attempts = r[j + 1]
+      end
+    end
+    token, attempts = tonumber(token or '0'), tonumber(attempts or '0')
+  else
+    r = nil
+  end
+  if state == 'waiting' and token and attempts then
+    redis.call('HSET', jk, 'state', 'active', 'token', token + 1, 'attempts', attempts + 1,
+      'claimed_at', nows, 'heartbeat_at', nows, 'worker_id', worker)
+    active[#active + 1] = nows
+    active[#active + 1] = id
+    out[#out + 1] = k
+    out[#out + 1] = id
+    out[#out + 1] = token + 1
+    out[#out + 1] = r
+    return true
+  elseif r == nil or state == 'waiting' then
+    quarantine(base, jk, id, 'waiting', nows)
+  end
+  -- else: no record (removed) or a stray entry; taking it out was all there was to do
+  return false
+end
+
 for k, base in ipairs(KEYS) do
   if remaining <= 0 then
     break
@@ -28,49 +68,47 @@ for k, base in ipairs(KEYS) do
   if redis.call('EXISTS', base .. ':paused') == 0 then
     local promoted = promote(base, now, promote_max)
     local active = {}
-    local quota, window, used, retry = allowance(base, now, remaining)
+    local quota, window, used, retry, keys = allowance(base, now, remaining)
     local limits = quota ~= nil
     quota = quota or remaining
-    while quota > 0 do
+    if keys then
+      -- Per-key rate: look down the line (KEY_SCAN at most) past keys that used their window.
+      local skipped, scanned = 0, 0
+      while quota > 0 and scanned < KEY_SCAN do
+        local ids = redis.call('ZRANGE', base .. ':waiting', skipped, skipped + 99)
+        if #ids == 0 then
+          break
+        end
+        for _, id in ipairs(ids) do
+          if quota <= 0 then
+            break
+          end
+          scanned = scanned + 1
+          if key_take(keys, redis.pcall('HGET', job_key(base, id), 'limit_key')) then
+            redis.call('ZREM', base .. ':waiting', id)
+            if activate(k, base, id, active) then
+              remaining, quota = remaining - 1, quota - 1
+            end
+          else
+            skipped = skipped + 1
+          end
+        end
+      end
+      key_count(base, keys)
+      if keys.held and quota > 0 then
+        limited[#limited + 1] = k
+        limited[#limited + 1] = keys.retry
+      end
+    end
+    while quota > 0 and not keys do
       local popped = redis.call('ZPOPMIN', base .. ':waiting', quota)
       if #popped == 0 then
         break
       end
       for i = 1, #popped, 2 do
-        local id = popped[i]
-        local jk = job_key(base, id)
-        local r = redis.pcall('HGETALL', jk)
-        local state, token, attempts
-        if type(r) == 'table' and not r.err then
-          for j = 1, #r, 2 do
-            local f = r[j]
-            if f == 'state' then
-              state = r[j + 1]
-            elseif f == 'token' then
-              token = r[j + 1]
-            elseif f == 'attempts' then
-              attempts = r[j + 1]
-            end
-          end
-          token, attempts = tonumber(token or '0'), tonumber(attempts or '0')
-        else
-          r = nil
+        if activate(k, base, popped[i], active) then
+          remaining, quota = remaining - 1, quota - 1
         end
-        if state == 'waiting' and token and attempts then
-          redis.call('HSET', jk, 'state', 'active', 'token', token + 1, 'attempts', attempts + 1,
-            'claimed_at', nows, 'heartbeat_at', nows, 'worker_id', worker)
-          active[#active + 1] = nows
-          active[#active + 1] = id
-          out[#out + 1] = k
-          out[#out + 1] = id
-          out[#out + 1] = token + 1
-          out[#out + 1] = r
-          remaining = remaining - 1
-          quota = quota - 1
-        elseif r == nil or state == 'waiting' then
-          quarantine(base, jk, id, 'waiting', nows)
-        end
-        -- else: no record (removed) or a stray entry; popping it was all there was to do
       end
     end
     if #active > 0 then

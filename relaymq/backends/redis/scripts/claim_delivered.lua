@@ -17,7 +17,7 @@ local worker = ARGV[2]
 if redis.call('EXISTS', base .. ':paused') == 1 then
   return {nows, 1, {}, {}, false}
 end
-local quota, window, used, retry = allowance(base, now, #ARGV - 2)
+local quota, window, used, retry, keys = allowance(base, now, #ARGV - 2)
 local limits = quota ~= nil
 local held_back = false
 local claimed, stale, active = {}, {}, {}
@@ -28,6 +28,8 @@ for i = 3, #ARGV do
   local live = r and r[3] == 'waiting' and (r[12] or '0') == token and attempts
   if live and limits and quota <= 0 then
     held_back = true -- beyond the limits: the caller keeps it
+  elseif live and keys and not key_take(keys, r[25]) then
+    held_back, retry = true, keys.retry -- its key used its window: kept too
   elseif live then
     quota = (quota or 0) - 1
     local jk = job_key(base, id)
@@ -50,5 +52,8 @@ if #active > 0 then
 end
 if limits then
   count_starts(base, window, used + #active / 2)
+end
+if keys then
+  key_count(base, keys)
 end
 return {nows, 0, claimed, stale, held_back and retry}

@@ -6,7 +6,8 @@
 -- ARGV[5]  the number of arguments per job: 3, 4 when the jobs carry key rules, 5 when they
 --          also carry dependencies
 -- ARGV[6..] per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
---           <traceparent|-> <id>" (- = none), task, payload, with 4 the job's key rule:
+--           <traceparent|-> <=limit_key|-> <id>" (- = none), task, payload, with 4 the job's
+--           key rule:
 --           "throttle <window s> <key>", "debounce 0 <key>" or '' (none), and with 5 its
 --           dependencies: "<policy> <JSON array of job ids>" or '' (none)
 -- Returns  with 3: one integer per job, 1 = stored, 0 = duplicate (the id exists in this
@@ -108,8 +109,8 @@ local function wait_for(id, jk, spec)
 end
 
 for i = 6, #ARGV, stride do
-  local priority_s, delay_s, ttl, max_attempts, timeout, traceparent, id =
-    string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
+  local priority_s, delay_s, ttl, max_attempts, timeout, traceparent, limit_key, id =
+    string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
   local jk = job_key(base, id)
   local event = 'job:waiting'
   local holder, replaced = nil, ''
@@ -161,6 +162,9 @@ for i = 6, #ARGV, stride do
     end
     if traceparent ~= '-' then
       redis.call('HSET', jk, 'traceparent', traceparent)
+    end
+    if limit_key ~= '-' then
+      redis.call('HSET', jk, 'limit_key', string.sub(limit_key, 2))
     end
     out[#out + 1] = 1
     if stride >= 4 then

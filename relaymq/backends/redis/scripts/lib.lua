@@ -4,6 +4,7 @@
 -- base = "<prefix>:{<queue>}" (see keys.py); a state's set is "<base>:<state name>".
 
 local PRIORITY_SHIFT = 1099511627776 -- 2^40: waiting score = priority * 2^40 + seq (exact)
+local KEY_SCAN = 1000 -- relaymq.limits.KEY_SCAN
 local WAKE_MAX = 32
 local TERMINAL = {completed = true, failed = true, expired = true, cancelled = true}
 -- The fields of a job hash in the order records travel to Python (keys.JOB_FIELDS; a test
@@ -11,7 +12,7 @@ local TERMINAL = {completed = true, failed = true, expired = true, cancelled = t
 local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
   'max_attempts', 'timeout', 'attempts', 'token', 'claimed_at', 'heartbeat_at', 'worker_id',
   'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at', 'traceparent',
-  'depends_on', 'dep_policy'}
+  'depends_on', 'dep_policy', 'limit_key'}
 
 -- Numbers go back to Redis with 17 significant digits: every double round-trips exactly.
 local function fmt(x)
@@ -33,9 +34,21 @@ end
 -- else how many of `want` jobs may start now, the current rate window and the starts counted
 -- in it, and (when the rate held the claim back) the seconds until that window ends, or ''.
 local function allowance(base, now, want)
-  local l = redis.call('HMGET', base .. ':limits', 'max_active', 'rate', 'per', 'window', 'used')
+  local l = redis.call('HMGET', base .. ':limits', 'max_active', 'rate', 'per', 'window', 'used',
+    'key_rate', 'key_per', 'key_window', 'key_used')
   if not l[3] then
     return nil
+  end
+  local keys = nil -- the per-key budget (key_take), when the queue has a key rate
+  if l[6] then
+    local key_per = tonumber(l[7])
+    local key_window = math.floor(now / key_per)
+    local key_used = {}
+    if tonumber(l[8] or '-1') == key_window and l[9] then
+      key_used = cjson.decode(l[9])
+    end
+    keys = {rate = tonumber(l[6]), window = key_window, used = key_used, held = false,
+            retry = fmt((key_window + 1) * key_per - now)}
   end
   local per = tonumber(l[3])
   local current = math.floor(now / per)
@@ -51,11 +64,34 @@ local function allowance(base, now, want)
     take = math.max(0, tonumber(l[2]) - used)
     retry = fmt((current + 1) * per - now)
   end
-  return take, window, used, retry
+  return take, window, used, retry, keys
 end
 
 local function count_starts(base, window, used)
   redis.call('HSET', base .. ':limits', 'window', fmt(window), 'used', used)
+end
+
+-- Whether a job of limit key `key` (false: none) may start within the per-key budget `keys`
+-- (allowance); if so, it is counted.
+local function key_take(keys, key)
+  if type(key) ~= 'string' then
+    return true
+  end
+  local n = keys.used[key] or 0
+  if n >= keys.rate then
+    keys.held = true
+    return false
+  end
+  keys.used[key] = n + 1
+  return true
+end
+
+local function key_count(base, keys)
+  local encoded = '{}'
+  if next(keys.used) ~= nil then
+    encoded = cjson.encode(keys.used)
+  end
+  redis.call('HSET', base .. ':limits', 'key_window', fmt(keys.window), 'key_used', encoded)
 end
 
 local function job_key(base, id)
