@@ -1,10 +1,12 @@
-"""Queue limits: how many jobs of a queue may be active at once, and how many may start per
-period, counted over every worker together.
+"""Queue limits: how many jobs of a queue may be active at once, how many may start per
+period, and how many of each limit key (a customer, say) may start per period, counted over
+every worker together.
 
 Limits are stored in the backend (``Backend.set_limits``) and enforced by its claim, in the
 same atomic step that takes the jobs, so no number of workers can exceed them. The rate is
 counted in fixed windows of ``per`` seconds on the backend's clock (window ``k`` is
-``[k * per, (k + 1) * per)``): at most ``rate`` jobs start in each.
+``[k * per, (k + 1) * per)``): at most ``rate`` jobs start in each; the same holds per key
+for ``key_rate`` in windows of ``key_per`` seconds.
 """
 
 from __future__ import annotations

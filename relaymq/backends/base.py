@@ -347,8 +347,11 @@ class Backend(abc.ABC):
 
         A queue with limits (``set_limits``) gives at most its ``relaymq.limits.allowance``,
         decided in the same atomic step against every process's claims: its active jobs stay
-        within ``max_active``, and each claim counts its starts in the rate window. A queue that
-        gave its whole allowance while the claim asked for more is named in ``limited``.
+        within ``max_active``, and each claim counts its starts in the rate window. With
+        ``key_rate``, a job whose ``limit_key`` used its key window is passed over (it keeps
+        its place) and the jobs behind it are taken, ``relaymq.limits.KEY_SCAN`` looked at at
+        most. A queue that gave its whole allowance while the claim asked for more, or whose
+        keys held jobs back, is named in ``limited``.
         Claims of queues without limits pay nothing for them.
         """
 

@@ -144,8 +144,9 @@ def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
                                            "now": now})  # fmt: skip
         return Enqueued(new.id)
     for dep_id in pending:
-        conn.execute(Q["add_dependency"], {"queue": new.queue, "dep_id": dep_id,
-                                           "dependent": new.id})  # fmt: skip
+        p = {"queue": new.queue, "dep_id": dep_id, "dependent": new.id}
+        conn.execute(Q["add_dependency"], p)
+        conn.execute(Q["mark_dependency"], p)
     return Enqueued(new.id)
 
 
