@@ -28,6 +28,14 @@ async def claim_until_limited(backend: Backend, q: str, want: int = 10) -> list[
                 return got
 
 
+async def claim_from_all(handles: list[Backend], q: str, limit: int) -> list[Job]:
+    """One round of claims, two per handle, all at once: what they took together."""
+    batches: list[ClaimBatch] = await asyncio.gather(
+        *(h.claim([q], f"w{n}", limit) for n in range(2) for h in handles)
+    )
+    return [j for b in batches for j in b.jobs]
+
+
 async def active(backend: Backend, q: str) -> int:
     return (await backend.counts(q))[JobState.ACTIVE]
 
@@ -141,10 +149,7 @@ async def test_limits_hold_over_concurrent_claims_of_many_processes(
     taken: list[Job] = []
     async with asyncio.timeout(10):
         while len(taken) < 4:
-            batches: list[ClaimBatch] = await asyncio.gather(
-                *(h.claim([q], f"w{n}", 3) for n in range(2) for h in handles)
-            )
-            taken += [j for b in batches for j in b.jobs]
+            taken += await claim_from_all(handles, q, 3)
             assert len(taken) <= 4
             assert await active(handles[0], q) <= 4
     assert len({j.id for j in taken}) == 4
@@ -159,10 +164,7 @@ async def test_rate_holds_over_concurrent_claims_of_many_processes(
     taken: list[Job] = []
     async with asyncio.timeout(10):
         while len(taken) < 5:
-            batches: list[ClaimBatch] = await asyncio.gather(
-                *(h.claim([q], f"w{n}", 3) for n in range(2) for h in handles)
-            )
-            taken += [j for b in batches for j in b.jobs]
+            taken += await claim_from_all(handles, q, 3)
             assert len(taken) <= 5
     # Work ending frees no start within the window.
     await handles[0].settle([Settle(j.claim, Outcome.COMPLETE, result=b"1") for j in taken])
@@ -198,10 +200,7 @@ async def test_a_key_rate_holds_over_concurrent_claims_of_many_processes(
     taken: list[Job] = []
     async with asyncio.timeout(10):
         while len(taken) < 6:
-            batches: list[ClaimBatch] = await asyncio.gather(
-                *(h.claim([q], f"w{n}", 2) for n in range(2) for h in handles)
-            )
-            taken += [j for b in batches for j in b.jobs]
+            taken += await claim_from_all(handles, q, 2)
             by_key = [j.limit_key for j in taken]
             assert by_key.count("k") <= 3 and by_key.count("m") <= 3
     assert len({j.id for j in taken}) == 6
