@@ -437,13 +437,15 @@ class MongoDBBackend(Backend):
             budget = None
             if limits.key_rate is not None:
                 budget = KeyBudget(limits, int(doc.get("key_window", 0)),
-                                   dict(doc.get("key_used") or {}), now)  # fmt: skip
+                                   dict(doc.get("key_used") or []), now)  # fmt: skip
                 jobs = await self._take_within(queue, worker_id, a.take, budget)
             else:
                 jobs = await self._take([queue], worker_id, a.take) if a.take > 0 else []
             counted: dict[str, Any] = {"win": a.window, "used": a.used + len(jobs)}
             if budget is not None:
-                counted |= {"key_window": budget.window, "key_used": budget.used}
+                # [key, starts] pairs: a key may hold '.' or '$', which field names may not
+                counted |= {"key_window": budget.window,
+                            "key_used": [[k, n] for k, n in budget.used.items()]}  # fmt: skip
             await self._queues.update_one({"_id": queue}, {"$set": counted})
             held = None
             if budget is not None and budget.held_back and len(jobs) < a.take:

@@ -10,8 +10,9 @@ Collections of one database (the URL path names it):
     the cross-process deduplication of job ids.
 ``queues``
     One document per queue: ``{_id: queue, seq: <last FIFO sequence>, paused: bool}``, and
-    when the queue has limits, ``limits: {max_active, rate, per}`` with ``win``, ``used`` (the
-    current rate window and the starts counted in it).
+    when the queue has limits, ``limits: {max_active, rate, per, key_rate, key_per}`` with
+    ``win``, ``used`` (the current rate window and the starts counted in it) and
+    ``key_window``, ``key_used`` (the current key window and ``[key, starts]`` pairs).
 ``locks``
     Leases: ``{_id: name, owner, expires_at}``; ``_id`` makes them unique.
 ``workers``
