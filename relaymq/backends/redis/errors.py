@@ -20,15 +20,23 @@ UNAVAILABLE = (
 )
 
 
+def translate(e: BaseException, what: str) -> BackendError | None:
+    """The ``relaymq.errors`` exception for a driver exception (raise it ``from e``), or None
+    for any other exception (raise ``e`` itself)."""
+    if isinstance(e, UNAVAILABLE):
+        return BackendUnavailableError(f"Redis unreachable ({what}): {e}")
+    if isinstance(e, rex.RedisError):
+        return BackendError(f"Redis failed ({what}): {e}")
+    return None
+
+
 @contextlib.contextmanager
 def translated(what: str) -> Iterator[None]:
     """Driver exceptions become ``relaymq.errors`` (the driver's stays as ``__cause__``)."""
     try:
         yield
-    except UNAVAILABLE as e:
-        raise BackendUnavailableError(f"Redis unreachable ({what}): {e}") from e
-    except rex.RedisError as e:
-        raise BackendError(f"Redis failed ({what}): {e}") from e
+    except (*UNAVAILABLE, rex.RedisError) as e:
+        raise (translate(e, what) or e) from e
 
 
 def wrong_type(e: BackendError) -> bool:

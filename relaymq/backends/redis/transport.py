@@ -19,7 +19,8 @@ from redis.backoff import ExponentialBackoff
 
 from relaymq.backends.redis.config import RedisOptions, check_durability, check_eviction_policy
 from relaymq.backends.redis.direct import Link
-from relaymq.backends.redis.errors import translated
+from relaymq.backends.redis.errors import UNAVAILABLE, translated
+from relaymq.backends.redis.errors import translate as _translate
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import BackendError, BackendUnavailableError
 
@@ -104,9 +105,12 @@ class Transport:
             async with asyncio.timeout(seconds):
                 yield
         except TimeoutError as e:
-            raise BackendUnavailableError(
-                f"Redis at {self._options.where} did not answer within {seconds:g}s ({what})"
-            ) from e
+            raise self._unanswered(what, seconds) from e
+
+    def _unanswered(self, what: str, seconds: float) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            f"Redis at {self._options.where} did not answer within {seconds:g}s ({what})"
+        )
 
     def evalsha(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The command that runs script ``name`` (see scripts/*.lua)."""
@@ -122,48 +126,62 @@ class Transport:
         return reply
 
     async def run(self, commands: Sequence[tuple[Any, ...]], what: str) -> list[Any]:
-        """Run ``commands`` in one pipeline (one round trip per server) and return the replies.
+        """Run ``commands`` in one pipeline (one round trip per server) and return the replies;
+        an error reply raises."""
+        replies = await self.run_all(commands, what)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise (_translate(reply, what) or reply) from reply
+        return replies
+
+    async def run_all(self, commands: Sequence[tuple[Any, ...]], what: str) -> list[Any]:
+        """Like ``run``, but an error reply comes back in its place, as an exception, and the
+        other replies stand; only a failed connection or call raises.
 
         Commands that met an empty script cache (a restarted server) run again once the
-        scripts are loaded; they had not run, so running them again is safe.
+        scripts are loaded; they had not run, so running them again is safe. This is a hot
+        path: plain try/except, no generator-based context managers.
         """
         if self.client is None:
             raise BackendError("the Redis backend is not connected (call connect())")
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        async with self._deadline(what, self._options.timeout):
-            await self._run(commands, what, replies, todo)
+        seconds = self._options.timeout
+        try:
+            async with asyncio.timeout(seconds):
+                await self._run(commands, replies, todo)
+        except TimeoutError as e:
+            raise self._unanswered(what, seconds) from e
+        except (*UNAVAILABLE, rex.RedisError) as e:
+            raise (_translate(e, what) or e) from e
         return replies
 
     async def _run(
-        self, commands: Sequence[tuple[Any, ...]], what: str, replies: list[Any], todo: list[int]
+        self, commands: Sequence[tuple[Any, ...]], replies: list[Any], todo: list[int]
     ) -> None:
-        with translated(what):
-            for attempt in range(2):
-                if self._link is not None:
-                    got = await self._link.run([commands[i] for i in todo])
-                elif len(todo) == 1:
-                    try:
-                        got = [await self.client.execute_command(*commands[todo[0]])]
-                    except rex.NoScriptError as e:
-                        got = [e]
+        for attempt in range(2):
+            if self._link is not None:
+                got = await self._link.run([commands[i] for i in todo])
+            elif len(todo) == 1:
+                try:
+                    got = [await self.client.execute_command(*commands[todo[0]])]
+                except rex.ResponseError as e:
+                    got = [e]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for i in todo:
+                    pipe.execute_command(*commands[i])
+                got = await pipe.execute(raise_on_error=False)
+            again: list[int] = []
+            for i, reply in zip(todo, got, strict=True):
+                if isinstance(reply, rex.NoScriptError) and attempt == 0:
+                    again.append(i)
                 else:
-                    pipe = self.client.pipeline(transaction=False)
-                    for i in todo:
-                        pipe.execute_command(*commands[i])
-                    got = await pipe.execute(raise_on_error=False)
-                again: list[int] = []
-                for i, reply in zip(todo, got, strict=True):
-                    if isinstance(reply, rex.NoScriptError) and attempt == 0:
-                        again.append(i)
-                    elif isinstance(reply, Exception):
-                        raise reply
-                    else:
-                        replies[i] = reply
-                if not again:
-                    break
-                await self._load_scripts()
-                todo = again
+                    replies[i] = reply
+            if not again:
+                break
+            await self._load_scripts()
+            todo = again
 
     async def block(self, lists: Sequence[Sequence[str]], seconds: float) -> None:
         """Block until a token can be popped from one of ``lists`` or ``seconds`` pass.
