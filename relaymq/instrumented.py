@@ -37,6 +37,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    SettledClaimed,
     Tally,
     WorkerInfo,
 )
@@ -220,6 +221,10 @@ class Instrumented:
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         with self._call("claim"):
             batch = await self.backend.claim(queues, worker_id, limit)
+        self._claimed(batch, worker_id)
+        return batch
+
+    def _claimed(self, batch: ClaimBatch, worker_id: str) -> None:
         if batch.jobs:
             if HOOKS.observers:
                 tell(lambda o: o.claimed(batch.jobs))
@@ -229,7 +234,6 @@ class Instrumented:
                              {"attempt": j.attempts, "worker": worker_id})
                 for j in batch.jobs
             )  # fmt: skip
-        return batch
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         with self._call("heartbeat"):
@@ -239,6 +243,25 @@ class Instrumented:
         """Apply each job's fenced transition; report it, or the lost claim when refused."""
         with self._call("settle"):
             applied = await self.backend.settle([s for _, s in outcomes])
+        self._settled(outcomes, applied)
+        return applied
+
+    async def settle_and_claim(
+        self, outcomes: Sequence[tuple[Job, Settle]], queues: Sequence[str], worker_id: str,
+        limit: int,
+    ) -> SettledClaimed:  # fmt: skip
+        """``settle``, and a claim in the same round trip (``Backend.settle_and_claim``),
+        each reported as when made alone."""
+        with self._call("settle"):
+            answer = await self.backend.settle_and_claim(
+                [s for _, s in outcomes], queues, worker_id, limit
+            )
+        self._settled(outcomes, answer.applied)
+        if answer.batch is not None:
+            self._claimed(answer.batch, worker_id)
+        return answer
+
+    def _settled(self, outcomes: Sequence[tuple[Job, Settle]], applied: list[bool]) -> None:
         now = time.time()
         reported = []
         if HOOKS.observers:
@@ -255,7 +278,6 @@ class Instrumented:
                     data["delay"] = s.delay
             reported.append(events.Event(OUTCOME_EVENT[s.outcome], job.queue, now, job.id, data))
         self._report(reported)
-        return applied
 
     def claim_lost(self, job: Job) -> None:
         """A heartbeat or the fenced start check found ``job``'s claim lost: the worker writes

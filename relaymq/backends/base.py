@@ -58,6 +58,9 @@ class Capabilities:
     """The backend's storage has versioned migrations that ``migrate`` applies."""
     max_priority: int = MAX_PRIORITY
     """The largest priority ``enqueue`` accepts; every priority from 0 to it keeps its order."""
+    settle_claims: bool = False
+    """``settle_and_claim`` makes one round trip: the worker then claims with its settles
+    (false: the worker's claims and settles are separate calls, made side by side)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,17 @@ class ClaimBatch:
     """Queues whose limits (``set_limits``) held back jobs this claim asked for, each with the
     seconds until its rate window ends, or None when it waits for active jobs to end. Wait for
     them by time, not with ``wait``: their waiting jobs would wake it at once."""
+
+
+@dataclass(slots=True)
+class SettledClaimed:
+    """The answer of ``settle_and_claim``."""
+
+    applied: list[bool]
+    """``settle``'s answers."""
+    batch: ClaimBatch | None = None
+    """What the claim took; None when no claim was asked for, or it failed (``claim_error``)."""
+    claim_error: Exception | None = None
 
 
 class Outcome(enum.StrEnum):
@@ -374,6 +388,26 @@ class Backend(abc.ABC):
         error and makes the job eligible after ``delay``; RELEASE makes it eligible at once
         and gives back the attempt.
         """
+
+    async def settle_and_claim(
+        self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
+    ) -> SettledClaimed:
+        """``settle(settles)``, then (when ``limit`` > 0) ``claim(queues, worker_id, limit)``,
+        in one round trip where the backend can (``capabilities.settle_claims``).
+
+        A claim that fails alone leaves the settle's answers standing (``claim_error``). When
+        this raises, the settle did not apply, or may not have (its reply was lost), and the
+        caller holds no job claimed here: the claim did not run, was rolled back with the
+        settle, or its jobs were released again (best effort; a job whose release failed too
+        is recovered as stalled, as after any lost claim reply). This default makes the two
+        calls."""
+        applied = await self.settle(settles)
+        if limit <= 0 or not queues:
+            return SettledClaimed(applied)
+        try:
+            return SettledClaimed(applied, await self.claim(queues, worker_id, limit))
+        except Exception as e:
+            return SettledClaimed(applied, claim_error=e)
 
     @abc.abstractmethod
     async def wait(self, queues: Sequence[str], timeout: float) -> None:

@@ -1,4 +1,8 @@
-"""Batched settling: every finished job's outcome, written in one fenced backend call."""
+"""Batched settling: every finished job's outcome, written in one fenced backend call.
+
+On a backend that can (``capabilities.settle_claims``), the same call claims jobs for the
+worker's free slots: ``ask`` says what to claim (and reserves the slots), ``took`` gets the
+answer. The claim loop then leaves the claiming to the settle on its way (``will_claim``)."""
 
 from __future__ import annotations
 
@@ -6,12 +10,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from relaymq.backends.base import Beat, Settle
+from relaymq.backends.base import Beat, Settle, SettledClaimed
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
 from relaymq.worker.running import Claims, RunningJob
 
 log = logging.getLogger("relaymq.worker")
+
+Ask = tuple[list[str], str, int]
+"""What a settle claims: queues, worker id, limit."""
 
 RETRY_PAUSE = 0.5
 """Seconds between tries when a settle call fails."""
@@ -25,10 +32,21 @@ class Settler:
         ops: Instrumented,
         claims: Claims,
         record: Callable[[RunningJob, Settle, bool], None],
+        ask: Callable[[], Ask | None] | None = None,
+        took: Callable[[SettledClaimed | None, int], None] | None = None,
     ) -> None:
         self.ops = ops
         self.claims = claims
         self.record = record
+        self.ask = ask
+        """What to claim with the next settle (queues, worker id, limit), slots reserved; None
+        for nothing. Unset: settles never claim."""
+        self.took = took
+        """Gets the answer of a settle that claimed (None: the call failed) and its limit."""
+        self.flushed = asyncio.Event()
+        """Set after every flush, whether it wrote, claimed or failed."""
+        self._failing = False
+        self._claiming = False
         self.lock = asyncio.Lock()
         """Held while a settle is in flight: shutdown never cancels the loop inside one."""
         self._outbox: list[tuple[RunningJob, Settle]] = []
@@ -36,6 +54,11 @@ class Settler:
 
     def __len__(self) -> int:
         return len(self._outbox)
+
+    @property
+    def will_claim(self) -> bool:
+        """A settle that claims is on its way (outcomes wait, or one is in flight)."""
+        return self.ask is not None and not self._failing and (bool(self._outbox) or self._claiming)
 
     def add(self, r: RunningJob, settle: Settle) -> None:
         r.settling = True
@@ -68,17 +91,35 @@ class Settler:
                 self._wanted.set()
 
     async def flush(self) -> None:
-        """Settle every pending outcome in one call."""
+        """Settle every pending outcome in one call (claiming with it when ``ask`` says so)."""
         async with self.lock:
             batch, self._outbox = self._outbox, []
             if not batch:
                 return
+            ask = self.ask() if self.ask is not None else None
+            self._claiming = ask is not None
             try:
                 await self._store_progress(batch)
-                applied = await self.ops.settle([(r.job, s) for r, s in batch])
+                outcomes = [(r.job, s) for r, s in batch]
+                answer = None
+                if ask is None:
+                    applied = await self.ops.settle(outcomes)
+                else:
+                    answer = await self.ops.settle_and_claim(outcomes, *ask)
+                    applied = answer.applied
             except BaseException:
                 self._outbox[:0] = batch  # keep them for the next try
+                self._failing = True
+                self._answer(ask, None)
                 raise
+            self._failing = False
             for (r, s), ok in zip(batch, applied, strict=True):
                 self.claims.drop(r)
                 self.record(r, s, ok)
+            self._answer(ask, answer)
+
+    def _answer(self, ask: Ask | None, answer: SettledClaimed | None) -> None:
+        self._claiming = False
+        if ask is not None and self.took is not None:
+            self.took(answer, ask[2])
+        self.flushed.set()

@@ -6,7 +6,9 @@ The pieces, each in its own module:
   as there are free slots in one call, or waits;
 - ``running``: one ``RunningJob`` per claim, and ``Claims``, the rule linking slots and claims;
 - ``execution``: one attempt of one job, ending in the ``Settle`` to write (or nothing);
-- ``settling``: every finished job's outcome in one batched, fenced call;
+- ``settling``: every finished job's outcome in one batched, fenced call, which on a backend
+  that can (``capabilities.settle_claims``) also claims jobs for the free slots, in the same
+  round trip: the claim loop then waits for that settle instead of claiming beside it;
 - ``heartbeats``: one batched renewal of every held claim on its own timer, stopping handlers
   whose claim was lost or whose job was cancelled.
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaymq import limits
-from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
+from relaymq.backends.base import Backend, ClaimBatch, Outcome, Settle, SettledClaimed, WorkerInfo
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job
@@ -113,7 +115,12 @@ class Worker:
         """Plain handlers' threads, one per slot (asyncio's default pool stops at CPU + 4)."""
         self._paused: set[str] = set()
         self._next_pause_check = 0.0
-        self._settler = Settler(self.ops, self._claims, self._record)
+        self._settler = (
+            Settler(self.ops, self._claims, self._record, self._claim_with_settle, self._handed)
+            if backend.capabilities.settle_claims else Settler(self.ops, self._claims, self._record)
+        )  # fmt: skip
+        self._handover: ClaimBatch | None = None
+        """What the last settle that claimed took, while the claim loop waits for it."""
         self._history = History(self.ops, self.settings.history_flush_interval)
         self._heartbeats = Heartbeats(
             self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
@@ -285,16 +292,29 @@ class Worker:
 
     # -- claiming ---------------------------------------------------------------------------
 
+    def _free(self) -> int:
+        return self.settings.concurrency - self._claims.running - self._claims.reserved
+
     async def _claim_loop(self) -> None:
         failures = 0
         slot_free = self._claims.slot_free
+        settler = self._settler
         while not self._stopping.is_set():
-            free = self.settings.concurrency - self._claims.running
+            free = self._free()
             if free <= 0:
                 slot_free.clear()
                 await slot_free.wait()
                 await asyncio.sleep(0)  # let jobs finishing in the same tick free their slots
                 continue
+            if settler.will_claim:  # the settle on its way claims for the free slots
+                self._handover = None
+                settler.flushed.clear()
+                await self._until(settler.flushed.wait())
+                handed, self._handover = self._handover, None
+                if handed is not None and not handed.jobs:
+                    await self._nothing(handed)  # as after an empty claim of its own
+                continue
+            self._claims.reserve(free)
             try:
                 batch = await self.ops.claim(self._queue_order(), self.id, free)
             except Exception as e:  # never the end of the worker: log, back off, try again
@@ -305,23 +325,59 @@ class Worker:
                     log.exception("claim failed; retrying")
                 await self._until(asyncio.sleep(min(5.0, 0.1 * 2**failures)))
                 continue
+            finally:
+                self._claims.unreserve(free)
             failures = 0
-            if self._paused:
-                self._resumed({j.queue for j in batch.jobs})
-            if not batch.jobs:
-                self._count("empty_claims", 1)
-                if time.monotonic() >= self._next_pause_check:
-                    with contextlib.suppress(BackendError):  # only a log line: try again later
-                        await self._check_paused(self.queues)
-                try:
-                    await self._idle(batch.limited)
-                except BackendError as e:
-                    log.warning("wait failed (%s)", e)
-                    await self._until(asyncio.sleep(1.0))
-                continue
-            self._count("claimed", len(batch.jobs))
+            if batch.jobs:
+                self._took(batch)
+            else:
+                await self._nothing(batch)
+
+    def _took(self, batch: ClaimBatch) -> None:
+        if self._paused:
+            self._resumed({j.queue for j in batch.jobs})
+        self._count("claimed", len(batch.jobs))
+        if self._stopping.is_set():  # claimed with a settle as the worker stops: give back
             for job in batch.jobs:
-                self._start(job, batch.now)
+                r = self._claims.add(job)
+                self._claims.handler_ended(r)
+                self._settler.add(r, Settle(job.claim, Outcome.RELEASE))
+            return
+        for job in batch.jobs:
+            self._start(job, batch.now)
+
+    async def _nothing(self, batch: ClaimBatch) -> None:
+        """A claim found nothing to do: wait for work."""
+        self._count("empty_claims", 1)
+        if time.monotonic() >= self._next_pause_check:
+            with contextlib.suppress(BackendError):  # only a log line: try again later
+                await self._check_paused(self.queues)
+        try:
+            await self._idle(batch.limited)
+        except BackendError as e:
+            log.warning("wait failed (%s)", e)
+            await self._until(asyncio.sleep(1.0))
+
+    def _claim_with_settle(self) -> tuple[list[str], str, int] | None:
+        """What the next settle claims (``Settler.ask``): every free slot, reserved."""
+        free = self._free()
+        if free <= 0 or self._stopping.is_set():
+            return None
+        self._claims.reserve(free)
+        return self._queue_order(), self.id, free
+
+    def _handed(self, answer: SettledClaimed | None, reserved: int) -> None:
+        """A settle's claim came back (``Settler.took``; None: the call failed)."""
+        self._claims.unreserve(reserved)
+        if answer is None:
+            return
+        if answer.claim_error is not None:  # the claim loop claims on its own
+            log.warning("claim (with a settle) failed (%s); retrying", answer.claim_error)
+            return
+        if answer.batch is not None:
+            self._handover = answer.batch
+            if answer.batch.jobs:
+                self._took(answer.batch)
 
     async def _idle(self, limited: dict[str, float | None]) -> None:
         """Wait for work after an empty claim. Queues held back by their limits are waited

@@ -19,6 +19,7 @@ from relaymq import (
 from relaymq.backends.base import Backend
 from relaymq.testing import FakeClock
 from tests import tasks
+from tests.conftest import MakeBackend
 from tests.support.jobs import new_job
 from tests.support.waiting import poll_until, watch
 from tests.worker.conftest import RunWorker
@@ -147,6 +148,23 @@ async def test_claims_are_sized_to_free_slots(queue: Queue, run_worker: RunWorke
         for h in handles:
             await h.result(timeout=10)
     assert tasks.PEAK[k] == 3 and tasks.LEDGER[k] == 7
+
+
+async def test_jobs_added_one_at_a_time_all_run_once(
+    live: Backend, make_backend: MakeBackend, q: str, run_worker: RunWorker
+) -> None:
+    """Jobs added one call at a time, as web requests add them (from another handle where the
+    backend is shared), reach a worker that settles the job before while each arrives: the
+    claims made with settles (``settle_and_claim``) and the worker's own claims between them
+    leave no job waiting and no slot promised for ever."""
+    k = key()
+    producer = await make_backend() if live.capabilities.cross_process else live
+    queue = Queue(q, producer)
+    async with run_worker(concurrency=3) as worker:
+        for i in range(100):
+            await queue.add(tasks.record_order.call(k, str(i)))
+        await worker.until(lambda s: s.completed >= 100, "100 completions", within=30)
+    assert sorted(tasks.ORDER[k], key=int) == [str(i) for i in range(100)]
 
 
 async def test_graceful_shutdown_releases_unfinished_claims(

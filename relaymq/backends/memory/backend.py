@@ -56,7 +56,7 @@ class InMemoryBackend(Backend, DeliveryStore):
 
     capabilities = Capabilities(
         durable=False, cross_process=False, server_clock=True, blocking_wait=True,
-        delivery_store=True,
+        delivery_store=True, settle_claims=True,  # the worker claims with its settles
     )  # fmt: skip
 
     def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:

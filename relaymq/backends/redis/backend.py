@@ -14,6 +14,7 @@ first NOSCRIPT reply; the event subscription re-subscribes by itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -33,6 +34,7 @@ from relaymq.backends.base import (
     Outcome,
     Recovered,
     Settle,
+    SettledClaimed,
     StoredSchedule,
     Tally,
     WorkerInfo,
@@ -42,7 +44,7 @@ from relaymq.backends.base import (
 )
 from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import parse_url
-from relaymq.backends.redis.errors import wrong_type
+from relaymq.backends.redis.errors import translate, wrong_type
 from relaymq.backends.redis.keys import JOB_FIELDS, STATE_SUFFIXES, WAKE_MAX, Keys, per_queue
 from relaymq.backends.redis.records import (
     Unreadable,
@@ -106,6 +108,8 @@ class RedisBackend(Backend, DeliveryStore):
         self._options = parse_url(url, prefix)
         self._keys = Keys(self._options.prefix)
         self._clock = clock
+        if not self._options.cluster:  # one pipeline: a cluster routes each queue on its own
+            self.capabilities = dataclasses.replace(self.capabilities, settle_claims=True)
         self._t = Transport(self._options, options)
         self._run = self._t.run
         self._script = self._t.script
@@ -114,7 +118,7 @@ class RedisBackend(Backend, DeliveryStore):
     async def connect(self) -> None:
         await self._t.open()
         if self._t.durable is False:  # appendonly no: this server keeps nothing on a restart
-            self.capabilities = dataclasses.replace(type(self).capabilities, durable=False)
+            self.capabilities = dataclasses.replace(self.capabilities, durable=False)
 
     async def close(self) -> None:
         await self._t.close()
@@ -247,6 +251,15 @@ class RedisBackend(Backend, DeliveryStore):
         return out
 
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
+        commands, order = self._settle_commands(settles)
+        return _settled(
+            len(settles), order, await self._run(commands, "settle") if commands else []
+        )
+
+    def _settle_commands(
+        self, settles: Sequence[Settle]
+    ) -> tuple[list[tuple[Any, ...]], list[list[int]]]:
+        """One settle script call per queue (and chunk), and the settles each answers for."""
         now = self._now()
         commands = []
         order: list[list[int]] = []
@@ -259,12 +272,35 @@ class RedisBackend(Backend, DeliveryStore):
                 head = f"{c.token} {s.outcome.value} {s.delay!r} {c.job_id}"
                 args += (head, opt(s.result if s.outcome is Outcome.COMPLETE else s.error))
             commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
-        replies = await self._run(commands, "settle") if commands else []
-        out = [False] * len(settles)
-        for indexes, reply in zip(order, replies, strict=True):
-            for i, code in zip(indexes, reply, strict=True):
-                out[i] = code == 1
-        return out
+        return commands, order
+
+    async def settle_and_claim(
+        self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
+    ) -> SettledClaimed:
+        """The settle scripts and one claim script, pipelined in one round trip (a cluster, or
+        a claim larger than one script call, makes the two calls)."""
+        if self._options.cluster or not queues or not 0 < limit <= CLAIM_CHUNK:
+            return await super().settle_and_claim(settles, queues, worker_id, limit)
+        commands, order = self._settle_commands(settles)
+        keys = [self._keys.base(q) for q in queues]
+        commands.append(self._evalsha("claim", keys, [self._now(), worker_id, limit, PROMOTE_MAX]))
+        *settle_replies, claim_reply = await self._t.run_all(commands, "settle")
+        batch: ClaimBatch | None = None
+        claim_error: Exception | None = None
+        if isinstance(claim_reply, Exception):
+            claim_error = translate(claim_reply, "claim") or claim_reply
+        else:
+            got, unreadable = claimed_jobs(queues, claim_reply, worker_id)
+            if unreadable:
+                await self._fail_unreadable(unreadable)
+            batch = ClaimBatch(got, float(claim_reply[0]), held_back(queues, claim_reply[1]))
+        failed = next((r for r in settle_replies if isinstance(r, Exception)), None)
+        if failed is not None:
+            if batch is not None and batch.jobs:  # hold nothing: the caller retries the settle
+                with contextlib.suppress(BackendError):  # else recovered as stalled
+                    await self.settle([Settle(j.claim, Outcome.RELEASE) for j in batch.jobs])
+            raise (translate(failed, "settle") or failed) from failed
+        return SettledClaimed(_settled(len(settles), order, settle_replies), batch, claim_error)
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         if not queues or timeout <= 0:
@@ -649,6 +685,15 @@ class RedisBackend(Backend, DeliveryStore):
             return []
         reply = await self._script("promote_due", [self._keys.base(queue)], [self._now(), limit])
         return promoted_jobs(queue, reply)
+
+
+def _settled(n: int, order: list[list[int]], replies: Sequence[Any]) -> list[bool]:
+    """The answer for each of ``n`` settles, out of the settle scripts' replies (1 = applied)."""
+    out = [False] * n
+    for indexes, reply in zip(order, replies, strict=True):
+        for i, code in zip(indexes, reply, strict=True):
+            out[i] = code == 1
+    return out
 
 
 def _opt_int(raw: bytes | None) -> int | None:

@@ -1,0 +1,80 @@
+"""A worker's settle and its next claim travel together: one write of both scripts, and a settle
+that fails gives back what the claim beside it took."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.redis import RedisBackend
+from relaymq.errors import BackendError
+from relaymq.job import JobState, NewJob
+from tests.redis import support
+from tests.support.case_redis import URL
+
+Q = "trips"
+
+
+@pytest_asyncio.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[RedisBackend]:
+    reason = support.unavailable(URL)
+    if reason:
+        pytest.skip(reason)
+    b = await support.make(URL, None, tmp_path)
+    assert isinstance(b, RedisBackend)
+    await b.enqueue([NewJob(Q, f"j{i}", "t:noop", b"p") for i in range(3)])
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+def count_writes(b: RedisBackend) -> list[int]:
+    """The length of each command list the backend writes from now on."""
+    link = b._t._link
+    assert link is not None
+    writes: list[int] = []
+    run = link.run
+
+    async def counted(commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        writes.append(len(commands))
+        return await run(commands)
+
+    link.run = counted  # type: ignore[method-assign]
+    return writes
+
+
+async def state(b: Backend, job_id: str) -> JobState | None:
+    job = await b.get_job(Q, job_id)
+    return None if job is None else job.state
+
+
+async def test_a_settle_and_the_next_claim_are_one_write(backend: RedisBackend) -> None:
+    assert backend.capabilities.settle_claims
+    [first] = (await backend.claim([Q], "w", 1)).jobs
+    writes = count_writes(backend)
+    answer = await backend.settle_and_claim([Settle(first.claim, Outcome.COMPLETE)], [Q], "w", 2)
+    assert writes == [2]  # the settle script and the claim script, in one round trip
+    assert answer.applied == [True] and answer.batch is not None
+    assert [j.id for j in answer.batch.jobs] == ["j1", "j2"]
+
+
+async def test_a_failed_settle_gives_back_the_jobs_claimed_beside_it(
+    backend: RedisBackend,
+) -> None:
+    [first] = (await backend.claim([Q], "w", 1)).jobs
+    # The completed set replaced by a string: the settle script meets WRONGTYPE, the claim
+    # script (which never touches that set) does not.
+    done = backend._keys.base(Q) + ":completed"
+    await backend._run([("SET", done, "not a sorted set")], "damage")
+    with pytest.raises(BackendError, match="WRONGTYPE"):
+        await backend.settle_and_claim([Settle(first.claim, Outcome.COMPLETE)], [Q], "w", 1)
+    j1 = await backend.get_job(Q, "j1")
+    assert j1 is not None and j1.state is JobState.WAITING  # released: it runs again at once
+    assert j1.attempts == 0  # a release gives the attempt back
+    assert await state(backend, "j2") is JobState.WAITING
