@@ -186,3 +186,48 @@ async def test_wait_wakes_when_a_delayed_job_falls_due(make: Make) -> None:
 
 async def test_retention_zero_keeps_finished_jobs(make: Make) -> None:
     assert (await make(retention=0)).retention is None
+
+
+async def test_a_settle_and_the_next_claim_are_one_statement(make: Make) -> None:
+    b = await make()
+    q = "together"
+    await b.enqueue([new_job(q, f"j{i}") for i in range(3)])
+    [first] = (await b.claim([q], "w", 1)).jobs  # also reads which queues have limits
+    statements: list[str] = []
+    fetch = b._fetch
+
+    async def counted(name: str, *args: object) -> list[asyncpg.Record]:
+        statements.append(name)
+        return await fetch(name, *args)
+
+    b._fetch = counted  # type: ignore[method-assign]
+    answer = await b.settle_and_claim([Settle(first.claim, Outcome.COMPLETE)], [q], "w", 5)
+    assert statements == ["settle_claim"]
+    assert answer.applied == [True] and answer.batch is not None
+    assert [j.id for j in answer.batch.jobs] == ["j1", "j2"]
+
+
+async def test_settles_that_claim_stay_exact_under_concurrency(make: Make) -> None:
+    """Six loops on three connections settle each batch and claim the next in one statement:
+    no job is taken twice, each ends once."""
+    clients = [await make() for _ in range(3)]
+    q = "together-concurrent"
+    await clients[0].enqueue([new_job(q) for _ in range(300)])
+    ended: list[str] = []
+
+    async def work(b: PostgresBackend) -> None:
+        jobs = (await b.claim([q], "w", 7)).jobs
+        while jobs:
+            outcome = Outcome.COMPLETE if len(jobs) % 2 else Outcome.FAIL
+            answer = await b.settle_and_claim(
+                [Settle(j.claim, outcome, error="e") for j in jobs], [q], "w", 7
+            )
+            assert all(answer.applied)
+            ended.extend(j.id for j in jobs)
+            assert answer.batch is not None
+            jobs = answer.batch.jobs
+
+    await asyncio.gather(*(work(clients[i % 3]) for i in range(6)))
+    assert len(ended) == len(set(ended)) == 300
+    counts = await clients[1].counts(q)
+    assert counts[JobState.COMPLETED] + counts[JobState.FAILED] == 300

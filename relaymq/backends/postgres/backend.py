@@ -31,6 +31,7 @@ from relaymq.backends.base import (
     Enqueued,
     Recovered,
     Settle,
+    SettledClaimed,
     StoredSchedule,
     Tally,
     WorkerInfo,
@@ -100,6 +101,7 @@ class PostgresBackend(Backend, DeliveryStore):
         blocking_wait=True,
         delivery_store=True,
         migrations=True,
+        settle_claims=True,
     )
 
     def __init__(self, url: str, *, clock: Clock | None = None, **options: Any) -> None:
@@ -310,18 +312,28 @@ class PostgresBackend(Backend, DeliveryStore):
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
         if not settles:
             return []
-        rows = await self._fetch(
-            "settle",
-            [s.claim.queue for s in settles],
-            [s.claim.job_id for s in settles],
-            [s.claim.token for s in settles],
-            [s.outcome.value for s in settles],
-            [s.result for s in settles],
-            [s.error for s in settles],
-            [float(s.delay) for s in settles],
-            self._now(),
-        )
+        rows = await self._fetch("settle", *_settle_args(settles), self._now())
         return [bool(r["applied"]) for r in rows]
+
+    async def settle_and_claim(
+        self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
+    ) -> SettledClaimed:
+        """One statement, one commit, for queues without limits (a queue with limits is
+        claimed under the lock of its limits row: the two calls)."""
+        if not settles or not queues or limit <= 0:
+            return await super().settle_and_claim(settles, queues, worker_id, limit)
+        if self._limited.stale():
+            self._limited.update([r["queue"] for r in await self._fetch("limited_queues")])
+        plain, with_limits = self._limited.split(queues)
+        if with_limits:
+            return await super().settle_and_claim(settles, queues, worker_id, limit)
+        now = self._now()
+        rows = await self._fetch("settle_claim", *_settle_args(settles), now, plain, worker_id,
+                                 limit, PROMOTE_PER_CLAIM)  # fmt: skip
+        jobs = [to_job(r) for r in rows if r["id"] is not None]
+        if now is None:
+            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
+        return SettledClaimed(list(rows[0]["applied"]), ClaimBatch(jobs, now))
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         listening = await self._listener.ready(within=min(timeout, 5.0))  # starts it
@@ -683,3 +695,16 @@ def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:
         out.append(Enqueued(j.id, duplicate=key not in stored))
         stored.discard(key)
     return out
+
+
+def _settle_args(settles: Sequence[Settle]) -> tuple[list[Any], ...]:
+    """The arrays of the settle statements, one element per settle."""
+    return (
+        [s.claim.queue for s in settles],
+        [s.claim.job_id for s in settles],
+        [s.claim.token for s in settles],
+        [s.outcome.value for s in settles],
+        [s.result for s in settles],
+        [s.error for s in settles],
+        [float(s.delay) for s in settles],
+    )

@@ -230,6 +230,120 @@ FROM s
 LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
 ORDER BY s.ord;
 
+-- name: settle_claim
+-- "settle", then "claim" for the queues without limits, in one statement and one commit: a
+-- worker's outcomes and its next jobs in one round trip. Both parts see the snapshot from
+-- before the statement, so the claim never takes a job this settle changed (the settled jobs
+-- were active), and the settle never touches a job the claim takes (they were waiting or
+-- delayed): no row is changed twice.
+-- in:  $1..$7 as for "settle", $8 now float8|NULL, $9 queues text[], $10 worker_id text,
+--      $11 limit int, $12 promote int
+-- out: the claimed jobs (every column) in claim order, each with applied bool[] (the settle's
+--      answers in order); one row with NULL job columns when nothing was claimed.
+WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
+s AS (
+    SELECT u.*,
+           CASE u.outcome
+               WHEN 'complete' THEN 'completed'
+               WHEN 'fail' THEN 'failed'
+               WHEN 'expire' THEN 'expired'
+               WHEN 'cancel' THEN 'cancelled'
+               WHEN 'retry' THEN CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END
+               ELSE 'waiting'
+           END AS target,
+           u.outcome IN ('complete', 'fail', 'expire', 'cancel') AS final,
+           'active'::text AS held  -- a column, not a literal: see "settle"
+    FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bytea[], $6::text[],
+                $7::float8[])
+        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ord)
+),
+done AS (
+    UPDATE relaymq_jobs j
+    SET state = s.target,
+        result = CASE WHEN s.outcome = 'complete' THEN s.result ELSE j.result END,
+        error = CASE WHEN s.outcome = 'release' OR s.outcome = 'complete' THEN j.error
+                     ELSE s.error END,
+        finished_at = CASE WHEN s.final THEN t.now END,
+        worker_id = NULL,
+        run_at = CASE WHEN s.target = 'delayed' THEN t.now + make_interval(secs => s.delay) END,
+        seq = CASE WHEN s.outcome = 'retry' THEN nextval('relaymq_job_seq') ELSE j.seq END,
+        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END
+    FROM s, t
+    WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
+    RETURNING j.queue, j.id
+),
+answers AS (
+    SELECT array_agg(
+               CASE WHEN d.id IS NOT NULL THEN true
+                    WHEN NOT s.final THEN false
+                    ELSE coalesce((SELECT cur.state = s.target AND cur.token = s.token
+                                   FROM relaymq_jobs cur
+                                   WHERE cur.queue = s.queue AND cur.id = s.id), false)
+               END ORDER BY s.ord) AS applied
+    FROM s
+    LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
+),
+qs AS (
+    SELECT q.name, q.ord
+    FROM unnest($9::text[]) WITH ORDINALITY AS q(name, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = q.name)
+      AND NOT EXISTS (SELECT 1 FROM relaymq_limits l WHERE l.queue = q.name)
+),
+ready AS (
+    SELECT w.queue, w.id, qs.ord, w.priority, 0 AS late, NULL::timestamptz AS run_at, w.seq
+    FROM qs CROSS JOIN LATERAL (
+        SELECT j.queue, j.id, j.priority, j.seq
+        FROM relaymq_jobs j
+        WHERE j.queue = qs.name AND j.state = 'waiting'
+        ORDER BY j.priority, j.seq
+        LIMIT $11
+        FOR UPDATE SKIP LOCKED
+    ) w
+),
+due AS (
+    SELECT d.queue, d.id, qs.ord, d.priority, 1 AS late, d.run_at, d.seq
+    FROM qs CROSS JOIN t CROSS JOIN LATERAL (
+        SELECT j.queue, j.id, j.priority, j.run_at, j.seq
+        FROM relaymq_jobs j
+        WHERE j.queue = qs.name AND j.state = 'delayed' AND j.run_at <= t.now
+        ORDER BY j.run_at, j.seq
+        LIMIT $12
+        FOR UPDATE SKIP LOCKED
+    ) d
+),
+picked AS (
+    SELECT * FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) c
+    ORDER BY c.ord, c.priority, c.late, c.run_at, c.seq
+    LIMIT $11
+),
+claimed AS (
+    UPDATE relaymq_jobs j
+    SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
+        claimed_at = t.now, heartbeat_at = t.now, worker_id = $10, run_at = NULL
+    FROM picked p, t
+    WHERE j.queue = p.queue AND j.id = p.id
+    RETURNING j.*
+),
+promoted AS (
+    UPDATE relaymq_jobs j
+    SET state = 'waiting', run_at = NULL, seq = nextval('relaymq_job_seq')
+    FROM (
+        SELECT d.queue, d.id FROM due d
+        WHERE NOT EXISTS (SELECT 1 FROM picked p WHERE p.queue = d.queue AND p.id = d.id)
+        ORDER BY d.run_at, d.seq
+    ) x
+    WHERE j.queue = x.queue AND j.id = x.id
+    RETURNING j.id
+),
+took AS (
+    SELECT c.*, p.ord AS p_ord, p.priority AS p_priority, p.late AS p_late,
+           p.run_at AS p_run_at, p.seq AS p_seq
+    FROM claimed c JOIN picked p ON p.queue = c.queue AND p.id = c.id
+)
+SELECT a.applied, k.*
+FROM answers a LEFT JOIN took k ON true
+ORDER BY k.p_ord, k.p_priority, k.p_late, k.p_run_at, k.p_seq;
+
 -- name: wait_check
 -- Whether a waiting job of an unpaused queue of $1 exists, and the time until the earliest
 -- delayed job of those queues is due.
