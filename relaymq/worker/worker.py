@@ -121,6 +121,10 @@ class Worker:
         )  # fmt: skip
         self._handover: ClaimBatch | None = None
         """What the last settle that claimed took, while the claim loop waits for it."""
+        self._backlog = False
+        """The last claim took every job it asked for: the claim loop claims beside the
+        settles (the two round trips overlap). Else the queues run dry, and a settle claims
+        what little comes (one round trip instead of two)."""
         self._history = History(self.ops, self.settings.history_flush_interval)
         self._heartbeats = Heartbeats(
             self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
@@ -306,7 +310,7 @@ class Worker:
                 await slot_free.wait()
                 await asyncio.sleep(0)  # let jobs finishing in the same tick free their slots
                 continue
-            if settler.will_claim:  # the settle on its way claims for the free slots
+            if not self._backlog and settler.will_claim:  # the settle on its way claims
                 self._handover = None
                 settler.flushed.clear()
                 await self._until(settler.flushed.wait())
@@ -328,6 +332,7 @@ class Worker:
             finally:
                 self._claims.unreserve(free)
             failures = 0
+            self._backlog = len(batch.jobs) >= free
             if batch.jobs:
                 self._took(batch)
             else:
@@ -361,7 +366,7 @@ class Worker:
     def _claim_with_settle(self) -> tuple[list[str], str, int] | None:
         """What the next settle claims (``Settler.ask``): every free slot, reserved."""
         free = self._free()
-        if free <= 0 or self._stopping.is_set():
+        if free <= 0 or self._backlog or self._stopping.is_set():
             return None
         self._claims.reserve(free)
         return self._queue_order(), self.id, free
@@ -376,6 +381,7 @@ class Worker:
             return
         if answer.batch is not None:
             self._handover = answer.batch
+            self._backlog = len(answer.batch.jobs) >= reserved
             if answer.batch.jobs:
                 self._took(answer.batch)
 
