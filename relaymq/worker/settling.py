@@ -1,8 +1,9 @@
 """Batched settling: every finished job's outcome, written in one fenced backend call.
 
-On a backend that can (``capabilities.settle_claims``), the same call claims jobs for the
-worker's free slots: ``ask`` says what to claim (and reserves the slots), ``took`` gets the
-answer. The claim loop then leaves the claiming to the settle on its way (``will_claim``)."""
+On a backend that can (``capabilities.settle_claims``), the same call may claim jobs for the
+worker's free slots: ``ask`` says what to claim, if anything (and reserves the slots), ``took``
+gets the answer. The worker asks for that only while its queues run dry, and its claim loop
+then leaves the claiming to the settle on its way (``will_claim``)."""
 
 from __future__ import annotations
 

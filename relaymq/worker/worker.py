@@ -6,9 +6,10 @@ The pieces, each in its own module:
   as there are free slots in one call, or waits;
 - ``running``: one ``RunningJob`` per claim, and ``Claims``, the rule linking slots and claims;
 - ``execution``: one attempt of one job, ending in the ``Settle`` to write (or nothing);
-- ``settling``: every finished job's outcome in one batched, fenced call, which on a backend
-  that can (``capabilities.settle_claims``) also claims jobs for the free slots, in the same
-  round trip: the claim loop then waits for that settle instead of claiming beside it;
+- ``settling``: every finished job's outcome in one batched, fenced call. On a backend that
+  can (``capabilities.settle_claims``), while the queues run dry (the last claim came back
+  short), that call also claims jobs for the free slots in the same round trip, and the claim
+  loop waits for it instead of claiming beside it;
 - ``heartbeats``: one batched renewal of every held claim on its own timer, stopping handlers
   whose claim was lost or whose job was cancelled.
 
