@@ -43,7 +43,6 @@ from relaymq.backends.base import (
     Enqueued,
     Recovered,
     Settle,
-    SettledClaimed,
     StoredSchedule,
     Tally,
     WorkerInfo,
@@ -109,7 +108,6 @@ class SQLiteBackend(Backend, DeliveryStore):
         server_clock=True,
         blocking_wait=False,
         delivery_store=True,
-        settle_claims=True,
     )
 
     def __init__(
@@ -293,20 +291,6 @@ class SQLiteBackend(Backend, DeliveryStore):
         if requeued:
             self._wakeup.notify()
         return answers
-
-    async def settle_and_claim(
-        self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
-    ) -> SettledClaimed:
-        """One transaction: the settle, then the claim (one hop to the writer thread, one
-        commit)."""
-        answers, requeued, batch, error = await self._write(
-            ops.settle_and_claim, settles, queues, worker_id, limit
-        )
-        if requeued:
-            self._wakeup.notify()
-        if batch is not None and batch.jobs:
-            self._poll = POLL_MIN
-        return SettledClaimed(answers, batch, error)
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         loop = asyncio.get_running_loop()

@@ -661,33 +661,6 @@ def advance_schedule(
 # -- delivery store -------------------------------------------------------------------------
 
 
-def settle_and_claim(
-    conn: Conn,
-    now: float,
-    settles: Sequence[Settle],
-    queues: Sequence[str],
-    worker_id: str,
-    limit: int,
-) -> tuple[list[bool], bool, ClaimBatch | None, Exception | None]:
-    """``settle``, then ``claim`` in the same transaction. A claim that fails on a record (not
-    on the database, which fails the whole transaction) is rolled back alone, to a savepoint,
-    and returned as the error: the settle still commits."""
-    answers, requeued = settle(conn, now, settles)
-    if limit <= 0 or not queues:
-        return answers, requeued, None, None
-    conn.execute("SAVEPOINT claim")
-    try:
-        batch = claim(conn, now, queues, worker_id, limit)
-    except sqlite3.Error:
-        raise
-    except Exception as e:
-        conn.execute("ROLLBACK TO claim")
-        conn.execute("RELEASE claim")
-        return answers, requeued, None, e
-    conn.execute("RELEASE claim")
-    return answers, requeued, batch, None
-
-
 def claim_delivered(
     conn: Conn, now: float, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
 ) -> tuple[ClaimBatch, list[str]]:
