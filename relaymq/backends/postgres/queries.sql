@@ -92,6 +92,7 @@ FROM (SELECT count(*) AS sent FROM note) n LEFT JOIN ins ON true;
 -- in:  $1 queues text[], $2 worker_id text, $3 limit int, $4 now float8|NULL, $5 promote int,
 --      $6 limited bool (true: the caller holds the limits row of the one queue in $1)
 -- out: every column of each claimed job, in claim order.
+-- "settle_claim" repeats this statement (and "settle"): change them together.
 WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
 qs AS (
     SELECT q.name, q.ord
@@ -185,6 +186,7 @@ ORDER BY b.ord;
 -- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 outcome text[] (Outcome values),
 --      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL
 -- out: per settle in order: applied bool.
+-- "settle_claim" repeats this statement (and "claim"): change them together.
 WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
 s AS (
     SELECT u.*,
