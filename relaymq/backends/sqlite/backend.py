@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sqlite3
 import time
@@ -63,6 +64,10 @@ T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
 SCHEMA_VERSION = 6
+SLOW_WRITE = 0.25
+"""Seconds a write transaction may take (lock wait included) before recovery discounts it."""
+LOCKED_OUT_MEMORY = 60.0
+"""Seconds within which a longer slow write does not replace a longer one before it."""
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
@@ -132,6 +137,9 @@ class SQLiteBackend(Backend, DeliveryStore):
         # wait()'s polling interval, kept across calls: a worker calls wait() again and again
         # while idle, and each call must not start over at a few ms. Work found resets it.
         self._poll = POLL_MIN
+        self._slow_write: tuple[float, float] = (-math.inf, 0.0)
+        """(monotonic end, seconds) of this handle's latest write transaction that took
+        ``SLOW_WRITE`` or longer: waiting for, or holding, the database's one write lock."""
 
     async def connect(self) -> None:
         if self._closed:
@@ -240,6 +248,7 @@ class SQLiteBackend(Backend, DeliveryStore):
         """One ``BEGIN IMMEDIATE`` transaction; ``now`` is read once the write lock is held."""
 
         def transaction(conn: sqlite3.Connection) -> T:
+            started = time.monotonic()
             conn.execute(Q["begin_immediate"])
             try:
                 result = fn(conn, self._now(), *args, **kwargs)
@@ -248,6 +257,8 @@ class SQLiteBackend(Backend, DeliveryStore):
                 if conn.in_transaction:
                     conn.rollback()
                 raise
+            finally:
+                self._note_slow_write(started)
             return result
 
         return await self._submit(transaction)
@@ -317,8 +328,32 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     # -- maintenance ------------------------------------------------------------------------
 
+    def _note_slow_write(self, started: float) -> None:
+        ended = time.monotonic()
+        seconds = ended - started
+        if seconds >= SLOW_WRITE:
+            last_end, last = self._slow_write
+            if ended - last_end < LOCKED_OUT_MEMORY:
+                seconds = max(seconds, last)
+            self._slow_write = (ended, seconds)
+
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
-        result = await self._write(ops.recover_stalled, queue, threshold, max_stalled)
+        # The database has one write lock. While a process holds it for long (one frozen in
+        # the middle of a transaction), no worker can renew its claims: a claim that went stale
+        # then is not stalled. How long that lasted is known here from this handle's own slow
+        # writes, this pass's wait included; for ``threshold`` seconds after one, that time
+        # does not count toward a stall.
+        asked = time.monotonic()
+
+        def recover(conn: sqlite3.Connection, now: float) -> Recovered:
+            locked_out = time.monotonic() - asked
+            ended, seconds = self._slow_write
+            if time.monotonic() - ended < threshold:
+                locked_out = max(locked_out, seconds)
+            extra = locked_out if locked_out >= SLOW_WRITE else 0.0
+            return ops.recover_stalled(conn, now, queue, threshold + extra, max_stalled)
+
+        result = await self._write(recover)
         if result.requeued:
             self._wakeup.notify()
         return result
