@@ -13,7 +13,7 @@ import contextvars
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
@@ -103,7 +103,7 @@ class Execution:
     def __init__(
         self,
         serializer: Serializer,
-        still_held: Callable[[RunningJob], Awaitable[bool]],
+        still_held: Callable[[RunningJob], Coroutine[Any, Any, bool]],
         report: Callable[[RunningJob, Any], None],
         fresh_for: float = START_CHECK_AFTER,
         pool: Executor | None = None,
@@ -174,8 +174,11 @@ class Execution:
         except (SerializationError, KeyError, TypeError, ValueError) as e:
             return Settle(claim, Outcome.FAIL, error=f"cannot decode the job's payload: {e}")
         sandboxed = t.options.sandbox
-        if (t.is_async or sandboxed) and not await self._still_to_run(r):
-            return after_stop(r)
+        if t.is_async or sandboxed:  # the check right before the handler
+            if self._check_due(r):
+                await self.still_held(r)
+            if r.stop_reason is not None:
+                return after_stop(r)
         results: dict[str, Any] = {}
         failed: dict[str, str] = {}
         if t.takes_context and job.depends_on and self.get_jobs is not None:
@@ -189,8 +192,9 @@ class Execution:
             r.ctx = JobContext(job.id, job.queue, job.task, job.attempts,
                                lambda value: self.report(r, value), results, failed)  # fmt: skip
             args.insert(0, r.ctx)
-        log.debug("job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task,
-                  job.attempts)  # fmt: skip
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task,
+                      job.attempts)  # fmt: skip
         value: Any = None
         settle: Settle | None = None  # the handler failed
         backoff = t.options.backoff
@@ -230,15 +234,10 @@ class Execution:
             return Settle(claim, Outcome.FAIL, error=f"the result cannot be serialized: {e}")
         return Settle(claim, Outcome.COMPLETE, result=result)
 
-    def _starts_late(self, r: RunningJob) -> bool:
-        return time.monotonic() - r.claimed_mono >= self.fresh_for
-
-    async def _still_to_run(self, r: RunningJob) -> bool:
-        """The check right before a handler: False when the job was stopped (cancelled, lost,
-        shutdown); asks the backend when the claim is ``fresh_for`` old or older."""
-        if r.stop_reason is None and self._starts_late(r):
-            await self.still_held(r)
-        return r.stop_reason is None
+    def _check_due(self, r: RunningJob) -> bool:
+        """The check right before a handler asks the backend: for a job not stopped already
+        whose claim is ``fresh_for`` old or older (a fresher one relies on the claim)."""
+        return r.stop_reason is None and time.monotonic() - r.claimed_mono >= self.fresh_for
 
     async def _dependencies(self, job: Job) -> tuple[dict[str, Any], dict[str, str]]:
         """The results of ``job``'s completed dependencies, and (``DependencyPolicy.INCLUDE``)
@@ -284,9 +283,9 @@ class Execution:
         loop = asyncio.get_running_loop()
 
         def checked_call() -> Any:  # on the handler's thread, once it has one
-            if self._starts_late(r):
+            if self._check_due(r):
                 try:
-                    asyncio.run_coroutine_threadsafe(self._still_to_run(r), loop).result()
+                    asyncio.run_coroutine_threadsafe(self.still_held(r), loop).result()
                 except Exception as e:
                     log.warning("could not check the claim on %s/%s (%s); releasing it",
                                 r.job.queue, r.job.id, e, extra=r.log_extra)  # fmt: skip

@@ -44,6 +44,12 @@ class RunningJob:
     """The outcome is written or being written: heartbeats leave the claim alone."""
     ran_for: float | None = None
     """Seconds the handler ran, once it ended (None while it runs, or if it never started)."""
+    key: tuple[str, str, int] = field(init=False)
+    """One attempt: the same job claimed again (after this claim was recovered as stalled)
+    is another ``RunningJob``, and each is renewed, stopped and dropped on its own."""
+
+    def __post_init__(self) -> None:
+        self.key = (self.claim.queue, self.claim.job_id, self.claim.token)
 
     @property
     def in_thread(self) -> bool:
@@ -57,12 +63,6 @@ class RunningJob:
         if logcontext.CURRENT.get() is self.job:
             return {}
         return logcontext.fields(self.job)
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        """One attempt: the same job claimed again (after this claim was recovered as stalled)
-        is another ``RunningJob``, and each is renewed, stopped and dropped on its own."""
-        return self.claim.queue, self.claim.job_id, self.claim.token
 
     def stop(self, reason: StopReason, *, interrupt: bool = True) -> None:
         """Stop the job: the first reason given is the one its outcome follows. ``interrupt``

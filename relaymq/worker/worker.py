@@ -464,24 +464,26 @@ class Worker:
     # -- outcomes ---------------------------------------------------------------------------
 
     def _record(self, r: RunningJob, s: Settle, applied: bool) -> None:
-        job, extra = r.job, r.log_extra
-        where = f"job {job.queue}/{job.id} ({job.task}, attempt {job.attempts})"
+        job = r.job
         if not applied and s.outcome is Outcome.CANCEL:  # cancelling ended the claim itself
             self._count("cancelled", 1)
-            log.warning("%s cancelled by request", where, extra=extra)
+            log.warning("%s cancelled by request", _where(job), extra=r.log_extra)
             return
         if not applied:
             self._count("lost", 1)
-            log.warning("%s: the claim (token %s) was lost; outcome %s dropped", where,
-                        r.claim.token, s.outcome.value, extra=extra)  # fmt: skip
+            log.warning("%s: the claim (token %s) was lost; outcome %s dropped", _where(job),
+                        r.claim.token, s.outcome.value, extra=r.log_extra)  # fmt: skip
             return
         self._count(_OUTCOME_COUNTER[s.outcome], 1)
         self._history.count(job.queue, s.outcome)
+        if s.outcome is Outcome.COMPLETE:  # the common case: nothing formatted unless logged
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s completed", _where(job), extra=r.log_extra)
+            return
+        where, extra = _where(job), r.log_extra
         error = s.error or ""
         summary = error.strip().splitlines()[-1] if error.strip() else ""
-        if s.outcome is Outcome.COMPLETE:
-            log.debug("%s completed", where, extra=extra)
-        elif s.outcome is Outcome.RETRY:
+        if s.outcome is Outcome.RETRY:
             log.warning("%s failed; retrying in %.1fs: %s", where, s.delay, summary, extra=extra)
         elif s.outcome is Outcome.FAIL:
             log.error("%s failed for good (into the DLQ): %s", where, error, extra=extra)
@@ -495,3 +497,8 @@ class Worker:
     def _count(self, field: str, n: int) -> None:
         setattr(self.stats, field, getattr(self.stats, field) + n)
         self._changed.set()
+
+
+def _where(job: Job) -> str:
+    """How log lines about one attempt name it."""
+    return f"job {job.queue}/{job.id} ({job.task}, attempt {job.attempts})"
