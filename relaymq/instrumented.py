@@ -252,7 +252,7 @@ class Instrumented:
     ) -> SettledClaimed:  # fmt: skip
         """``settle``, and a claim in the same round trip (``Backend.settle_and_claim``),
         each reported as when made alone."""
-        with self._call("settle"):
+        with self._call("settle_and_claim"):  # its own op: its duration is two calls' work
             answer = await self.backend.settle_and_claim(
                 [s for _, s in outcomes], queues, worker_id, limit
             )

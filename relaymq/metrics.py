@@ -18,7 +18,8 @@ Counters (labels ``queue``, ``task``):
   another worker's (or removed) by then;
 - ``relaymq_stalled_jobs_total`` (labels ``queue``, ``outcome``: ``requeued``, or ``failed``
   past ``max_stalled``): stalled recovery;
-- ``relaymq_backend_call_errors_total`` (label ``op``): backend calls that raised.
+- ``relaymq_backend_call_errors_total`` (label ``op``, the backend method: ``claim``,
+  ``settle``, ``settle_and_claim``, ...): backend calls that raised.
 
 Histograms, in seconds:
 

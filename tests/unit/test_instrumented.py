@@ -245,8 +245,13 @@ async def test_every_backend_call_goes_through_the_per_call_hook(
         [job] = (await ops.claim(["q"], "w1", 1)).jobs
         await ops.heartbeat([Beat(job.claim)])
         await ops.settle([(job, Settle(job.claim, Outcome.COMPLETE, b"1"))])
+        await ops.enqueue([new_job("q", "b")])
+        [second] = (await ops.claim(["q"], "w1", 1)).jobs
+        await ops.settle_and_claim([(second, Settle(second.claim, Outcome.COMPLETE, b"1"))],
+                                   ["q"], "w1", 1)  # fmt: skip
     # the enqueue's events go out with it (enqueue_announced); the worker's in one batch
-    assert calls == ["enqueue", "claim", "heartbeat", "settle", "publish"]
+    assert calls == ["enqueue", "claim", "heartbeat", "settle", "enqueue", "claim",
+                     "settle_and_claim", "publish"]  # fmt: skip
 
 
 async def test_leaving_batching_waits_for_a_publish_in_flight(
