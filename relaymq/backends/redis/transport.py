@@ -18,6 +18,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from relaymq.backends.redis.config import RedisOptions, check_durability, check_eviction_policy
+from relaymq.backends.redis.deadlines import Deadlines, Expired
 from relaymq.backends.redis.direct import Link
 from relaymq.backends.redis.errors import UNAVAILABLE, translated
 from relaymq.backends.redis.errors import translate as _translate
@@ -39,6 +40,8 @@ class Transport:
         """False once connected to a server that keeps nothing on disk."""
         self._link: Link | None = None
         """The pipelined command path (plain Redis only; a cluster client routes by key)."""
+        self._deadlines = Deadlines(options.timeout)
+        """Every command list's deadline, on one shared timer (the hot path's)."""
 
     async def open(self) -> None:
         """Connect (idempotent) and check the server's eviction policy and persistence."""
@@ -140,18 +143,16 @@ class Transport:
 
         Commands that met an empty script cache (a restarted server) run again once the
         scripts are loaded; they had not run, so running them again is safe. This is a hot
-        path: plain try/except, no generator-based context managers.
+        path: plain try/except, no generator-based context managers, no timer per call.
         """
         if self.client is None:
             raise BackendError("the Redis backend is not connected (call connect())")
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        seconds = self._options.timeout
         try:
-            async with asyncio.timeout(seconds):
-                await self._run(commands, replies, todo)
-        except TimeoutError as e:
-            raise self._unanswered(what, seconds) from e
+            await self._deadlines.run(self._run(commands, replies, todo))
+        except Expired as e:
+            raise self._unanswered(what, self._options.timeout) from e
         except (*UNAVAILABLE, rex.RedisError) as e:
             raise (_translate(e, what) or e) from e
         return replies
