@@ -9,8 +9,10 @@ process with concurrency 10 (in-process for memory://, which has no other proces
 one enqueue call per job, as a web request makes; ``--workers N``: N worker processes.
 Reported: enqueue jobs/s; end-to-end jobs/s, from the start of the enqueue until the last job
 completed; the worker processes' CPU (user + system) per job, which moves little when other
-processes share the cores; pickup latency p50/p99 with an idle worker and one job at a time,
-taken from the job record (claimed_at - created_at, both on the backend's clock).
+processes share the cores; how many of the machine's cores were busy meanwhile (all processes:
+near the core count, the machine sets the pace); pickup latency p50/p99 with an idle worker
+and one job at a time, taken from the job record (claimed_at - created_at, both on the
+backend's clock).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.peers.common import cpu_seconds  # noqa: E402
+from benchmarks.peers.common import busy_cores, cpu_seconds, machine_ticks  # noqa: E402
 from benchmarks.tasks import (  # noqa: E402
     DEFAULT_SIDE_URL,
     SIDE_KEY,
@@ -52,6 +54,10 @@ class Run:
     e2e_per_s: float
     worker_cpu_us_per_job: float | None
     """The worker process's user + system CPU per job (None: the worker ran in this process)."""
+    busy_cores: float
+    """Cores of the machine busy on average from the enqueue's start to the last completion
+    (every process: workers, server, this driver, anyone else's): near the core count, the
+    machine, not relaymq, sets the pace."""
 
 
 @contextlib.asynccontextmanager
@@ -142,6 +148,7 @@ async def one_run(
         calls = [bound.call() for _ in range(jobs)]
         async with worker(backend, url, queue.name, concurrency, workers) as pids:
             cpu = sum(cpu_seconds(p) for p in pids)
+            ticks = machine_ticks()
             start = time.perf_counter()
             if single:  # one call per job, as a web request makes
                 for call in calls:
@@ -152,11 +159,12 @@ async def one_run(
             enqueued = time.perf_counter()
             await until_completed(queue, jobs, deadline=600)
             done = time.perf_counter()
+            busy = busy_cores(ticks, machine_ticks())
             cpu_us = (sum(cpu_seconds(p) for p in pids) - cpu) / jobs * 1e6 if pids else None
         # Every handler made its one Redis call, exactly once (checked after the clock stopped).
         if workload == "side-effect" and (made := await side_effect_count(side_key)) != jobs:
             raise RuntimeError(f"side-effect key {side_key} is {made}, expected {jobs}")
-        return Run(jobs / (enqueued - start), jobs / (done - start), cpu_us)
+        return Run(jobs / (enqueued - start), jobs / (done - start), cpu_us, busy)
     finally:
         await queue.obliterate()
         await backend.close()
@@ -239,6 +247,9 @@ def main() -> int:
     if cpu:
         print(f"  worker CPU {ours['worker_cpu_us_per_job']:>8,.0f} us/job   runs: "
               + ", ".join(f"{c:,.0f}" for c in cpu))  # fmt: skip
+    print(f"  machine    {statistics.median(r.busy_cores for r in runs):>8.2f} of "
+          f"{os.cpu_count()} cores busy   runs: "
+          + ", ".join(f"{r.busy_cores:.2f}" for r in runs))  # fmt: skip
     if lat:
         print(f"  pickup latency p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms"
               f" ({len(lat)} samples)")  # fmt: skip

@@ -184,6 +184,21 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every core since boot (/proc/stat; Linux). Two readings give
+    how many cores were busy in between (``busy_cores``), whoever kept them busy."""
+    with open("/proc/stat") as f:
+        ticks = [int(t) for t in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+def busy_cores(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Cores busy on average between two ``machine_ticks`` readings."""
+    spent = after[1] - before[1]
+    return (after[0] - before[0]) / spent * (os.cpu_count() or 1) if spent else 0.0
+
+
 def emit_result(
     peer: str, version: str, backend: str, jobs: int, enqueue_s: float, e2e_s: float,
     worker_cpu_s: float | None = None,
