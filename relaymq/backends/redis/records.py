@@ -59,6 +59,20 @@ def _state(raw: bytes | None) -> JobState:
         raise ValueError(f"unknown state {raw!r}") from None
 
 
+_POLICIES: dict[bytes | None, DependencyPolicy] = {
+    None: DependencyPolicy.FAIL,
+    **{p.value.encode(): p for p in DependencyPolicy},
+}
+"""Stored dependency policies (absent: the default) to policies, without an Enum call."""
+
+
+def _policy(raw: bytes | None) -> DependencyPolicy:
+    try:
+        return _POLICIES[raw]
+    except KeyError:
+        raise ValueError(f"unknown dependency policy {raw!r}") from None
+
+
 def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     """The ``Job`` for a job hash's values in ``JOB_FIELDS`` order (None where absent).
 
@@ -96,7 +110,7 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             finished_at=_float(finished_at),
             traceparent=_str(traceparent),
             depends_on=_deps(depends_on),
-            on_dependency_failure=DependencyPolicy((dep_policy or b"fail").decode()),
+            on_dependency_failure=_policy(dep_policy),
             limit_key=_str(limit_key),
         )
     except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
@@ -106,7 +120,7 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
 CLAIMED_ORDER = (
     "queue id task payload state priority seq created_at run_at ttl max_attempts timeout "
     "attempts token claimed_at heartbeat_at worker_id stalls cancel_requested progress result "
-    "error finished_at"
+    "error finished_at extra traceparent depends_on on_dependency_failure limit_key"
 ).split()
 """The order of ``Job``'s fields that ``parse_claimed`` passes positionally (a test checks it):
 keyword arguments cost a worker a microsecond and a half per job."""
@@ -149,10 +163,11 @@ def parse_claimed(
             g(b"result"),
             None if error is None else error.decode(),
             None if finished_at is None else float(finished_at),
-            traceparent=None if (tp := g(b"traceparent")) is None else tp.decode(),
-            depends_on=_deps(g(b"depends_on")),
-            on_dependency_failure=DependencyPolicy((g(b"dep_policy") or b"fail").decode()),
-            limit_key=None if (lk := g(b"limit_key")) is None else lk.decode(),
+            {},
+            None if (tp := g(b"traceparent")) is None else tp.decode(),
+            () if (deps := g(b"depends_on")) is None else _deps(deps),
+            _policy(g(b"dep_policy")),
+            None if (lk := g(b"limit_key")) is None else lk.decode(),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
