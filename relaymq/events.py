@@ -46,10 +46,7 @@ EVENT_NAMES: Final = frozenset(
 @dataclass(slots=True)
 class Event:
     """Something that happened to a job, a queue or a worker. ``at`` is seconds since epoch.
-
-    Not frozen: every job makes three or more (enqueued, active, its outcome), and a frozen
-    dataclass's constructor cost four times as much (6% of an in-memory job's instructions).
-    Nothing in relaymq changes an event once made."""
+    Not frozen, as the other per-job records (``relaymq.job`` says why)."""
 
     name: str
     queue: str

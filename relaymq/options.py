@@ -118,7 +118,7 @@ def validate_queue_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call(Generic[R]):
     """One invocation of a task, ready to enqueue (``Queue.add`` / ``Queue.add_bulk``)."""
 

@@ -63,7 +63,7 @@ class Capabilities:
     (false: the worker's claims and settles are separate calls, made side by side)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Enqueued:
     """The answer for one ``NewJob``: its id and whether it already existed."""
 
@@ -83,7 +83,7 @@ def dependent(jobs: Sequence[NewJob]) -> bool:
     return any(j.depends_on for j in jobs)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClaimBatch:
     """Jobs claimed in one call, with the backend's clock reading at the moment of the claim."""
 
@@ -127,7 +127,7 @@ OUTCOME_STATE: dict[Outcome, JobState] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Settle:
     """One fenced transition out of ``active``."""
 

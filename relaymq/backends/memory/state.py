@@ -1,11 +1,10 @@
 """One queue of the reference backend: its jobs, an index per state, and two heaps.
 
-A stored job is a ``Row``: a mutable record generated from Job's own fields (so a new Job field
-cannot be forgotten) that transitions change in place; it leaves the backend only as a frozen
-``Job`` (``freeze``). Storing a new frozen Job per transition (``dataclasses.replace``) reads
-well but was measured at a quarter of the claim+settle speed (32k against 122k jobs/s). The
-type checker sees a Row as a Job whose fields may be assigned: this package is exempt from
-mypy's read-only check (pyproject.toml).
+A stored job is a ``Row``: a record generated from Job's own fields (so a new Job field cannot
+be forgotten) that transitions change in place; it leaves the backend only as a copy, a ``Job``
+of its own (``freeze``), so a later change of the row never shows through a job handed out.
+Storing a new Job per transition (``dataclasses.replace``) reads well but was measured at a
+quarter of the claim+settle speed (32k against 122k jobs/s).
 Heaps are cleaned lazily: an entry counts only while its job still has the state and the mark
 (sequence or run time) it was pushed with, a check written once, in ``_entry``.
 """
@@ -34,7 +33,7 @@ def _same_default(f: dataclasses.Field[Any]) -> Any:
 
 
 def _freeze(row: Any) -> Job:
-    """The immutable record handed out (a later change of the row never shows through it)."""
+    """The copy handed out (a later change of the row never shows through it)."""
     return Job(*_values(row))
 
 
