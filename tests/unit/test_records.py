@@ -1,0 +1,36 @@
+"""The per-job records are plain slotted dataclasses (relaymq.job says why): the ones that were
+hashable still are, and a Job handed out stays a snapshot of the stored job."""
+
+from __future__ import annotations
+
+from relaymq.backends.base import Enqueued, Outcome, Settle
+from relaymq.backends.memory import InMemoryBackend
+from relaymq.job import Claim, JobState
+from tests.support.jobs import new_job
+
+
+def test_the_records_that_were_hashable_still_are_and_by_value() -> None:
+    claim, same = Claim("q", "a", 3, 1.5), Claim("q", "a", 3, 1.5)
+    made_twice = [
+        (claim, same),
+        (Settle(claim, Outcome.COMPLETE, b"1"), Settle(same, Outcome.COMPLETE, b"1")),
+        (new_job("q", "a"), new_job("q", "a")),
+        (Enqueued("a", duplicate=True), Enqueued("a", duplicate=True)),
+    ]  # fmt: skip
+    for one, other in made_twice:
+        assert one == other and hash(one) == hash(other)
+        assert len({one, other}) == 1
+    assert Claim("q", "a", 4, 1.5) not in {claim}
+
+
+async def test_a_job_handed_out_does_not_change_with_the_stored_one() -> None:
+    backend = InMemoryBackend()
+    await backend.enqueue([new_job("q", "a")])
+    [claimed] = (await backend.claim(["q"], "w", 1)).jobs
+    await backend.settle([Settle(claimed.claim, Outcome.COMPLETE, b"1")])
+    assert claimed.state is JobState.ACTIVE and claimed.result is None
+    stored = await backend.get_job("q", "a")
+    assert stored is not None and stored.state is JobState.COMPLETED and stored.result == b"1"
+    stored.result = b"changed"  # a snapshot: changing it changes nothing stored
+    again = await backend.get_job("q", "a")
+    assert again is not None and again.result == b"1"
