@@ -1,8 +1,12 @@
 """The per-job records are plain slotted dataclasses (relaymq.job says why): the ones that were
-hashable still are, and a Job handed out stays a snapshot of the stored job."""
+hashable still are, a Job handed out stays a snapshot of the stored job, and events encode as
+before."""
 
 from __future__ import annotations
 
+import orjson
+
+from relaymq import events
 from relaymq.backends.base import Enqueued, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.job import Claim, JobState
@@ -34,3 +38,14 @@ async def test_a_job_handed_out_does_not_change_with_the_stored_one() -> None:
     stored.result = b"changed"  # a snapshot: changing it changes nothing stored
     again = await backend.get_job("q", "a")
     assert again is not None and again.result == b"1"
+
+
+def test_events_encode_as_orjson_writes_the_dataclass() -> None:
+    """``events.encode`` builds dicts for speed: the bytes must stay what the dataclass gives
+    (a field added to Event and not to encode fails here)."""
+    batch = [
+        events.Event(events.JOB_COMPLETED, "q", 1.5, "a", {"attempt": 1}),
+        events.Event(events.QUEUE_PAUSED, "q", 2.0),
+    ]
+    assert events.encode(batch) == orjson.dumps(batch)
+    assert events.decode(events.encode(batch)) == batch
