@@ -6,6 +6,8 @@ Enqueues ``--jobs`` no-op jobs in bulk first, then times one in-process worker (
 10) from its start until every job completed: the process's CPU time (user + system) per job,
 which moves little when other processes share the cores, and jobs/s. No producer runs meanwhile,
 so the figure is the worker's claim, run and settle path alone. Prints the median of ``--runs``.
+``--server postgres`` (or ``redis-server``) adds that local server's CPU per job: every process
+of that name, read while the worker's connections are still open.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.peers.common import named_cpu_seconds
 from benchmarks.tasks import noop
 from relaymq import Queue, Settings, Worker, connect
 
 
-async def one_run(url: str, jobs: int) -> tuple[float, float]:
+async def one_run(url: str, jobs: int, server: str | None = None) -> tuple[float, float, float]:
     backend = await connect(url)
     queue = Queue(f"bench-drain-{uuid.uuid4().hex[:8]}", backend)
     bound = noop.with_options(queue=queue.name)
@@ -32,25 +35,30 @@ async def one_run(url: str, jobs: int) -> tuple[float, float]:
         for k in range(0, jobs, 1000):
             await queue.add_bulk([bound.call() for _ in range(min(1000, jobs - k))])
         worker = Worker(backend, [queue.name], settings=Settings(concurrency=10))
+        served = named_cpu_seconds(server) if server else 0.0
         cpu, start = time.process_time(), time.perf_counter()
         running = asyncio.create_task(worker.run())
         await worker.until(lambda s: s.completed >= jobs, f"{jobs} completions", within=600)
         cpu, seconds = time.process_time() - cpu, time.perf_counter() - start
+        served = named_cpu_seconds(server) - served if server else 0.0
         worker.stop()
         await running
-        return cpu / jobs * 1e6, jobs / seconds
+        return cpu / jobs * 1e6, jobs / seconds, served / jobs * 1e6
     finally:
         await queue.obliterate()
         await backend.close()
 
 
-async def main(url: str, jobs: int, runs: int) -> None:
-    results = [await one_run(url, jobs) for _ in range(runs)]
+async def main(url: str, jobs: int, runs: int, server: str | None) -> None:
+    results = [await one_run(url, jobs, server) for _ in range(runs)]
     cpu = statistics.median(r[0] for r in results)
     rate = statistics.median(r[1] for r in results)
-    print(f"drain {url.split('://', 1)[0]}: {jobs} jobs, worker CPU {cpu:.1f} us/job, "
+    served = (
+        f", {server} CPU {statistics.median(r[2] for r in results):.1f} us/job" if server else ""
+    )
+    print(f"drain {url.split('://', 1)[0]}: {jobs} jobs, worker CPU {cpu:.1f} us/job{served}, "
           f"{rate:,.0f} jobs/s (median of {runs}; runs: "
-          f"{', '.join(f'{c:.1f} us, {r:,.0f}/s' for c, r in results)})")  # fmt: skip
+          f"{', '.join(f'{c:.1f}+{s:.1f} us, {r:,.0f}/s' for c, r, s in results)})")  # fmt: skip
 
 
 if __name__ == "__main__":
@@ -58,5 +66,6 @@ if __name__ == "__main__":
     parser.add_argument("--url", default="memory://")
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--server", help="process name of a local server to count (postgres)")
     args = parser.parse_args()
-    asyncio.run(main(args.url, args.jobs, args.runs))
+    asyncio.run(main(args.url, args.jobs, args.runs, args.server))

@@ -157,31 +157,78 @@ def postgres_url_for_db(server_url: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its live descendants (/proc; Linux).
-
-    The worker's own cost per job: unlike jobs/s it barely moves when other processes share
-    the cores. Read it before and after the measured span."""
-    children: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, user + system CPU seconds) of every live process."""
+    out: dict[int, tuple[int, str, float]] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                head, tail = f.read().rsplit(")", 1)
         except OSError:  # ended meanwhile
             continue
-        ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
-        children.setdefault(ppid, []).append(int(entry))
-        times[int(entry)] = (utime + stime) / tick
+        fields = tail.split()
+        out[int(entry)] = (
+            int(fields[1]),
+            head.split("(", 1)[1],
+            (int(fields[11]) + int(fields[12])) / tick,
+        )
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its live descendants (/proc; Linux).
+
+    The worker's own cost per job: unlike jobs/s it barely moves when other processes share
+    the cores. Read it before and after the measured span."""
+    processes = _processes()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _, _) in processes.items():
+        children.setdefault(parent, []).append(child)
     total, todo = 0.0, [pid]
     while todo:
         p = todo.pop()
-        total += times.get(p, 0.0)
+        total += processes[p][2] if p in processes else 0.0
         todo += children.get(p, [])
     return total
+
+
+def named_cpu_seconds(name: str) -> float:
+    """User + system CPU seconds of the live processes called ``name`` ("postgres",
+    "redis-server"): a local server's share of a run, if nothing else uses that server meanwhile
+    and its connections stay open until the second reading (a process that ended is not counted)."""
+    return sum(seconds for _, command, seconds in _processes().values() if command == name)
+
+
+class Calls:
+    """One timed loop of calls: ``start()`` before it, ``stop(calls)`` after. ``runs`` keeps
+    (calls/s, this process's CPU us per call, ``server``'s CPU us per call) of each loop, the
+    split of a call's cost that ``single_enqueue.py`` and the peers' ``--enqueue-only`` print."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.runs: list[tuple[float, float, float]] = []
+        self._at = (0.0, 0.0, 0.0)
+
+    def start(self) -> None:
+        self._at = (time.perf_counter(), time.process_time(), named_cpu_seconds(self.server))
+
+    def stop(self, calls: int) -> None:
+        wall, cpu, served = self._at
+        self.runs.append((
+            calls / (time.perf_counter() - wall),
+            (time.process_time() - cpu) / calls * 1e6,
+            (named_cpu_seconds(self.server) - served) / calls * 1e6,
+        ))  # fmt: skip
+
+    def summary(self) -> str:
+        """The median run (by calls/s) and every run."""
+        rate, cpu, served = sorted(self.runs)[len(self.runs) // 2]
+        each = ", ".join(f"{r:,.0f}/s {c:.0f}+{s:.0f} us" for r, c, s in self.runs)
+        return (f"{rate:,.0f} calls/s, client CPU {cpu:.0f} us, {self.server} CPU {served:.0f} us "
+                f"per call (median of {len(self.runs)} by calls/s; runs: {each})")  # fmt: skip
 
 
 def machine_ticks() -> tuple[int, int]:

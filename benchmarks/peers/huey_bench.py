@@ -19,6 +19,10 @@ Choices:
   checks the count afterwards).
 * State: the Redis db in --url (default 9) is FLUSHDB'd before and after the
   run; db 0 is refused.
+* ``--enqueue-only``: no consumer; prints the enqueue loop's calls/s, this
+  process's CPU and the local redis-server processes' CPU per enqueue, beside
+  ``benchmarks/single_enqueue.py --server redis-server`` (what relaymq's producer
+  alone pays).
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ import os
 import sys
 import time
 from importlib.metadata import version
+from typing import Any
 
 from common import (
     CONCURRENCY,
     DEFAULT_REDIS_URL,
+    Calls,
     SideEffect,
     Watchdog,
     Worker,
@@ -46,7 +52,9 @@ DEFAULT_JOBS = 10_000
 
 
 def main() -> None:
-    args = base_parser("huey on Redis").parse_args()
+    parser = base_parser("huey on Redis")
+    parser.add_argument("--enqueue-only", action="store_true", help="no consumer (docstring)")
+    args = parser.parse_args()
     jobs = args.jobs or DEFAULT_JOBS
     url = redis_db_url(args.url or DEFAULT_REDIS_URL)
 
@@ -55,6 +63,9 @@ def main() -> None:
 
     huey = huey_tasks.huey
     huey.storage.conn.flushdb()
+    if args.enqueue_only:
+        enqueue_only(huey, huey_tasks.noop, jobs)
+        return
     side = SideEffect(args.workload)  # before the worker starts: it reads the run's key
 
     watchdog = Watchdog(args.deadline, "huey/redis").start()
@@ -92,6 +103,20 @@ def main() -> None:
         side.cleanup()
 
     emit_result("huey", version("huey"), "redis", jobs, t_enqueued - t0, t_done - t0, cpu)
+
+
+def enqueue_only(huey: Any, task: Any, jobs: int) -> None:
+    """Three timed loops of ``jobs`` enqueues, no consumer."""
+    calls = Calls("redis-server")
+    try:
+        for _ in range(3):
+            calls.start()
+            task.map(range(jobs))
+            calls.stop(jobs)
+            huey.storage.conn.flushdb()
+    finally:
+        huey.storage.conn.flushdb()
+    print(f"huey {version('huey')} enqueue alone: {calls.summary()}")
 
 
 if __name__ == "__main__":

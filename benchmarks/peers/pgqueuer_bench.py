@@ -22,6 +22,10 @@ Choices:
 * ``--single``: one ``Queries.enqueue()`` call (one INSERT) per job.
 * ``--workload side-effect``: the entrypoint makes one INCR with a redis.asyncio
   client made once in the worker process.
+* ``--enqueue-only``: no worker; prints the enqueue loop's calls/s (one
+  ``Queries.enqueue()`` per job), this process's CPU and the local postgres
+  processes' CPU per call, beside ``benchmarks/single_enqueue.py --server
+  postgres`` (what relaymq's producer alone pays).
 * State: the dedicated database --database (default relaymq_bench_peer) is
   created if missing; pgqueuer's own objects in it are uninstalled and
   installed afresh before each run.  Nothing else is touched.
@@ -41,6 +45,7 @@ from common import (
     DEFAULT_POSTGRES_URL,
     PREFIX,
     BenchError,
+    Calls,
     SideEffect,
     Watchdog,
     Worker,
@@ -68,6 +73,7 @@ def parse_args() -> Any:
     p.add_argument(
         "--database", default=DEFAULT_POSTGRES_DB, help="dedicated database (created if missing)"
     )
+    p.add_argument("--enqueue-only", action="store_true", help="no worker (docstring)")
     args = p.parse_args()
     args.url = args.url or DEFAULT_POSTGRES_URL
     args.jobs = args.jobs or DEFAULT_JOBS
@@ -96,6 +102,12 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
     await reset_state(args)
     conn = await asyncpg.connect(args.dsn)
     queries = Queries(AsyncpgDriver(conn))
+    if args.enqueue_only:
+        try:
+            await enqueue_only(queries, args.jobs)
+        finally:
+            await conn.close()
+        return
 
     # pgqueuer deletes a job's row once the job is done.  Its count API,
     # Queries.queue_size(), is a GROUP BY over the whole queue table (~6 ms of
@@ -143,6 +155,18 @@ async def drive(args: Any, watchdog: Watchdog) -> None:
     emit_result(
         "pgqueuer", version("pgqueuer"), "postgres", args.jobs, t_enqueued - t0, t_done - t0, cpu
     )
+
+
+async def enqueue_only(queries: Queries, jobs: int) -> None:
+    """Three timed loops of ``jobs`` single enqueues, no worker."""
+    await queries.enqueue(ENTRYPOINT, None)  # the connection's statements prepared
+    calls = Calls("postgres")
+    for _ in range(3):
+        calls.start()
+        for _ in range(jobs):
+            await queries.enqueue(ENTRYPOINT, None)
+        calls.stop(jobs)
+    print(f"pgqueuer {version('pgqueuer')} enqueue alone: {calls.summary()}")
 
 
 async def work(args: Any) -> None:
