@@ -17,10 +17,12 @@ import click
 from relaymq.backends import connect, from_url
 from relaymq.backends.base import Backend
 from relaymq.cli.common import (
+    LOOPS,
     ConfigProblem,
     Unreachable,
     backend_option,
     json_option,
+    loop_factory,
     run,
     settings_from_env,
     with_backend,
@@ -75,12 +77,16 @@ def _settings_epilog() -> str:
 @click.option("--metrics-port", type=click.IntRange(1, 65535), envvar="RELAYMQ_METRICS_PORT",
               show_envvar=True,
               help="Serve Prometheus metrics at :PORT/metrics (relaymq[metrics]).")  # fmt: skip
+@click.option("--loop", type=click.Choice(LOOPS), default="auto", envvar="RELAYMQ_LOOP",
+              show_default=True, show_envvar=True,
+              help="Event loop: uvloop's (faster) when installed, or either one.")  # fmt: skip
 @backend_option
 def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
-    metrics_port: int | None, backend: str,
+    metrics_port: int | None, loop: str, backend: str,
 ) -> None:  # fmt: skip
     """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT."""
+    new_loop = loop_factory(loop)
     settings = settings_from_env(backend=backend, concurrency=concurrency)
     for name in queues:
         try:
@@ -88,7 +94,7 @@ def worker(
         except ConfigError as e:
             raise ConfigProblem(str(e)) from e
     names = list(queues) or discover_queues(module)
-    run(lambda: _work(settings, names, worker_id, metrics_port))
+    run(lambda: _work(settings, names, worker_id, metrics_port), new_loop)
 
 
 def discover_queues(module_name: str) -> list[str]:

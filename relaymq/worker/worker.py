@@ -211,7 +211,8 @@ class Worker:
             with contextlib.suppress(BackendError):  # only a log line: tried again when idle
                 await self._check_paused(self.queues)
             self.started.set()
-            log.info("worker %s started on %s", self.id, ", ".join(self.queues))
+            log.info("worker %s started on %s (event loop: %s)", self.id, ", ".join(self.queues),
+                     type(asyncio.get_running_loop()).__module__.split(".")[0])  # fmt: skip
             try:
                 await self._claim_loop()
             finally:
