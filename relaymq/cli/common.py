@@ -61,8 +61,8 @@ LOOPS = ("auto", "asyncio", "uvloop")
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop a ``--loop`` choice runs on (None: asyncio's own). uvloop's is written in
-    C: a worker whose handlers wait on sockets spent 13 to 20 % less CPU per job on it in the
-    benchmarks (benchmarks/RESULTS.md)."""
+    C: a worker whose handlers wait on sockets spends less CPU per job on it (11 to 17 % in
+    benchmarks/RESULTS.md, handlers making one Redis call each)."""
     if name == "asyncio":
         return None
     try:
