@@ -28,14 +28,14 @@ async def messages(stream: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, dic
 
 
 async def next_matching(
-    stream: AsyncIterator[tuple[str, dict[str, Any]]], name: str, what: str,
+    stream: AsyncIterator[tuple[str, dict[str, Any]]], kind: str, what: str,
     waiting: int | None = None, **fields: object,
 ) -> dict[str, Any]:  # fmt: skip
-    """The next ``name`` message whose fields are ``fields`` (and, given ``waiting``, whose
+    """The next ``kind`` message whose fields are ``fields`` (and, given ``waiting``, whose
     counts say that many jobs wait)."""
     async with asyncio.timeout(10):  # the message `what` reaching the browser
         async for event, data in stream:
-            if event != name or any(data.get(k) != v for k, v in fields.items()):
+            if event != kind or any(data.get(k) != v for k, v in fields.items()):
                 continue
             if waiting is None or data["counts"].get("waiting", 0) == waiting:
                 return data
@@ -67,13 +67,15 @@ async def test_a_jobs_events_go_to_the_pages_following_it(backend: Backend, hub:
     [followed, other] = await waiting(q, 2)
     on_page = messages(hub.stream((q.name, followed)))
     elsewhere = messages(hub.stream((q.name, other)))
-    pending = asyncio.create_task(next_matching(on_page, "job", "the cancel", job_id=followed))
+    # By name: on Redis Cluster the job:waiting of the enqueue above may still be on its way
+    # between nodes when the hub subscribes, and then it reaches the page first.
+    pending = asyncio.create_task(next_matching(on_page, "job", "the cancel", job_id=followed,
+                                                name="job:cancelled"))  # fmt: skip
     leaked = asyncio.create_task(next_matching(elsewhere, "job", "nothing", job_id=followed))
     async with asyncio.timeout(10):
         await hub.ready.wait()
     await q.cancel(followed)
-    event = await pending
-    assert event["name"] == "job:cancelled"
+    await pending  # the cancel reached the page following the job
     await q.cancel(other)  # the other page hears of its own job only
     await next_matching(on_page, "counts", "the second cancel's counts", queue=q.name)
     assert not leaked.done()
