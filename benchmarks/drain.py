@@ -16,18 +16,18 @@ import argparse
 import asyncio
 import statistics
 import sys
-import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.peers.common import named_cpu_seconds
+from benchmarks.peers.common import Calls
 from benchmarks.tasks import noop
 from relaymq import Queue, Settings, Worker, connect
 
 
-async def one_run(url: str, jobs: int, server: str | None = None) -> tuple[float, float, float]:
+async def one_run(url: str, jobs: int, calls: Calls) -> None:
+    """One drain of ``jobs``, timed into ``calls`` (a job counts as a call)."""
     backend = await connect(url)
     queue = Queue(f"bench-drain-{uuid.uuid4().hex[:8]}", backend)
     bound = noop.with_options(queue=queue.name)
@@ -35,30 +35,29 @@ async def one_run(url: str, jobs: int, server: str | None = None) -> tuple[float
         for k in range(0, jobs, 1000):
             await queue.add_bulk([bound.call() for _ in range(min(1000, jobs - k))])
         worker = Worker(backend, [queue.name], settings=Settings(concurrency=10))
-        served = named_cpu_seconds(server) if server else 0.0
-        cpu, start = time.process_time(), time.perf_counter()
+        calls.start()
         running = asyncio.create_task(worker.run())
         await worker.until(lambda s: s.completed >= jobs, f"{jobs} completions", within=600)
-        cpu, seconds = time.process_time() - cpu, time.perf_counter() - start
-        served = named_cpu_seconds(server) - served if server else 0.0
+        calls.stop(jobs)  # before the worker's connections close: their server CPU counts
         worker.stop()
         await running
-        return cpu / jobs * 1e6, jobs / seconds, served / jobs * 1e6
     finally:
         await queue.obliterate()
         await backend.close()
 
 
 async def main(url: str, jobs: int, runs: int, server: str | None) -> None:
-    results = [await one_run(url, jobs, server) for _ in range(runs)]
-    cpu = statistics.median(r[0] for r in results)
-    rate = statistics.median(r[1] for r in results)
+    calls = Calls(server or "")
+    for _ in range(runs):
+        await one_run(url, jobs, calls)
+    rate = statistics.median(r[0] for r in calls.runs)
+    cpu = statistics.median(r[1] for r in calls.runs)
     served = (
-        f", {server} CPU {statistics.median(r[2] for r in results):.1f} us/job" if server else ""
+        f", {server} CPU {statistics.median(r[2] for r in calls.runs):.1f} us/job" if server else ""
     )
     print(f"drain {url.split('://', 1)[0]}: {jobs} jobs, worker CPU {cpu:.1f} us/job{served}, "
           f"{rate:,.0f} jobs/s (median of {runs}; runs: "
-          f"{', '.join(f'{c:.1f}+{s:.1f} us, {r:,.0f}/s' for c, r, s in results)})")  # fmt: skip
+          f"{', '.join(f'{c:.1f}+{s:.1f} us, {r:,.0f}/s' for r, c, s in calls.runs)})")  # fmt: skip
 
 
 if __name__ == "__main__":

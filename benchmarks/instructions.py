@@ -47,8 +47,9 @@ async def add(url: str, jobs: int) -> None:
 
 async def drain(url: str, jobs: int) -> None:
     from benchmarks.drain import one_run
+    from benchmarks.peers.common import Calls
 
-    await one_run(url, jobs)
+    await one_run(url, jobs, Calls(""))
 
 
 WORKLOADS = {"add": add, "drain": drain}
