@@ -211,18 +211,6 @@ def delivered_jobs(queue: str, claimed: list[Any]) -> tuple[list[Job], list[Unre
     return jobs, unreadable
 
 
-def listed_jobs(queue: str, reply: list[Any]) -> list[Job]:
-    """The readable jobs of a ``page.lua`` reply; unreadable ones are left out (``get_job``
-    reports them; a listing goes on without them)."""
-    jobs: list[Job] = []
-    for at in range(0, len(reply), 2):
-        if reply[at + 1] == 0:
-            continue
-        with contextlib.suppress(CorruptRecordError):
-            jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
-    return jobs
-
-
 def promoted_jobs(queue: str, reply: list[Any]) -> list[Job]:
     """The jobs of a ``promote_due.lua`` reply."""
     return [parse_job(queue, reply[at].decode(), reply[at + 1]) for at in range(0, len(reply), 2)]
