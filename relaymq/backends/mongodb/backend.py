@@ -577,9 +577,9 @@ class MongoDBBackend(Backend):
 
     @translated
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        result = Recovered(errors=await self._quarantine_strays(queue))
         cursor = self._jobs.find(tx.stalled(queue, threshold, self._now))
         found = await cursor.sort("heartbeat_at", 1).limit(RECOVER_BATCH).to_list()
-        result = Recovered()
         requeue: list[tuple[Any, str, int, int]] = []
         fail: list[tuple[Any, str, int, str]] = []
         for doc in found:
@@ -676,10 +676,32 @@ class MongoDBBackend(Backend):
     async def counts(self, queue: str) -> dict[JobState, int]:
         # One count per state on the (queue, state, ...) index: an index-only count of that
         # state's keys, never a read of documents. Sent concurrently: one round trip of latency.
-        numbers = await asyncio.gather(
-            *(self._jobs.count_documents({"queue": queue, "state": str(s)}) for s in JobState)
+        # The last counts the states nobody knows (damage): those jobs are quarantined first.
+        numbers = await self._counts(queue)
+        if numbers[-1]:
+            await self._quarantine_strays(queue)
+            numbers = await self._counts(queue)
+        return dict(zip(JobState, numbers[:-1], strict=True))
+
+    async def _counts(self, queue: str) -> list[int]:
+        return await asyncio.gather(
+            *(self._jobs.count_documents({"queue": queue, "state": str(s)}) for s in JobState),
+            self._jobs.count_documents(tx.strays(queue)),
         )
-        return dict(zip(JobState, numbers, strict=True))
+
+    async def _quarantine_strays(self, queue: str) -> list[str]:
+        """Fail the jobs of ``queue`` in a state nobody knows into the DLQ with the reason
+        (``relaymq.backends.corrupt``: no line, count or listing shows them); their ids."""
+        ids: list[str] = []
+        async for doc in self._jobs.find(tx.strays(queue)).limit(RECOVER_BATCH):
+            done = await self._jobs.update_one(
+                {"_id": doc["_id"], "state": doc.get("state")},  # unless it changed meanwhile
+                tx.fail_unreadable(describe(doc, problems(doc)), self._now),
+            )
+            if done.modified_count:
+                ids.append(str(doc.get("id", doc["_id"])))
+        await self._deps.ended_among(queue, ids)
+        return ids
 
     @translated
     async def cancel(self, queue: str, job_id: str) -> CancelResult:

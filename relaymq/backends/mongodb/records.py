@@ -37,6 +37,7 @@ from typing import Any
 
 from bson import Binary
 
+from relaymq.backends.corrupt import reason, state_problem
 from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import DependencyPolicy, Job, JobState, NewJob
 from relaymq.limits import Limits
@@ -121,15 +122,14 @@ _FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
     ("dep_policy", (str,), True, None),
     ("limit_key", (str,), True, None),
 ]
-_STATES = frozenset(str(s) for s in JobState)
 _POLICIES = {p.value: p for p in DependencyPolicy}
 
 
 def problems(doc: Mapping[str, Any]) -> list[str]:
     """What is wrong with ``doc``, one phrase per unreadable field; empty for a sound one."""
     found: list[str] = []
-    if doc.get("state") not in _STATES:
-        found.append(f"state is {doc.get('state')!r}, not a job state")
+    if (wrong := state_problem(doc.get("state"))) is not None:
+        found.append(wrong)
     for name, types, nullable, _ in _FIELDS:
         value = doc.get(name)
         if value is None:
@@ -148,9 +148,7 @@ def _readable(value: Any, types: tuple[type, ...]) -> bool:
 
 def describe(doc: Mapping[str, Any], bad: list[str]) -> str:
     """The reason raised for, and stored with, an unreadable job."""
-    return f"corrupt record for job {doc.get('id')!r} in queue {doc.get('queue')!r}: " + "; ".join(
-        bad
-    )
+    return reason(doc.get("queue"), doc.get("id"), bad)
 
 
 def to_limits(doc: Mapping[str, Any] | None) -> Limits | None:
