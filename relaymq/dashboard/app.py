@@ -14,10 +14,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
+from jinja2.runtime import Context
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -153,10 +154,10 @@ class Dashboard:
 
     async def job(self, request: Request) -> Response:
         q = self._queue(request)
-        job = await q.get_job(request.path_params["job_id"])
+        job_id = job_id_of(request)
+        job = await q.get_job(job_id)
         if job is None:
-            response = self.render(request, "missing.html", queue=q.name,
-                                   job_id=request.path_params["job_id"])  # fmt: skip
+            response = self.render(request, "missing.html", queue=q.name, job_id=job_id)
             response.status_code = 404
             return response
         return self.render(request, "job.html", job=job, view=job_view(job))
@@ -241,7 +242,7 @@ class Dashboard:
 
     async def job_action(self, request: Request, form: FormData) -> Response:
         q = self._queue(request)
-        job_id = request.path_params["job_id"]
+        job_id = job_id_of(request)
         what = str(form.get("action", ""))
         try:
             if what == "retry":
@@ -360,7 +361,28 @@ def with_csrf(request: Request, response: Response) -> Response:
 
 
 def job_url(request: Request, queue: str, job_id: str) -> str:
-    return str(request.url_for("job", queue=queue, job_id=job_id))
+    """The job's page (and, POSTed to, its actions): the id percent-encoded whole, so ids with
+    '/', '?', '#', '%' or spaces stay one path segment. A browser would resolve a segment '.' or
+    '..' (even percent-encoded) away, so those two ids go in the query instead."""
+    if job_id in (".", ".."):
+        return f"{request.url_for('job', queue=queue, job_id='')}?{urlencode({'id': job_id})}"
+    return str(request.url_for("job", queue=queue, job_id=quote(job_id, safe="")))
+
+
+@pass_context
+def job_href(context: Context, queue: str, job_id: str) -> str:
+    """``job_url`` for templates: ``{{ job_href(job.queue, job.id) }}``."""
+    return job_url(context["request"], queue, job_id)
+
+
+def job_id_of(request: Request) -> str:
+    """The job id of a job URL (see ``job_url``): the decoded path, or ``?id=``."""
+    job_id = str(request.path_params["job_id"])
+    if not job_id:
+        job_id = request.query_params.get("id", "")
+    if not job_id:
+        raise ConfigError("no job id in the URL")
+    return job_id
 
 
 def with_message(url: str, message: str) -> str:
@@ -409,6 +431,7 @@ def create_app(
     env.filters["when"] = when
     env.filters["summary"] = error_line
     env.filters["pretty"] = pretty
+    env.globals["job_href"] = job_href
     d = Dashboard(backend, Access(token, password), Hub(backend, live_interval),
                   Jinja2Templates(env=env), page_size)  # fmt: skip
     routes = [
@@ -418,9 +441,8 @@ def create_app(
               name="queue_action"),
         Route("/queues/{queue}/jobs", d.action(d.jobs_action), methods=["POST"],
               name="jobs_action"),
-        Route("/queues/{queue}/jobs/{job_id}", d.page(d.job), name="job"),
-        Route("/queues/{queue}/jobs/{job_id}/actions", d.action(d.job_action),
-              methods=["POST"], name="job_action"),
+        Route("/queues/{queue}/jobs/{job_id:path}", by_method(d.page(d.job),
+              d.action(d.job_action)), methods=["GET", "POST"], name="job"),
         Route("/dlq", d.page(d.dlq), name="dlq"),
         Route("/dlq/actions", d.action(d.dlq_action), methods=["POST"], name="dlq_action"),
         Route("/workers", d.page(d.workers), name="workers"),
@@ -446,6 +468,15 @@ def create_app(
                     exception_handlers={BackendError: backend_error})  # fmt: skip
     app.state.dashboard = d
     return app
+
+
+def by_method(get: Endpoint, post: Endpoint) -> Endpoint:
+    """One URL, two endpoints: a job's page (GET) and its actions (POST)."""
+
+    async def endpoint(request: Request) -> Response:
+        return await (post if request.method == "POST" else get)(request)
+
+    return endpoint
 
 
 class MetricsApp:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from relaymq import Queue, Schedules
-from relaymq.backends.base import Backend, Tally
+from relaymq.backends.base import Backend, Outcome, Settle, Tally
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.cli.app import cli
 from relaymq.dashboard import Access, create_app, exposure_problem
@@ -349,3 +350,40 @@ async def test_the_schedules_page_lists_and_acts_on_schedules(memory: InMemoryBa
     assert sid in page and "cron 0 2 * * * Europe/Berlin" in page and "[1,2]" in page
     assert await book.list() == []
     assert refused.status_code == 400 and "unknown action" in refused.text
+
+
+AWKWARD_IDS = ["reports/2024", "reports/daily@2026-12-05T02:30:00+00:00", "50%off", "what?now",
+               "a#b", "with space", "ünï/cødé", "a/../b", "..", ".", "/lead", "trail/"]  # fmt: skip
+
+
+async def test_every_id_the_api_accepts_has_a_working_page_and_link(backend: Backend) -> None:
+    """Ids with '/', '%', '?', '#', spaces, dots and unicode: the dead-letter page, the queue
+    page and each job's page answer 200, and each job's link and action form reach that job."""
+    q = Queue(queue_name(), backend)
+    for job_id in AWKWARD_IDS:
+        await q.add(add.with_options(queue=q.name, job_id=job_id).call(1, 2))
+    batch = await backend.claim([q.name], "w-test", len(AWKWARD_IDS))
+    assert len(batch.jobs) == len(AWKWARD_IDS)
+    await backend.settle([Settle(j.claim, Outcome.FAIL, error=ERROR) for j in batch.jobs])
+    async with client(backend) as c:
+        dlq = await c.get("/dlq")
+        listing = await c.get(f"/queues/{q.name}?state=failed")
+        assert (dlq.status_code, listing.status_code) == (200, 200), dlq.text + listing.text
+        links = re.findall(r'<a href="([^"]+)">([^<]*)</a>', listing.text)
+        hrefs = {html.unescape(text): html.unescape(href) for href, text in links}
+        for job_id in AWKWARD_IDS:
+            page = await c.get(hrefs[job_id])
+            assert page.status_code == 200, (job_id, hrefs[job_id], page.text)
+            assert f'data-job="{html.escape(job_id)}"' in page.text, job_id
+            found = await c.get(f"/queues/{q.name}", params={"id": job_id})
+            assert (await c.get(found.headers["location"])).status_code == 200, job_id
+            action = re.search(r'<form method="post" action="([^"]+)"', page.text.split(
+                'id="job-details"')[1])  # fmt: skip
+            assert action, job_id
+            token = c.cookies["relaymq_csrf"]
+            retried = await c.post(html.unescape(action.group(1)),
+                                   data={"csrf": token, "action": "retry"})  # fmt: skip
+            assert retried.status_code == 303, (job_id, retried.text)
+            assert (await c.get(retried.headers["location"])).status_code == 200, job_id
+            job = await q.get_job(job_id)
+            assert job is not None and job.state is JobState.WAITING, job_id

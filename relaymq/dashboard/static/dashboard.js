@@ -56,7 +56,7 @@
   var refreshing = null;
   function refreshDetails() {  // the job changed: show its new record (one fetch at a time)
     if (refreshing) return;
-    refreshing = fetch(window.location.pathname, { credentials: "same-origin" })
+    refreshing = fetch(window.location.pathname + window.location.search, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
         if (!html) return;
