@@ -46,6 +46,9 @@ from relaymq.queue import Queue
 from relaymq.schedules import Schedules
 
 PAGE_SIZE = 50
+MAX_PAGE = 10_000_000
+"""The highest page number a listing accepts: far past any queue, and its offset still fits
+every backend's integers."""
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
@@ -143,7 +146,7 @@ class Dashboard:
     async def _listing(self, request: Request, q: Queue) -> dict[str, Any]:
         state = JobState(request.query_params.get("state", JobState.WAITING.value))
         task = request.query_params.get("task", "").strip() or None
-        page = max(1, int(request.query_params.get("page", "1") or 1))
+        page = page_number(request.query_params.get("page", ""))
         offset = (page - 1) * self.page_size
         jobs = await q.list_jobs(state, offset, self.page_size + 1, task=task)
         counts, paused, limits = await asyncio.gather(q.counts(), q.is_paused(), q.limits())
@@ -341,6 +344,16 @@ class Dashboard:
 
     def _queue(self, request: Request) -> Queue:
         return Queue(validate_queue_name(request.path_params["queue"]), self.backend)
+
+
+def page_number(text: str) -> int:
+    """A listing's ``?page=``: empty is the first; anything but 1 to ``MAX_PAGE`` is refused."""
+    if not text:
+        return 1
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_PAGE))
+    if not digits or not 1 <= int(text) <= MAX_PAGE:
+        raise ConfigError(f"page must be a whole number from 1 to {MAX_PAGE}, not {text!r}")
+    return int(text)
 
 
 def csrf_of(request: Request) -> str:

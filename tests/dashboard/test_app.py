@@ -387,3 +387,17 @@ async def test_every_id_the_api_accepts_has_a_working_page_and_link(backend: Bac
             assert (await c.get(retried.headers["location"])).status_code == 200, job_id
             job = await q.get_job(job_id)
             assert job is not None and job.state is JobState.WAITING, job_id
+
+
+@pytest.mark.parametrize("page", ["99999999999999999999999", "0", "-3", "1e3", "abc"])
+async def test_a_page_number_out_of_range_is_a_one_line_400(backend: Backend, page: str) -> None:
+    """On every backend (SQLite overflowed its integer, Redis's Lua refused the number)."""
+    q = Queue(queue_name(), backend)
+    await waiting(q, 1)
+    async with client(backend) as c:
+        r = await c.get(f"/queues/{q.name}", params={"state": "waiting", "page": page})
+        last = await c.get(f"/queues/{q.name}", params={"page": "10000000"})
+    assert r.status_code == 400, r.text
+    assert r.text.count("\n") == 0 and f"page must be a whole number from 1 to" in r.text
+    assert repr(page) in r.text
+    assert last.status_code == 200 and "No waiting jobs" in last.text
