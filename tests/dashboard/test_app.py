@@ -398,6 +398,6 @@ async def test_a_page_number_out_of_range_is_a_one_line_400(backend: Backend, pa
         r = await c.get(f"/queues/{q.name}", params={"state": "waiting", "page": page})
         last = await c.get(f"/queues/{q.name}", params={"page": "10000000"})
     assert r.status_code == 400, r.text
-    assert r.text.count("\n") == 0 and f"page must be a whole number from 1 to" in r.text
+    assert r.text.count("\n") == 0 and "page must be a whole number from 1 to" in r.text
     assert repr(page) in r.text
     assert last.status_code == 200 and "No waiting jobs" in last.text
