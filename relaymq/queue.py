@@ -300,12 +300,15 @@ class Queue:
     async def list_jobs(
         self, state: JobState, offset: int = 0, limit: int = 100, *,
         task: str | None = None, older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> list[Job]:  # fmt: skip
         """A page of jobs in ``state`` (waiting in claim order, delayed by run time, others
-        oldest first). ``task`` and ``older_than`` (seconds since the job finished, or was
-        created when it has not) narrow it; ``offset`` and ``limit`` then count matching jobs,
-        and the listing reads pages of the state until it has ``limit`` of them."""
-        selection = bulk.Selection.of(task=task, older_than=older_than, now=now)
+        oldest first). ``task``, ``task_contains`` (a part of the task name) and ``older_than``
+        (seconds since the job finished, or was created when it has not) narrow it; ``offset``
+        and ``limit`` then count matching jobs, and the listing reads pages of the state until
+        it has ``limit`` of them."""
+        selection = bulk.Selection.of(task=task, older_than=older_than, now=now,
+                                      task_contains=task_contains)  # fmt: skip
         return await bulk.find(self.backend, self.name, state, selection, offset, limit)
 
     async def history(self, minutes: int = 60) -> list[Tally]:
@@ -347,8 +350,9 @@ class Queue:
             raise _not_found(self.name, job_id)
 
     # Bulk actions select jobs by ``job_ids`` and/or ``state`` (one or several), narrowed by
-    # ``task`` and ``older_than`` (seconds since a job finished, or was created when it has
-    # not; measured from ``now``, default this machine's clock). They go a page at a time (see
+    # ``task`` (or a part of its name, ``task_contains``) and ``older_than`` (seconds since a
+    # job finished, or was created when it has not; measured from ``now``, default this
+    # machine's clock). They go a page at a time (see
     # relaymq.bulk): per page one listing and one batch call. Each returns how many jobs it
     # changed and announces the same events as its one-job form.
 
@@ -356,10 +360,11 @@ class Queue:
         self, job_ids: Iterable[str] | None = None, *,
         state: JobState | Iterable[JobState] | None = None, task: str | None = None,
         older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> int:  # fmt: skip
         """Manual retry / DLQ replay of every selected failed, expired or cancelled job (all
         three when no state is given); how many are waiting again."""
-        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        selection = bulk.Selection.of(job_ids, state, task, older_than, now, task_contains)
         return await bulk.apply(self.backend, self.name, selection, _RETRYABLE,
                                 lambda ids: self._ops.retry_jobs(self.name, ids))  # fmt: skip
 
@@ -367,10 +372,11 @@ class Queue:
         self, job_ids: Iterable[str] | None = None, *,
         state: JobState | Iterable[JobState] | None = None, task: str | None = None,
         older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> int:  # fmt: skip
         """Cancel every selected waiting, delayed or active job (all three when no state is
         given); how many are now cancelled."""
-        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        selection = bulk.Selection.of(job_ids, state, task, older_than, now, task_contains)
         return await bulk.apply(self.backend, self.name, selection, _LIVE,
                                 lambda ids: self._ops.cancel_jobs(self.name, ids))  # fmt: skip
 
@@ -378,11 +384,12 @@ class Queue:
         self, job_ids: Iterable[str] | None = None, *,
         state: JobState | Iterable[JobState] | None = None, task: str | None = None,
         older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> int:  # fmt: skip
         """Delete every selected job, in any state when no state is given; how many were
         deleted. Selecting nothing at all is a ``ConfigError`` (``obliterate`` empties a
         queue)."""
-        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        selection = bulk.Selection.of(job_ids, state, task, older_than, now, task_contains)
         if selection.empty:
             raise ConfigError("remove_jobs needs job ids, a state, a task or an age")
         return await bulk.apply(self.backend, self.name, selection, tuple(JobState),

@@ -27,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from relaymq.backends.base import Backend
+from relaymq.backends.base import Backend, CancelResult
 from relaymq.cli.output import decoded, when
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
@@ -40,7 +40,7 @@ from relaymq.errors import (
     JobNotFoundError,
     ScheduleNotFoundError,
 )
-from relaymq.job import DLQ_STATES, Job, JobState, error_line
+from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, error_line
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
 from relaymq.schedules import Schedules
@@ -52,6 +52,18 @@ every backend's integers."""
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
+RETRYABLE = frozenset(DLQ_STATES | {JobState.CANCELLED})
+"""The states whose jobs an operator's retry runs again."""
+CANCELLABLE = frozenset(set(JobState) - TERMINAL)
+"""The states whose jobs a cancel ends."""
+
+
+def actions_for(state: JobState) -> list[str]:
+    """The actions that apply to jobs in ``state``, in the order the buttons show."""
+    return [a for a, ok in (("retry", state in RETRYABLE), ("cancel", state in CANCELLABLE),
+                            ("remove", True)) if ok]  # fmt: skip
+
+
 QUEUE_ACTIONS = ("pause", "resume", "drain")
 SCHEDULE_ACTIONS = ("pause", "resume", "run-now", "remove")
 
@@ -148,12 +160,12 @@ class Dashboard:
         task = request.query_params.get("task", "").strip() or None
         page = page_number(request.query_params.get("page", ""))
         offset = (page - 1) * self.page_size
-        jobs = await q.list_jobs(state, offset, self.page_size + 1, task=task)
+        jobs = await q.list_jobs(state, offset, self.page_size + 1, task_contains=task)
         counts, paused, limits = await asyncio.gather(q.counts(), q.is_paused(), q.limits())
         return {"queue": q.name, "state": state, "task": task or "", "page": page,
                 "jobs": jobs[: self.page_size], "more": len(jobs) > self.page_size,
                 "counts": counts, "paused": paused, "limits": limits, "states": STATES,
-                "missing": None}  # fmt: skip
+                "missing": None, "actions": actions_for(state)}  # fmt: skip
 
     async def job(self, request: Request) -> Response:
         q = self._queue(request)
@@ -234,7 +246,7 @@ class Dashboard:
         if form.get("every"):
             if state is None:
                 raise ConfigError("acting on every job needs a state")
-            selection: dict[str, Any] = {"state": state, "task": task}
+            selection: dict[str, Any] = {"state": state, "task_contains": task}
         elif ids:
             selection = {"job_ids": ids}
         else:
@@ -249,10 +261,17 @@ class Dashboard:
         what = str(form.get("action", ""))
         try:
             if what == "retry":
-                ok = await q.retry_job(job_id)
-                done = "waiting again" if ok else "not retried: only ended jobs can be"
+                if await q.retry_job(job_id):
+                    done = f"job {job_id} is waiting again"
+                else:
+                    done = (f"job {job_id} is {await self._state_of(q, job_id)}: only failed, "
+                            "expired or cancelled jobs can be retried")  # fmt: skip
             elif what == "cancel":
-                done = f"cancel: {(await q.cancel(job_id)).value}"
+                if await q.cancel(job_id) is CancelResult.CANCELLED:
+                    done = f"job {job_id} cancelled"
+                else:
+                    done = (f"job {job_id} is {await self._state_of(q, job_id)}: it had "
+                            "already ended, so there was nothing to cancel")  # fmt: skip
             elif what == "remove":
                 await q.remove_job(job_id)
                 return RedirectResponse(
@@ -342,6 +361,10 @@ class Dashboard:
 
     # -- helpers ----------------------------------------------------------------------------
 
+    async def _state_of(self, q: Queue, job_id: str) -> str:
+        job = await q.get_job(job_id)
+        return "gone" if job is None else job.state.value
+
     def _queue(self, request: Request) -> Queue:
         return Queue(validate_queue_name(request.path_params["queue"]), self.backend)
 
@@ -419,6 +442,7 @@ def job_view(job: Job) -> dict[str, Any]:
     times = [("created", job.created_at), ("run at", job.run_at), ("claimed", job.claimed_at),
              ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)]  # fmt: skip
     return {"arguments": args, "result": decoded(job.result), "progress": decoded(job.progress),
+            "actions": actions_for(job.state),
             "error_line": error_line(job.error),
             "times": [(label, when(at)) for label, at in times if at]}  # fmt: skip
 
