@@ -244,3 +244,23 @@ async def test_a_schedule_is_paused_and_run_from_the_schedules_page(
     await p.get_by_role("button", name="run now").click()  # type: ignore[attr-defined]
     await expect(p.get_by_role("status")).to_contain_text("enqueued job nightly-report@now-")  # type: ignore[attr-defined]
     assert (await Queue(q, served.backend).counts())[JobState.WAITING] == 1
+
+
+async def test_live_counts_keep_apart_queues_whose_names_share_a_colon_prefix(
+    served: Served, page: object
+) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("mail"), served.backend)
+    sub = Queue(q.name + ":bulk", served.backend)  # ':' is allowed in a queue name
+    await waiting(q, 1)
+    await waiting(sub, 2)
+    p: object = page
+    await p.goto(served.url + "/")  # type: ignore[attr-defined]
+    mine = p.locator(f'[data-count="{q.name}:waiting"]')  # type: ignore[attr-defined]
+    other = p.locator(f'[data-count="{sub.name}:waiting"]')  # type: ignore[attr-defined]
+    await expect(other).to_have_text("2")
+    await live(p)
+    await waiting(q, 2)  # counts of q pushed live: they are q's alone
+    await expect(mine).to_have_text("3", timeout=WITHIN)
+    await expect(other).to_have_text("2")
