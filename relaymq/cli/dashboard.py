@@ -26,30 +26,38 @@ log = logging.getLogger("relaymq.dashboard")
               help="Sign-in secret, also accepted as 'Authorization: Bearer <token>'.")  # fmt: skip
 @click.option("--password", envvar="RELAYMQ_DASHBOARD_PASSWORD", show_envvar=True,
               help="Sign-in secret for the login form.")  # fmt: skip
-def dashboard(backend: str, host: str, port: int, token: str | None,
-              password: str | None) -> None:  # fmt: skip
+@click.option("--allowed-host", "allowed_hosts", multiple=True,
+              envvar="RELAYMQ_DASHBOARD_ALLOWED_HOSTS", show_envvar=True,
+              help="Another Host name it answers to (repeatable; '*': any, when a proxy in "
+                   "front checks it). It answers to the --host name, and on a loopback "
+                   "address to localhost, 127.0.0.1 and [::1].")  # fmt: skip
+def dashboard(backend: str, host: str, port: int, token: str | None, password: str | None,
+              allowed_hosts: tuple[str, ...]) -> None:  # fmt: skip
     """Serve the web dashboard: queues, jobs, dead letters, workers, live, with actions.
 
-    Anywhere but a loopback address it needs --token or --password."""
+    Anywhere but a loopback address it needs --token or --password. It answers only to the
+    Host names it is served under (a DNS-rebinding page gets a 400): add names, such as the
+    one a proxy forwards, with --allowed-host."""
     try:
         import uvicorn  # noqa: F401
 
-        from relaymq.dashboard import Access, exposure_problem
+        from relaymq.dashboard import Access, allowed_hosts_for, exposure_problem
     except ImportError as e:
         raise ConfigProblem(f"{e} (the dashboard: pip install 'relaymq[dashboard]')") from e
     problem = exposure_problem(host, Access(token, password))
     if problem:
         raise ConfigProblem(problem)
+    allowed = allowed_hosts_for(host, allowed_hosts)
     try:
-        asyncio.run(_serve(backend, host, port, token, password))
+        asyncio.run(_serve(backend, host, port, token, password, allowed))
     except ConfigError as e:
         raise ConfigProblem(str(e)) from e
     except BackendUnavailableError as e:
         raise Unreachable(str(e)) from e
 
 
-async def _serve(url: str, host: str, port: int, token: str | None,
-                 password: str | None) -> None:  # fmt: skip
+async def _serve(url: str, host: str, port: int, token: str | None, password: str | None,
+                 allowed: frozenset[str] | None) -> None:  # fmt: skip
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -70,12 +78,18 @@ async def _serve(url: str, host: str, port: int, token: str | None,
     backend.create_missing = False
     await backend.connect()
     try:
-        app = create_app(backend, token=token, password=password)
+        app = create_app(backend, token=token, password=password, allowed_hosts=allowed)
         server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # a graceful stop, then exit code 0
             loop.add_signal_handler(sig, server.stop)
-        log.info("dashboard at http://%s:%d/ over %s", host, port, backend.url)
+        log.info(
+            "dashboard at http://%s:%d/ over %s, answering to Host %s",
+            host,
+            port,
+            backend.url,
+            "any name" if allowed is None else ", ".join(sorted(allowed)),
+        )
         await server.serve()
     finally:
         await backend.close()

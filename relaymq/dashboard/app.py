@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
 from jinja2.runtime import Context
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -31,6 +32,7 @@ from relaymq.backends.base import Backend, CancelResult
 from relaymq.cli.output import decoded, when
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
+from relaymq.dashboard.guard import Guard, host_name
 from relaymq.dashboard.live import Hub
 from relaymq.dashboard.security import Access
 from relaymq.errors import (
@@ -455,6 +457,7 @@ def create_app(
     metrics: bool = True,
     live_interval: float = 0.5,
     page_size: int = PAGE_SIZE,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app over ``backend`` (connected, and closed, by the caller):
     serve it with uvicorn, or mount it (``Mount("/relaymq", create_app(backend))``).
@@ -462,7 +465,10 @@ def create_app(
     With ``token`` or ``password``, nothing is readable or writable without signing in (or,
     for the token, ``Authorization: Bearer``); without either it is open to anyone who
     reaches it, so serve it on a loopback address (``relaymq dashboard`` refuses otherwise).
-    ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client)."""
+    ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client).
+    ``allowed_hosts``: the ``Host`` names (any port) it answers to, anything else a 400
+    (``guard.allowed_hosts_for(bind)`` gives a bind address's; ``relaymq dashboard`` always
+    sets them); None: every Host, for an app that checks it in front."""
     env = Environment(loader=PackageLoader("relaymq.dashboard", "templates"),
                       autoescape=select_autoescape(default=True))  # fmt: skip
     env.filters["when"] = when
@@ -501,7 +507,9 @@ def create_app(
         finally:
             await d.hub.close()
 
+    allowed = None if allowed_hosts is None else frozenset(host_name(h) for h in allowed_hosts)
     app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(Guard, allowed=allowed)],
                     exception_handlers={BackendError: backend_error})  # fmt: skip
     app.state.dashboard = d
     return app

@@ -110,7 +110,11 @@ async def page() -> AsyncIterator[object]:
             context = await browser.new_context(viewport={"width": 1280, "height": 800})
             tab = await context.new_page()
             tab.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+            refused: list[str] = []  # what the Content-Security-Policy blocked, if anything
+            tab.on("console", lambda m: refused.append(m.text)
+                   if "Content Security Policy" in m.text else None)  # fmt: skip
             yield tab
+            assert refused == [], "the page broke its own Content-Security-Policy"
         finally:
             await browser.close()
 
