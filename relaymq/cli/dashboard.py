@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 
@@ -31,8 +32,17 @@ log = logging.getLogger("relaymq.dashboard")
               help="Another Host name it answers to (repeatable; '*': any, when a proxy in "
                    "front checks it). It answers to the --host name, and on a loopback "
                    "address to localhost, 127.0.0.1 and [::1].")  # fmt: skip
+@click.option("--session-key-file", type=click.Path(dir_okay=False),
+              envvar="RELAYMQ_DASHBOARD_SESSION_KEY_FILE", show_envvar=True,
+              help="Keep the key that signs sessions in this file (created if missing), so "
+                   "restarts and processes sharing it share sessions. Without it, every start "
+                   "has a new key: a restart ends every session.")  # fmt: skip
+@click.option("--rotate-sessions", is_flag=True,
+              help="Write a new key to --session-key-file and exit: every session of every "
+                   "dashboard using the file ends at its next request.")  # fmt: skip
 def dashboard(backend: str, host: str, port: int, token: str | None, password: str | None,
-              allowed_hosts: tuple[str, ...]) -> None:  # fmt: skip
+              allowed_hosts: tuple[str, ...], session_key_file: str | None,
+              rotate_sessions: bool) -> None:  # fmt: skip
     """Serve the web dashboard: queues, jobs, dead letters, workers, live, with actions.
 
     Anywhere but a loopback address it needs --token or --password. It answers only to the
@@ -42,14 +52,28 @@ def dashboard(backend: str, host: str, port: int, token: str | None, password: s
         import uvicorn  # noqa: F401
 
         from relaymq.dashboard import Access, allowed_hosts_for, exposure_problem
+        from relaymq.dashboard.security import write_key
     except ImportError as e:
         raise ConfigProblem(f"{e} (the dashboard: pip install 'relaymq[dashboard]')") from e
+    if rotate_sessions:
+        if not session_key_file:
+            raise ConfigProblem(
+                "--rotate-sessions needs --session-key-file (without one, the key is new at "
+                "every start: a restart ends every session)"
+            )
+        try:
+            write_key(Path(session_key_file))
+        except OSError as e:
+            raise ConfigProblem(f"cannot write the session key: {e}") from e
+        click.echo(f"a new session key is in {session_key_file}: every session of every "
+                   "dashboard using it has ended")  # fmt: skip
+        return
     problem = exposure_problem(host, Access(token, password))
     if problem:
         raise ConfigProblem(problem)
     allowed = allowed_hosts_for(host, allowed_hosts)
     try:
-        asyncio.run(_serve(backend, host, port, token, password, allowed))
+        asyncio.run(_serve(backend, host, port, token, password, allowed, session_key_file))
     except ConfigError as e:
         raise ConfigProblem(str(e)) from e
     except BackendUnavailableError as e:
@@ -57,7 +81,7 @@ def dashboard(backend: str, host: str, port: int, token: str | None, password: s
 
 
 async def _serve(url: str, host: str, port: int, token: str | None, password: str | None,
-                 allowed: frozenset[str] | None) -> None:  # fmt: skip
+                 allowed: frozenset[str] | None, key_file: str | None) -> None:  # fmt: skip
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -78,7 +102,8 @@ async def _serve(url: str, host: str, port: int, token: str | None, password: st
     backend.create_missing = False
     await backend.connect()
     try:
-        app = create_app(backend, token=token, password=password, allowed_hosts=allowed)
+        app = create_app(backend, token=token, password=password, allowed_hosts=allowed,
+                         session_key_file=key_file)  # fmt: skip
         server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # a graceful stop, then exit code 0

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -34,7 +36,7 @@ from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
 from relaymq.dashboard.guard import Guard, host_name
 from relaymq.dashboard.live import Hub
-from relaymq.dashboard.security import Access
+from relaymq.dashboard.security import Access, SessionKey, Throttle, Throttled
 from relaymq.errors import (
     BackendError,
     BackendUnavailableError,
@@ -79,15 +81,29 @@ class Dashboard:
     hub: Hub
     templates: Jinja2Templates
     page_size: int = PAGE_SIZE
+    throttle: Throttle = field(default_factory=Throttle)
 
     # -- guards -----------------------------------------------------------------------------
 
     def signed_in(self, request: Request) -> bool:
+        """A session cookie, or a Bearer token (a wrong one counts against the client:
+        ``Throttled`` once it must wait)."""
         if not self.access.required:
             return True
-        return self.access.accepts_session(
-            request.cookies.get(security.SESSION_COOKIE)
-        ) or self.access.accepts_bearer(request.headers.get("authorization"))
+        if self.access.accepts_session(request.cookies.get(security.SESSION_COOKIE)):
+            return True
+        header = request.headers.get("authorization") or ""
+        if not header.startswith("Bearer "):
+            return False
+        client = client_of(request)
+        wait = self.throttle.wait(client)
+        if wait > 0:
+            raise Throttled(wait)
+        if self.access.accepts_bearer(header):
+            self.throttle.succeeded(client)
+            return True
+        self.throttle.failed(client)
+        return False
 
     def page(self, fn: Endpoint) -> Endpoint:
         """A page: signed in (else to the login form), with a CSRF cookie for its forms."""
@@ -126,8 +142,32 @@ class Dashboard:
 
     def render(self, request: Request, template: str, **context: Any) -> Response:
         context |= {"csrf": csrf_of(request), "auth": self.access.required,
-                    "message": request.query_params.get("done", "")}  # fmt: skip
+                    "message": self._message(request)}  # fmt: skip
         return self.templates.TemplateResponse(request, template, context)
+
+    def _message(self, request: Request) -> str:
+        """The ``?done=`` message, when this dashboard wrote it (``sig`` is its signature)."""
+        message = request.query_params.get("done", "")
+        signature = request.query_params.get("sig", "")
+        if message and hmac.compare_digest(self._signature(message), signature):
+            return message
+        return ""
+
+    def _signature(self, message: str) -> str:
+        return self.access.sign(f"done\0{message}")[:32]
+
+    def back(self, request: Request, form: FormData, message: str) -> Response:
+        """Back to the page the form was on (a path of this site), with ``message``."""
+        target = str(form.get("back") or "")
+        if not target.startswith("/") or target.startswith("//"):
+            target = str(request.url_for("overview"))
+        target = target.split("done=")[0].rstrip("?&")
+        return RedirectResponse(self.with_message(target, message), status_code=303)
+
+    def with_message(self, url: str, message: str) -> str:
+        """``url`` showing ``message``, signed so that no other site can make it say more."""
+        query = urlencode({"done": message, "sig": self._signature(message)})
+        return f"{url}{'&' if '?' in url else '?'}{query}"
 
     # -- pages ------------------------------------------------------------------------------
 
@@ -233,7 +273,7 @@ class Dashboard:
             done = f"{await q.drain()} waiting and delayed jobs of {q.name} deleted"
         else:
             raise ConfigError(f"unknown queue action {what!r}; one of {', '.join(QUEUE_ACTIONS)}")
-        return back(request, form, done)
+        return self.back(request, form, done)
 
     async def jobs_action(self, request: Request, form: FormData) -> Response:
         """Retry, cancel or remove the ticked jobs, or (``every``) every job of a state,
@@ -252,10 +292,10 @@ class Dashboard:
         elif ids:
             selection = {"job_ids": ids}
         else:
-            return back(request, form, "nothing selected: tick jobs first")
+            return self.back(request, form, "nothing selected: tick jobs first")
         act = {"retry": q.retry_jobs, "cancel": q.cancel_jobs, "remove": q.remove_jobs}[what]
         n = await act(**selection)
-        return back(request, form, f"{n} job{'s' if n != 1 else ''} {BULK[what]}")
+        return self.back(request, form, f"{n} job{'s' if n != 1 else ''} {BULK[what]}")
 
     async def job_action(self, request: Request, form: FormData) -> Response:
         q = self._queue(request)
@@ -277,14 +317,15 @@ class Dashboard:
             elif what == "remove":
                 await q.remove_job(job_id)
                 return RedirectResponse(
-                    with_message(str(request.url_for("queue", queue=q.name)), "job removed"),
+                    self.with_message(str(request.url_for("queue", queue=q.name)),
+                                      "job removed"),
                     status_code=303,
                 )  # fmt: skip
             else:
                 raise ConfigError(f"unknown action {what!r}; one of {', '.join(BULK)}")
         except JobNotFoundError as e:
             done = str(e)
-        return RedirectResponse(with_message(job_url(request, q.name, job_id), done),
+        return RedirectResponse(self.with_message(job_url(request, q.name, job_id), done),
                                 status_code=303)  # fmt: skip
 
     async def dlq_action(self, request: Request, form: FormData) -> Response:
@@ -295,7 +336,7 @@ class Dashboard:
         ids = [str(i) for i in form.getlist("ids")]
         selection: dict[str, Any] = {"state": DLQ} if form.get("every") else {"job_ids": ids}
         if not form.get("every") and not ids:
-            return back(request, form, "nothing selected: tick jobs first")
+            return self.back(request, form, "nothing selected: tick jobs first")
         if what == "replay":
             n = await q.retry_jobs(**selection)
             done = f"{n} job{'s' if n != 1 else ''} of {q.name} replayed"
@@ -306,7 +347,7 @@ class Dashboard:
             done = f"{n} job{'s' if n != 1 else ''} of {q.name} purged"
         else:
             raise ConfigError(f"unknown action {what!r}; one of replay, purge")
-        return back(request, form, done)
+        return self.back(request, form, done)
 
     async def schedule_action(self, request: Request, form: FormData) -> Response:
         """Pause, resume, run now or remove one schedule."""
@@ -324,7 +365,7 @@ class Dashboard:
                 raise ConfigError(f"unknown action {what!r}; one of {', '.join(SCHEDULE_ACTIONS)}")
         except ScheduleNotFoundError as e:
             done = str(e)
-        return back(request, form, done)
+        return self.back(request, form, done)
 
     # -- signing in -------------------------------------------------------------------------
 
@@ -338,15 +379,26 @@ class Dashboard:
             )
         form = await request.form()
         cookie = request.cookies.get(security.CSRF_COOKIE)
-        field = form.get(security.CSRF_FIELD)
+        sent = form.get(security.CSRF_FIELD)
         secret = form.get("secret")
-        if not security.csrf_matches(cookie, field if isinstance(field, str) else None):
+        if not security.csrf_matches(cookie, sent if isinstance(sent, str) else None):
             return PlainTextResponse("reload the sign-in page and try again", status_code=403)
+        client = client_of(request)
+        wait = self.throttle.wait(client)
+        if wait > 0:
+            seconds = Throttled(wait).seconds
+            response = self.render(request, "login.html", failed=False, wait=seconds,
+                                   next=str(form.get("next", "")))  # fmt: skip
+            response.status_code = 429
+            response.headers["Retry-After"] = str(seconds)
+            return response
         if not isinstance(secret, str) or not self.access.accepts_secret(secret):
+            self.throttle.failed(client)
             response = self.render(request, "login.html", failed=True,
                                    next=str(form.get("next", "")))  # fmt: skip
             response.status_code = 401
             return response
+        self.throttle.succeeded(client)
         target = str(form.get("next") or "")
         if not target.startswith("/") or target.startswith("//"):  # never off this site
             target = str(request.url_for("overview"))
@@ -357,6 +409,7 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request, form: FormData) -> Response:
+        self.access.revoke(request.cookies.get(security.SESSION_COOKIE))
         response = RedirectResponse(str(request.url_for("login")), status_code=303)
         response.delete_cookie(security.SESSION_COOKIE)
         return response
@@ -423,17 +476,10 @@ def job_id_of(request: Request) -> str:
     return job_id
 
 
-def with_message(url: str, message: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}{urlencode({'done': message})}"
-
-
-def back(request: Request, form: FormData, message: str) -> Response:
-    """Back to the page the form was on (a path of this site), with ``message``."""
-    target = str(form.get("back") or "")
-    if not target.startswith("/") or target.startswith("//"):
-        target = str(request.url_for("overview"))
-    target = target.split("done=")[0].rstrip("?&")
-    return RedirectResponse(with_message(target, message), status_code=303)
+def client_of(request: Request) -> str:
+    """Whom the sign-in throttle counts: the client's address (behind a proxy, the address
+    uvicorn's --proxy-headers gives)."""
+    return request.client.host if request.client else "unknown"
 
 
 def job_view(job: Job) -> dict[str, Any]:
@@ -458,6 +504,8 @@ def create_app(
     live_interval: float = 0.5,
     page_size: int = PAGE_SIZE,
     allowed_hosts: Iterable[str] | None = None,
+    session_key_file: str | Path | None = None,
+    throttle: Throttle | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app over ``backend`` (connected, and closed, by the caller):
     serve it with uvicorn, or mount it (``Mount("/relaymq", create_app(backend))``).
@@ -468,15 +516,20 @@ def create_app(
     ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client).
     ``allowed_hosts``: the ``Host`` names (any port) it answers to, anything else a 400
     (``guard.allowed_hosts_for(bind)`` gives a bind address's; ``relaymq dashboard`` always
-    sets them); None: every Host, for an app that checks it in front."""
+    sets them); None: every Host, for an app that checks it in front.
+    ``session_key_file``: keep the session key there, so processes and restarts sharing the
+    file share sessions (``relaymq dashboard --rotate-sessions`` replaces it); without it, a
+    random key per app, so a restart ends every session. ``throttle``: how failed sign-ins
+    and bad Bearer tokens slow a client down (default ``Throttle()``)."""
     env = Environment(loader=PackageLoader("relaymq.dashboard", "templates"),
                       autoescape=select_autoescape(default=True))  # fmt: skip
     env.filters["when"] = when
     env.filters["summary"] = error_line
     env.filters["pretty"] = pretty
     env.globals["job_href"] = job_href
-    d = Dashboard(backend, Access(token, password), Hub(backend, live_interval),
-                  Jinja2Templates(env=env), page_size)  # fmt: skip
+    access = Access(token, password, SessionKey(session_key_file))
+    d = Dashboard(backend, access, Hub(backend, live_interval), Jinja2Templates(env=env),
+                  page_size, throttle or Throttle())  # fmt: skip
     routes = [
         Route("/", d.page(d.overview), name="overview"),
         Route("/queues/{queue}", d.page(d.queue), name="queue"),
@@ -510,7 +563,8 @@ def create_app(
     allowed = None if allowed_hosts is None else frozenset(host_name(h) for h in allowed_hosts)
     app = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(Guard, allowed=allowed)],
-                    exception_handlers={BackendError: backend_error})  # fmt: skip
+                    exception_handlers={BackendError: backend_error,
+                                        Throttled: too_many})  # fmt: skip
     app.state.dashboard = d
     return app
 
@@ -543,6 +597,13 @@ class MetricsApp:
             await PlainTextResponse("sign in first", status_code=401)(scope, receive, send)
             return
         await self.inner(scope, receive, send)
+
+
+async def too_many(request: Request, exc: Exception) -> Response:
+    wait = exc.seconds if isinstance(exc, Throttled) else 60
+    return PlainTextResponse(f"Too many failed sign-ins from this address: try again in "
+                             f"{wait}s.", status_code=429,
+                             headers={"Retry-After": str(wait)})  # fmt: skip
 
 
 async def backend_error(request: Request, exc: Exception) -> Response:
