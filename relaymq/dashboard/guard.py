@@ -47,16 +47,18 @@ def host_name(host: str) -> str:
 
 def allowed_hosts_for(bind: str, extra: Iterable[str] = ()) -> frozenset[str] | None:
     """The ``Host`` names a dashboard bound to ``bind`` answers to, with any port: a loopback
-    bind answers to localhost, 127.0.0.1 and [::1]; another bind to its own name (a wildcard
-    bind, 0.0.0.0 or ::, to none: give them in ``extra``); plus ``extra``. ``'*'`` in
-    ``extra``: None, no check (a proxy in front checks the Host)."""
+    bind answers to localhost, 127.0.0.1 and [::1]; another bind to its own name; a wildcard
+    bind (0.0.0.0, ::), which serves the loopback interface too, to the loopback names (its
+    other names go in ``extra``); plus ``extra``. ``'*'`` in ``extra``: None, no check (a
+    proxy in front checks the Host)."""
     names = [n.strip() for n in extra if n.strip()]
     if "*" in names:
         return None
     allowed = {host_name(n) for n in names}
-    if is_loopback(bind):
+    wildcard = bind.strip() in WILDCARDS
+    if wildcard or is_loopback(bind):
         allowed.update(LOOPBACK_NAMES)
-    if bind.strip() not in WILDCARDS:
+    if not wildcard:
         allowed.add(host_name(bind))
     return frozenset(allowed)
 

@@ -69,6 +69,8 @@ async def test_another_bind_answers_to_its_name_and_the_allowed_additions(
                            ("localhost:8080", 400), ("other.example.com", 400)):  # fmt: skip
             assert (await c.get("/", headers={"Host": host})).status_code == code, host
     assert allowed_hosts_for("0.0.0.0", ["*"]) is None  # '*': the Host is checked elsewhere
+    assert allowed_hosts_for("0.0.0.0", ["dash.example.com"]) == {
+        "localhost", "127.0.0.1", "[::1]", "dash.example.com"}  # fmt: skip
 
 
 async def test_the_command_refuses_other_hosts_and_takes_allowed_hosts_from_env(
