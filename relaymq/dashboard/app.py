@@ -56,6 +56,8 @@ every backend's integers."""
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
+QUEUE_ACTIONS = ("pause", "resume", "drain")
+SCHEDULE_ACTIONS = ("pause", "resume", "run-now", "remove")
 RETRYABLE = frozenset(DLQ_STATES | {JobState.CANCELLED})
 """The states whose jobs an operator's retry runs again."""
 CANCELLABLE = frozenset(set(JobState) - TERMINAL)
@@ -67,9 +69,6 @@ def actions_for(state: JobState) -> list[str]:
     return [a for a, ok in (("retry", state in RETRYABLE), ("cancel", state in CANCELLABLE),
                             ("remove", True)) if ok]  # fmt: skip
 
-
-QUEUE_ACTIONS = ("pause", "resume", "drain")
-SCHEDULE_ACTIONS = ("pause", "resume", "run-now", "remove")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

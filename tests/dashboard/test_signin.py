@@ -4,6 +4,7 @@ dashboard itself wrote."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from relaymq.dashboard import Throttle
 from relaymq.testing import FakeClock
 from tests.dashboard.support import client, csrf, failed
 from tests.support.jobs import queue_name
+from tests.tasks import add
 
 
 @pytest_asyncio.fixture
@@ -130,3 +132,19 @@ async def test_the_page_shows_only_messages_the_dashboard_wrote(memory: InMemory
     assert re.search(r'role="status">1 job of \S+ replayed<', shown)
     assert "evil.example" not in forged and 'role="status"' not in forged
     assert "9 jobs" not in tampered and 'role="status"' not in tampered
+
+
+async def test_signing_in_returns_to_the_job_page_asked_for(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await q.add(add.with_options(queue=q.name, job_id="a/b?c").call(1, 2))
+    async with client(memory, password="pw") as c:
+        asked = await c.get(f"/queues/{q.name}/jobs/a%2Fb%3Fc")
+        assert asked.status_code == 303
+        login = (await c.get(asked.headers["location"])).text
+        token = c.cookies["relaymq_csrf"]
+        found = re.search(r'name="next" value="([^"]*)"', login)
+        assert found
+        signed = await c.post("/login", data={"csrf": token, "secret": "pw",
+                                              "next": html.unescape(found.group(1))})  # fmt: skip
+        page = await c.get(signed.headers["location"])
+    assert page.status_code == 200 and 'data-job="a/b?c"' in page.text
