@@ -52,7 +52,7 @@ def dashboard(backend: str, host: str, port: int, token: str | None, password: s
         import uvicorn  # noqa: F401
 
         from relaymq.dashboard import Access, allowed_hosts_for, exposure_problem
-        from relaymq.dashboard.security import write_key
+        from relaymq.dashboard.security import SessionKey, write_key
     except ImportError as e:
         raise ConfigProblem(f"{e} (the dashboard: pip install 'relaymq[dashboard]')") from e
     if rotate_sessions:
@@ -72,6 +72,13 @@ def dashboard(backend: str, host: str, port: int, token: str | None, password: s
     if problem:
         raise ConfigProblem(problem)
     allowed = allowed_hosts_for(host, allowed_hosts)
+    if session_key_file:
+        try:
+            SessionKey(session_key_file)  # refused before serving, not at each request
+        except OSError as e:
+            raise ConfigProblem(f"cannot use the session key file: {e}") from e
+        except ConfigError as e:
+            raise ConfigProblem(str(e)) from e
     try:
         asyncio.run(_serve(backend, host, port, token, password, allowed, session_key_file))
     except ConfigError as e:

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relaymq.errors import ConfigError
+
 SESSION_COOKIE = "relaymq_session"
 CSRF_COOKIE = "relaymq_csrf"
 CSRF_FIELD = "csrf"
@@ -42,6 +44,7 @@ class SessionKey:
         self.path = None if path is None else Path(path)
         self._key = secrets.token_bytes(32)
         self._seen: tuple[int, int] | None = None
+        self.current()  # a file that cannot be made or read is refused here, not per request
 
     def current(self) -> bytes:
         if self.path is None:
@@ -52,8 +55,14 @@ class SessionKey:
             write_key(self.path)
             stat = self.path.stat()
         if (stat.st_mtime_ns, stat.st_ino) != self._seen:
-            self._key = bytes.fromhex(self.path.read_text().strip())
-            self._seen = (stat.st_mtime_ns, stat.st_ino)
+            try:
+                key = bytes.fromhex(self.path.read_text().strip())
+            except (ValueError, UnicodeDecodeError):
+                key = b""
+            if len(key) < 16:
+                raise ConfigError(f"{self.path} holds no session key: write a new one with "
+                                  "relaymq dashboard --rotate-sessions")  # fmt: skip
+            self._key, self._seen = key, (stat.st_mtime_ns, stat.st_ino)
         return self._key
 
 

@@ -148,3 +148,16 @@ async def test_signing_in_returns_to_the_job_page_asked_for(memory: InMemoryBack
                                               "next": html.unescape(found.group(1))})  # fmt: skip
         page = await c.get(signed.headers["location"])
     assert page.status_code == 200 and 'data-job="a/b?c"' in page.text
+
+
+def test_a_session_key_file_that_holds_no_key_is_refused_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "session.key"
+    bad.write_text("not a key\n")
+    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://",
+                                      "--session-key-file", str(bad)])  # fmt: skip
+    assert result.exit_code == 2 and "holds no session key" in result.output
+    inside_a_file = tmp_path / "file" / "session.key"
+    (tmp_path / "file").write_text("")
+    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://",
+                                      "--session-key-file", str(inside_a_file)])  # fmt: skip
+    assert result.exit_code == 2 and "cannot use the session key file" in result.output
