@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from relaymq.errors import ConfigError
+from relaymq.errors import ArgumentValidationError, ConfigError
 from relaymq.schedules.admin import Schedules, ScheduleState
 from relaymq.schedules.scheduler import Scheduler
 from relaymq.schedules.spec import Schedule
@@ -44,9 +44,8 @@ def define(
     anchor: float = 0.0,
 ) -> Schedule:
     """A schedule of ``task`` (a ``Task`` or its name, imported as a worker would), checked
-    through: an unknown task, arguments that do not fit its signature
-    (``ArgumentValidationError``, as at enqueue), an invalid cron expression or an unknown
-    time zone raise here, and nothing is stored. The job's options
+    through: an unknown task, arguments that do not fit its signature, an invalid cron
+    expression or an unknown time zone raise here, and nothing is stored. The job's options
     (queue, priority, retries, ttl, timeout) are the task's; ``queue`` overrides its queue.
     ``id`` defaults to the task's name."""
     from relaymq.task import Task, resolve  # it imports this package for @task(cron=...)
@@ -55,7 +54,10 @@ def define(
     if not isinstance(t, Task):
         raise ConfigError(f"a schedule's task is a Task or its name, got {type(t).__name__}")
     kwargs = dict(kwargs or {})
-    t.check_arguments(tuple(args), kwargs)
+    try:
+        t.check_arguments(tuple(args), kwargs)
+    except ArgumentValidationError as e:  # a definition error, as a bad cron is (CLI: exit 2)
+        raise ConfigError(f"schedule {id or t.name!r}: {e}") from e
     if t.models is not None:  # pydantic arguments are validated now and stored as JSON
         args, kwargs = t.models.dump_args(tuple(args), kwargs)
     o = t.options
