@@ -45,13 +45,16 @@ class Parameters:
 
     def _fits(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         """True when they surely fit (positional-or-keyword parameters only); False means
-        "ask ``bind``"."""
+        "ask ``bind``". Plain loops: this runs for every job enqueued."""
         names, given = self._names, len(args)
         if names is None or given > len(names):
             return False
-        position = self._position
-        # Each keyword names a parameter not already given by position, and every required
-        # parameter after the positional ones is given by keyword.
-        return all(position.get(key, -1) >= given for key in kwargs) and all(
-            name in kwargs for name in names[given : self._required]
-        )
+        if kwargs:
+            position = self._position
+            for key in kwargs:  # each names a parameter not already given by position
+                if position.get(key, -1) < given:
+                    return False
+        for name in names[given : self._required]:  # each required one left is a keyword
+            if name not in kwargs:
+                return False
+        return True
