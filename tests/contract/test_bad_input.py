@@ -89,6 +89,8 @@ async def test_non_string_ids_are_refused_and_reach_no_backend(backend: Backend,
     optional: list[tuple[str, Callable[[Any], Awaitable[Any]]]] = [
         ("task", lambda bad: queue.list_jobs(JobState.WAITING, task=bad)),
         ("task", lambda bad: queue.cancel_jobs(task=bad)),
+        ("task_contains", lambda bad: queue.list_jobs(JobState.WAITING, task_contains=bad)),
+        ("task_contains", lambda bad: queue.retry_jobs(task_contains=bad)),
         ("job_id", lambda bad: _call(on_q.with_options, job_id=bad)),
         ("limit_key", lambda bad: _call(on_q.with_options, limit_key=bad)),
         ("throttle", lambda bad: _call(on_q.with_options, throttle=(bad, 5))),
