@@ -37,7 +37,8 @@ log = logging.getLogger("relaymq.dashboard")
               help="Keep the key that signs sessions in this file (created if missing), so "
                    "restarts and processes sharing it share sessions. Without it, every start "
                    "has a new key: a restart ends every session.")  # fmt: skip
-@click.option("--rotate-sessions", is_flag=True,
+@click.option("--rotate-sessions", is_flag=True, envvar="RELAYMQ_DASHBOARD_ROTATE_SESSIONS",
+              show_envvar=True,
               help="Write a new key to --session-key-file and exit: every session of every "
                    "dashboard using the file ends at its next request.")  # fmt: skip
 def dashboard(backend: str, host: str, port: int, token: str | None, password: str | None,
