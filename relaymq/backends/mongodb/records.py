@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bson import Binary
@@ -45,6 +45,36 @@ from relaymq.limits import Limits
 Document = dict[str, Any]
 
 UTC = dt.UTC
+
+
+def text(value: Any, what: str) -> str:
+    """``value`` when it is a ``str``; else ``ConfigError`` naming ``what``. Every value a
+    caller gives (queue, job id, task, key, schedule id...) goes into a filter or a document
+    only through this: a dict there would be read as query operators (``{"$ne": None}`` as a
+    job id matches every job)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, got {type(value).__name__}: MongoDB would "
+                          "read anything else as a query")  # fmt: skip
+    return value
+
+
+def texts(values: Iterable[Any], what: str) -> list[str]:
+    """Each of ``values`` checked by ``text``."""
+    if isinstance(values, str):
+        raise ConfigError(f"{what}s must be a list of str, not the string {values!r}")
+    return [text(v, what) for v in values]
+
+
+def check_new(job: NewJob) -> None:
+    """Every caller's value of a new job is a ``str`` (``text``) before it is stored."""
+    text(job.queue, "queue")
+    text(job.id, "job_id")
+    text(job.task, "task")
+    texts(job.depends_on, "depends_on id")
+    if job.rule is not None:
+        text(job.rule.key, "key")
+    if job.limit_key is not None:
+        text(job.limit_key, "limit_key")
 
 
 def to_date(seconds: float) -> dt.datetime:
