@@ -6,9 +6,13 @@ is none of relaymq's (``state_problem``: a state nobody knows puts the job in no
 and no listing, so it must be taken care of, not passed over).
 
 The first backend operation that comes across one in a line quarantines it: claims (the
-waiting line), promotion (the delayed line), stalled recovery (the active line, and, on
-backends whose lines are selected by state, a sweep of the states nobody knows) and
-``counts`` (which then counts it where it now is). Quarantine fails it into the DLQ at once:
+waiting line), promotion (the delayed line) and stalled recovery (the active line). Where the
+lines are selected by the state stored in each record (SQLite, PostgreSQL, MongoDB), a job in
+a state nobody knows is in no line: ``counts`` and each recovery pass look for such states
+(the counters, or an index range, say whether there are any) and quarantine those jobs, so it
+is counted where it now is. On Redis a job sits in the set of a line whatever its record says:
+it is counted there until a claim, promotion or recovery meets it. Quarantine fails it into the
+DLQ at once:
 state ``failed``, ``finished_at`` now, ``reason(...)`` as its error, so that ``counts`` counts
 it, ``list_jobs(FAILED)`` lists it with why and nothing hands it out. A listing that meets one
 before that shows it with what could be read and the damage in ``extra[CORRUPT]``;
