@@ -8,6 +8,7 @@ then leaves the claiming to the settle on its way (``will_claim``)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -23,6 +24,19 @@ Ask = tuple[list[str], str, int]
 
 RETRY_PAUSE = 0.5
 """Seconds between tries when a settle call fails."""
+
+
+def storable(text: str) -> str:
+    """``text`` as every backend can store it: a NUL (which PostgreSQL refuses in text) is
+    written as the four characters ``\\x00``, a lone surrogate (which no UTF-8 encoder takes)
+    as its ``\\udcff`` escape; any other text is kept as it is. The same on every backend."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode(errors="backslashreplace").decode()
+    return text
 
 
 class Settler:
@@ -62,6 +76,11 @@ class Settler:
         return self.ask is not None and not self._failing and (bool(self._outbox) or self._claiming)
 
     def add(self, r: RunningJob, settle: Settle) -> None:
+        """Queue ``settle`` for the next write; its error made storable (``storable``)."""
+        if settle.error is not None:
+            error = storable(settle.error)
+            if error is not settle.error:
+                settle = dataclasses.replace(settle, error=error)
         r.settling = True
         self._outbox.append((r, settle))
         self._wanted.set()
