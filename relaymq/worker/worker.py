@@ -32,9 +32,10 @@ from typing import Any
 
 from relaymq import limits
 from relaymq.backends.base import Backend, ClaimBatch, Outcome, Settle, SettledClaimed, WorkerInfo
-from relaymq.errors import BackendError
+from relaymq.errors import BackendError, ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job
+from relaymq.options import validate_queue_name
 from relaymq.recovery import Maintenance
 from relaymq.schedules import DEFINED, Scheduler
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
@@ -95,8 +96,12 @@ class Worker:
         serializer: Serializer = DEFAULT_SERIALIZER,
         worker_id: str | None = None,
     ) -> None:
+        if isinstance(queues, str):  # one name, not a list of its letters
+            raise ConfigError(f"queues must be a list of queue names, not the str {queues!r}")
         if not queues:
-            raise ValueError("a worker needs at least one queue")
+            raise ConfigError("a worker needs at least one queue")
+        for name in queues:  # before any backend sees it
+            validate_queue_name(name)
         base = settings or Settings.from_env()
         self.settings = base.replace(concurrency=concurrency) if concurrency else base
         self.backend = backend
