@@ -11,7 +11,9 @@
     │                               does not validate against its pydantic type
     ├── BackendError                the backend failed; the driver's exception is ``__cause__``
     │   ├── BackendUnavailableError the server cannot be reached (connection refused, timeout)
-    │   └── CorruptRecordError      a stored record cannot be read back
+    │   ├── CorruptRecordError      a stored record cannot be read back
+    │   └── RecordRefusedError      the backend refuses a record as it is (over its size
+    │                               limit): the same write can never succeed
     ├── JobNotFoundError            no such job in that queue
     ├── ScheduleNotFoundError       no schedule with that id
     ├── ResultTimeoutError          ``JobHandle.result(timeout=)`` passed; says the job's state
@@ -67,6 +69,13 @@ class BackendUnavailableError(BackendError, ConnectionError):
 
 class CorruptRecordError(BackendError):
     """A stored record could not be read back."""
+
+
+class RecordRefusedError(BackendError):
+    """The backend refused to store a record as it is (MongoDB: a document over its 16 MiB
+    limit), whatever the server's state: unlike other backend errors, the same write cannot
+    succeed on a retry. A worker whose outcome is refused writes a failed attempt instead, with
+    this error's message as the reason."""
 
 
 class JobNotFoundError(RelayError, LookupError):

@@ -62,6 +62,21 @@ def too_large(size: int, limit: int) -> str:
     )
 
 
+def refused(job: Job, settle: Settle, reason: str) -> Settle:
+    """What to write instead of an outcome the backend refused for good (``RecordRefusedError``,
+    e.g. a result over MongoDB's document limit): a failed attempt without a result, the
+    refusal as its error, retried by the task's policy while attempts remain (a completion
+    or a retry), else the same ending with the refusal as its error."""
+    error = f"the backend refused this attempt's outcome ({settle.outcome}): {reason}"
+    if settle.outcome not in (Outcome.COMPLETE, Outcome.RETRY):
+        return Settle(settle.claim, settle.outcome, error=error)
+    try:
+        backoff = resolve(job.task).options.backoff
+    except TaskNotFoundError:
+        backoff = DEFAULT_BACKOFF
+    return failure(job, backoff, error)
+
+
 def unknown_task(job: Job, e: TaskNotFoundError) -> str:
     """The error of a job whose task this worker does not know, with how to fix it."""
     text = f"{e} (retried while attempts remain: another worker may know it)"

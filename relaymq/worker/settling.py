@@ -3,7 +3,11 @@
 On a backend that can (``capabilities.settle_claims``), the same call may claim jobs for the
 worker's free slots: ``ask`` says what to claim, if anything (and reserves the slots), ``took``
 gets the answer. The worker asks for that only while its queues run dry, and its claim loop
-then leaves the claiming to the settle on its way (``will_claim``)."""
+then leaves the claiming to the settle on its way (``will_claim``).
+
+A failed write is kept and tried again, except a refusal for good (``RecordRefusedError``):
+that outcome is replaced by a failed attempt naming the refusal. Error texts are made storable
+on every backend first (``storable``)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,9 @@ import logging
 from collections.abc import Callable
 
 from relaymq.backends.base import Beat, Settle, SettledClaimed
-from relaymq.errors import BackendError
+from relaymq.errors import BackendError, RecordRefusedError
 from relaymq.instrumented import Instrumented
+from relaymq.worker.execution import refused
 from relaymq.worker.running import Claims, RunningJob
 
 log = logging.getLogger("relaymq.worker")
@@ -65,6 +70,10 @@ class Settler:
         self.lock = asyncio.Lock()
         """Held while a settle is in flight: shutdown never cancels the loop inside one."""
         self._outbox: list[tuple[RunningJob, Settle]] = []
+        self._alone = 0
+        """Outcomes still to write one by one, to find the one the backend refused."""
+        self._replaced: set[RunningJob] = set()
+        """Jobs whose refused outcome was replaced by a failed attempt, until it is written."""
         self._wanted = asyncio.Event()
 
     def __len__(self) -> int:
@@ -111,32 +120,75 @@ class Settler:
                 self._wanted.set()
 
     async def flush(self) -> None:
-        """Settle every pending outcome in one call (claiming with it when ``ask`` says so)."""
+        """Settle every pending outcome in one call (claiming with it when ``ask`` says so).
+
+        An outcome the backend refuses for good (``RecordRefusedError``: writing it again
+        cannot help) is not kept for the next try: the refused batch's outcomes are written one
+        by one, and the refused one is replaced by a failed attempt with the refusal as its
+        reason (``execution.refused``); the others are written as they are."""
         async with self.lock:
-            batch, self._outbox = self._outbox, []
-            if not batch:
-                return
-            ask = self.ask() if self.ask is not None else None
-            self._claiming = ask is not None
-            try:
-                await self._store_progress(batch)
-                outcomes = [(r.job, s) for r, s in batch]
-                answer = None
-                if ask is None:
-                    applied = await self.ops.settle(outcomes)
-                else:
-                    answer = await self.ops.settle_and_claim(outcomes, *ask)
-                    applied = answer.applied
-            except BaseException:
-                self._outbox[:0] = batch  # keep them for the next try
-                self._failing = True
-                self._answer(ask, None)
-                raise
-            self._failing = False
-            for (r, s), ok in zip(batch, applied, strict=True):
-                self.claims.drop(r)
-                self.record(r, s, ok)
-            self._answer(ask, answer)
+            while self._outbox:
+                alone = self._alone > 0
+                n = 1 if alone else len(self._outbox)
+                try:
+                    await self._write(n, claim=not alone)
+                except RecordRefusedError as e:
+                    self._refused(n, e)
+                    continue
+                if not alone:
+                    return
+                self._alone -= 1
+
+    async def _write(self, n: int, *, claim: bool) -> None:
+        """Settle the first ``n`` pending outcomes in one call; on failure they stay first."""
+        batch, self._outbox = self._outbox[:n], self._outbox[n:]
+        ask = self.ask() if self.ask is not None and claim else None
+        self._claiming = ask is not None
+        try:
+            await self._store_progress(batch)
+            outcomes = [(r.job, s) for r, s in batch]
+            answer = None
+            if ask is None:
+                applied = await self.ops.settle(outcomes)
+            else:
+                answer = await self.ops.settle_and_claim(outcomes, *ask)
+                applied = answer.applied
+        except BaseException:
+            self._outbox[:0] = batch  # keep them for the next try
+            self._failing = True
+            self._answer(ask, None)
+            raise
+        self._failing = False
+        for (r, s), ok in zip(batch, applied, strict=True):
+            self._replaced.discard(r)
+            self.claims.drop(r)
+            self.record(r, s, ok)
+        self._answer(ask, answer)
+
+    def _refused(self, n: int, e: RecordRefusedError) -> None:
+        """The first ``n`` pending outcomes were refused for good: find the one that was (write
+        them one by one), or replace it, once, by a failed attempt."""
+        if n > 1:
+            log.warning("the backend refused one of %d outcomes for good (%s); writing them "
+                        "one by one", n, e)  # fmt: skip
+            self._alone = n
+            return
+        r, s = self._outbox[0]
+        where = f"{r.job.queue}/{r.job.id}"
+        if r in self._replaced:  # the failed attempt written instead was refused too
+            log.error("the backend refused the outcome of job %s and the failed attempt "
+                      "written instead (%s): its claim is left to be recovered as stalled",
+                      where, e, extra=r.log_extra)  # fmt: skip
+            del self._outbox[0]
+            self._replaced.discard(r)
+            self.claims.drop(r)
+            self._alone = max(self._alone - 1, 0)
+            return
+        log.warning("the backend refused the outcome (%s) of job %s for good (%s); writing a "
+                    "failed attempt instead", s.outcome.value, where, e,
+                    extra=r.log_extra)  # fmt: skip
+        self._outbox[0] = (r, refused(r.job, s, storable(str(e))))
+        self._replaced.add(r)
 
     def _answer(self, ask: Ask | None, answer: SettledClaimed | None) -> None:
         self._claiming = False

@@ -15,7 +15,13 @@ from pymongo.errors import (
     PyMongoError,
 )
 
-from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError, RelayError
+from relaymq.errors import (
+    BackendError,
+    BackendUnavailableError,
+    CorruptRecordError,
+    RecordRefusedError,
+    RelayError,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -34,8 +40,9 @@ def too_large(e: Exception) -> bool:
     return isinstance(e, OperationFailure) and e.code in TOO_LARGE_CODES
 
 
-def size_error(e: Exception) -> BackendError:
-    return BackendError(
+def size_error(e: Exception) -> RecordRefusedError:
+    """A refusal for size: the same document is refused again on every retry."""
+    return RecordRefusedError(
         f"a document is over MongoDB's document size limit (16 MiB per job, payload and "
         f"result included; keep max_payload_bytes and max_result_bytes below it): {e}"
     )
