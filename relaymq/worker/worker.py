@@ -320,6 +320,9 @@ class Worker:
                 if handed is not None and not handed.jobs:
                     await self._nothing(handed)  # as after an empty claim of its own
                 continue
+            if not settler.lined_up.is_set():  # a job goes back in line: claim after it (I10)
+                await self._until(settler.lined_up.wait())
+                continue
             self._claims.reserve(free)
             try:
                 batch = await self.ops.claim(self._queue_order(), self.id, free)
