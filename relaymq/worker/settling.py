@@ -7,7 +7,8 @@ then leaves the claiming to the settle on its way (``will_claim``).
 
 An outcome that puts its job back in line (a release, a retry without delay) must be written
 before the worker's next claim, where that job competes at its priority (RELIABILITY.md I10):
-``lined_up`` is clear until it is."""
+``lined_up`` is clear until it is, unless settling fails (the worker's claims then go on: one
+outcome that cannot be written must not stop the others' jobs)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ class Settler:
         self._wanted = asyncio.Event()
         self._requeues = 0
         self.lined_up = asyncio.Event()
-        """Clear while an outcome that puts its job back in line waits or is in flight."""
+        """Clear while an outcome that puts its job back in line waits or is in flight (and
+        the last settle did not fail)."""
         self.lined_up.set()
 
     def __len__(self) -> int:
@@ -74,8 +76,14 @@ class Settler:
         self._outbox.append((r, settle))
         if back_in_line(settle):
             self._requeues += 1
-            self.lined_up.clear()
+            self._line_up()
         self._wanted.set()
+
+    def _line_up(self) -> None:
+        if self._requeues and not self._failing:
+            self.lined_up.clear()
+        else:
+            self.lined_up.set()
 
     async def _store_progress(self, batch: list[tuple[RunningJob, Settle]]) -> None:
         """Progress reported since the last heartbeat is stored before the outcome (a short
@@ -122,12 +130,12 @@ class Settler:
             except BaseException:
                 self._outbox[:0] = batch  # keep them for the next try
                 self._failing = True
+                self._line_up()
                 self._answer(ask, None)
                 raise
             self._failing = False
             self._requeues -= sum(back_in_line(s) for _, s in batch)
-            if self._requeues == 0:
-                self.lined_up.set()
+            self._line_up()
             for (r, s), ok in zip(batch, applied, strict=True):
                 self.claims.drop(r)
                 self.record(r, s, ok)
