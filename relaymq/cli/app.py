@@ -8,9 +8,11 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import fields
 from importlib.metadata import version
+from typing import Any
 
 import click
 
@@ -85,7 +87,8 @@ def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
     metrics_port: int | None, loop: str, backend: str,
 ) -> None:  # fmt: skip
-    """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT."""
+    """Import MODULE (which defines @task functions, schedules and limits) and work its
+    queues, or only those named with -q, until SIGTERM/SIGINT."""
     new_loop = loop_factory(loop)
     settings = settings_from_env(backend=backend, concurrency=concurrency)
     for name in queues:
@@ -93,26 +96,63 @@ def worker(
             validate_queue_name(name)
         except ConfigError as e:
             raise ConfigProblem(str(e)) from e
-    names = list(queues) or discover_queues(module)
+    found = import_tasks(module)
+    names = list(queues) or queues_of(module, found)
     run(lambda: _work(settings, names, worker_id, metrics_port), new_loop)
 
 
 def discover_queues(module_name: str) -> list[str]:
-    """Import ``module_name``; the queues of the tasks that importing it registered (whatever
-    their names) and of the tasks it holds as attributes (re-exported ones too)."""
-    sys.path.insert(0, os.getcwd())
-    known = set(REGISTRY)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise click.ClickException(f"cannot import {module_name!r}: {e}") from e
-    found = [t for name, t in REGISTRY.items() if name not in known]
-    found += [t for t in vars(module).values() if isinstance(t, Task)]
-    found += [t for t in REGISTRY.values() if t.name.startswith(module_name + ":")]
+    """Import ``module_name``; the queues of its tasks (``queues_of``)."""
+    return queues_of(module_name, import_tasks(module_name))
+
+
+def queues_of(module_name: str, found: list[Task[Any, Any]]) -> list[str]:
+    """The queues of ``found``; a configuration error when there are none."""
     names = sorted({t.options.queue for t in found})
     if not names:
         raise ConfigProblem(f"{module_name} defines no @task; name queues with -q")
     return names
+
+
+def import_tasks(module_name: str) -> list[Task[Any, Any]]:
+    """Import ``module_name`` with the working directory on ``sys.path``, as a worker always
+    does first (its tasks, schedules and limits are then defined); the tasks that importing it
+    registered (whatever their names) and those it holds as attributes (re-exported ones too).
+
+    A module that does not import is one line naming the file and line of the failure."""
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        dotted = module_name.removesuffix(".py").strip("/").replace(os.sep, ".")
+        dotted = dotted.replace("/", ".")
+        raise ConfigProblem(f"MODULE is a module's dotted name, not a file: try {dotted!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    known = set(REGISTRY)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        problem = _import_failure(module_name, e)
+        raise ConfigProblem(f"cannot import {module_name!r}: {problem}") from None
+    found = [t for name, t in REGISTRY.items() if name not in known]
+    found += [t for t in vars(module).values() if isinstance(t, Task)]
+    found += [t for t in REGISTRY.values() if t.name.startswith(module_name + ":")]
+    return list({id(t): t for t in found}.values())
+
+
+def _import_failure(module_name: str, e: Exception) -> str:
+    """What went wrong importing ``module_name``, with the file and line, in one line."""
+    if isinstance(e, ModuleNotFoundError) and f"{module_name}.".startswith(f"{e.name}."):
+        return f"no module named {e.name!r} (looked in {os.getcwd()} and sys.path)"
+    if isinstance(e, SyntaxError):
+        where = f"{e.filename}, line {e.lineno}"
+        return f"{type(e).__name__}: {e.msg} ({where})"
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith("<frozen")]  # fmt: skip
+    message = " ".join(str(e).split())
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    if frames:
+        text += f" ({frames[-1].filename}, line {frames[-1].lineno})"
+    return text
 
 
 async def _work(
