@@ -72,7 +72,8 @@ def _settings_epilog() -> str:
 @click.option("--queue", "-q", "queues", multiple=True, envvar="RELAYMQ_QUEUES",
               show_envvar=True,
               help="Queue to work (repeatable; default: its tasks' queues).")  # fmt: skip
-@click.option("--concurrency", "-c", type=int, envvar="RELAYMQ_CONCURRENCY", show_envvar=True,
+@click.option("--concurrency", "-c", type=click.IntRange(1, 100_000),
+              envvar="RELAYMQ_CONCURRENCY", show_envvar=True,
               help="Jobs run at once (default 10).")  # fmt: skip
 @click.option("--worker-id", envvar="RELAYMQ_WORKER_ID", show_envvar=True,
               help="Worker id (default host:pid:random).")  # fmt: skip

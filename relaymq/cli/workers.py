@@ -68,7 +68,7 @@ async def collect_counts(backend: Backend) -> dict[str, tuple[dict[JobState, int
 @click.command("stats")
 @click.option("--watch", "-w", is_flag=True, envvar="RELAYMQ_WATCH", show_envvar=True,
               help="Keep the table up to date until Ctrl-C.")  # fmt: skip
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(0.1, 86400), default=2.0, show_default=True,
               envvar="RELAYMQ_STATS_INTERVAL", show_envvar=True,
               help="Seconds between two refreshes with --watch.")  # fmt: skip
 @click.option("--count", type=click.IntRange(min=0), default=0, envvar="RELAYMQ_STATS_COUNT",
