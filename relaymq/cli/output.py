@@ -77,20 +77,48 @@ def age(at: float | None, now: float | None = None) -> str:
     return f"{seconds:.0f}s"
 
 
-def jobs_table(jobs: Iterable[Job]) -> Table:
-    table = Table("id", "task", "state", "attempts", "created", "finished", "error")
+def relative(at: float, now: float | None = None) -> str:
+    """``at`` from now, short: ``5m ago``, ``in 58m`` or ``now``."""
+    now = time.time() if now is None else now
+    if abs(at - now) < 0.5:
+        return "now"
+    return f"{age(at, now)} ago" if at < now else f"in {age(now, at)}"
+
+
+def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
+    """A listing; a delayed one says when each job runs, an active one when each started and
+    its last progress."""
+    if state is JobState.DELAYED:
+        columns, extra = ["runs"], lambda j: [f"{when(j.run_at)} ({relative(j.run_at)})"]
+    elif state is JobState.ACTIVE:
+        columns = ["started", "progress"]
+        extra = lambda j: [  # noqa: E731
+            "" if j.claimed_at is None else f"{when(j.claimed_at)} ({relative(j.claimed_at)})",
+            progress_text(j.progress),
+        ]
+    else:
+        columns, extra = ["finished"], lambda j: [when(j.finished_at)]
+    table = Table("id", "task", "state", "attempts", "created", *columns, "error")
     for j in jobs:
         error = error_line(j.error)[:60]
         table.add_row(j.id, j.task, j.state.value, f"{j.attempts}/{j.max_attempts}",
-                      when(j.created_at), when(j.finished_at), error)  # fmt: skip
+                      when(j.created_at), *extra(j), error)  # fmt: skip
     return table
+
+
+def progress_text(raw: bytes | None) -> str:
+    """A job's progress as compact JSON (cut at 40 characters), '' without one."""
+    if raw is None:
+        return ""
+    text = orjson.dumps(decoded(raw), default=str).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def job_table(job: Job) -> Table:
     table = Table("field", "value", show_header=False)
     for name, value in job_dict(job, full=True).items():
         if name.endswith("_at") and isinstance(value, float):
-            value = f"{when(value)} ({age(value)} ago)"
+            value = f"{when(value)} ({relative(value)})"
         table.add_row(name, "" if value is None else str(value))
     return table
 
