@@ -88,22 +88,27 @@ def relative(at: float, now: float | None = None) -> str:
 def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
     """A listing; a delayed one says when each job runs, an active one when each started and
     its last progress."""
-    if state is JobState.DELAYED:
-        columns, extra = ["runs"], lambda j: [f"{when(j.run_at)} ({relative(j.run_at)})"]
-    elif state is JobState.ACTIVE:
-        columns = ["started", "progress"]
-        extra = lambda j: [  # noqa: E731
-            "" if j.claimed_at is None else f"{when(j.claimed_at)} ({relative(j.claimed_at)})",
-            progress_text(j.progress),
-        ]
-    else:
-        columns, extra = ["finished"], lambda j: [when(j.finished_at)]
-    table = Table("id", "task", "state", "attempts", "created", *columns, "error")
+    columns = {JobState.DELAYED: ["runs"], JobState.ACTIVE: ["started", "progress"]}
+    shown = columns.get(state, ["finished"]) if state is not None else ["finished"]
+
+    def extra(j: Job) -> list[str]:
+        if state is JobState.DELAYED:
+            return [at_and_relative(j.run_at)]
+        if state is JobState.ACTIVE:
+            return [at_and_relative(j.claimed_at), progress_text(j.progress)]
+        return [when(j.finished_at)]
+
+    table = Table("id", "task", "state", "attempts", "created", *shown, "error")
     for j in jobs:
         error = error_line(j.error)[:60]
         table.add_row(j.id, j.task, j.state.value, f"{j.attempts}/{j.max_attempts}",
                       when(j.created_at), *extra(j), error)  # fmt: skip
     return table
+
+
+def at_and_relative(at: float | None) -> str:
+    """``2026-12-04 19:23:44 (in 58m)``, or '' when absent."""
+    return "" if at is None else f"{when(at)} ({relative(at)})"
 
 
 def progress_text(raw: bytes | None) -> str:
@@ -118,7 +123,7 @@ def job_table(job: Job) -> Table:
     table = Table("field", "value", show_header=False)
     for name, value in job_dict(job, full=True).items():
         if name.endswith("_at") and isinstance(value, float):
-            value = f"{when(value)} ({relative(value)})"
+            value = at_and_relative(value)
         table.add_row(name, "" if value is None else str(value))
     return table
 
