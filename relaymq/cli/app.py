@@ -18,6 +18,7 @@ import click
 
 from relaymq.backends import connect, from_url
 from relaymq.backends.base import Backend
+from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.cli.common import (
     LOOPS,
     ConfigProblem,
@@ -32,7 +33,12 @@ from relaymq.cli.common import (
 from relaymq.cli.dashboard import dashboard
 from relaymq.cli.dlq import dlq_group
 from relaymq.cli.jobs import job_group
-from relaymq.cli.logs import JSONFormatter, PlainFormatter
+from relaymq.cli.logs import (
+    JSONFormatter,
+    PlainFormatter,
+    quiet_client_libraries,
+    route_warnings,
+)
 from relaymq.cli.queues import queue_group
 from relaymq.cli.schedules import schedule_group
 from relaymq.cli.workers import stats, workers
@@ -57,6 +63,8 @@ def cli(log_level: str, log_format: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if log_format == "json" else PlainFormatter())
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
+    route_warnings()
+    quiet_client_libraries(log_level)
 
 
 # -- worker ---------------------------------------------------------------------------------
@@ -219,23 +227,29 @@ async def _serve_metrics(
 @cli.command("migrate")
 @backend_option
 def migrate(backend: str) -> None:
-    """Apply pending schema migrations (backends without versioned migrations, such as
-    SQLite, prepare their storage on connect)."""
-    applied = run(lambda: _migrate(backend))
-    if applied is None:
-        click.echo(f"{backend}: nothing to migrate (this backend prepares its storage itself)")
-        return
-    click.echo("\n".join(f"applied {name}" for name in applied) or "schema is up to date")
+    """Apply pending schema migrations, or create a new SQLite database (SQLite upgrades an
+    existing one on connect; the other backends prepare their storage themselves)."""
+    click.echo(run(lambda: _migrate(backend)))
 
 
-async def _migrate(url: str) -> list[str] | None:
-    """The migrations applied now; None when the backend has no versioned migrations.
-
-    The backend says so through its capabilities; ``migrate`` needs no connection."""
+async def _migrate(url: str) -> str:
+    """What ``migrate`` did, in words. The backend says through its capabilities whether it
+    has versioned migrations (applied without ``connect``); a SQLite file that does not exist
+    is created, with its schema, by connecting with ``create_missing``."""
     b = from_url(url)
-    if not b.capabilities.migrations:
-        return None
-    return await b.migrate()
+    if b.capabilities.migrations:
+        applied = await b.migrate()
+        return "\n".join(f"applied {name}" for name in applied) or "schema is up to date"
+    if isinstance(b, SQLiteBackend):
+        created = not await asyncio.to_thread(os.path.exists, b.path)
+        b.create_missing = True
+        try:
+            await b.connect()
+        finally:
+            await b.close()
+        where = await asyncio.to_thread(os.path.abspath, b.path)
+        return f"created {where}" if created else f"{where}: schema is up to date"
+    return f"{url}: nothing to migrate (this backend prepares its storage itself)"
 
 
 @cli.command("demo")
