@@ -112,11 +112,11 @@ async def with_backend(
 
 
 async def known_queue(backend: Backend, name: str) -> Queue:
-    """The handle of queue ``name``; ``NotFound`` unless it holds jobs or is paused (so a
-    mistyped name changes nothing)."""
+    """The handle of queue ``name``; ``NotFound`` unless it holds jobs, is paused or a live
+    worker serves it (so a mistyped name changes nothing)."""
     queue = Queue(name, backend)  # validates the name first: a bad one is a usage error
     names = await backend.list_queues()
-    if name not in names:
+    if name not in names and not any(name in w.queues for w in await backend.list_workers()):
         known = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
         raise NotFound(f"no queue {name!r}" + (f" (queues: {known})" if names else ""))
     return queue

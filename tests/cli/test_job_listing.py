@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relaymq import Queue, connect
-from relaymq.backends.base import Beat
+from relaymq.backends.base import Beat, WorkerInfo
 from relaymq.cli import main, output
 from tests import tasks
 
@@ -92,3 +92,24 @@ def test_the_active_listing_shows_started_and_progress(
     row = next(line for line in out.splitlines() if job_id in line)
     assert "(now)" in row or "ago" in row, row
     assert '{"done":40}' in row, row
+
+
+def test_a_queue_a_worker_serves_exists_before_it_holds_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path}/served.db"
+
+    async def serve() -> None:
+        backend = await connect(url)
+        try:
+            await backend.register_worker(WorkerInfo.for_this_process("wk-7", ["reports"], 4), 60)
+        finally:
+            await backend.close()
+
+    asyncio.run(serve())
+    assert main(["queue", "info", "reports", "--backend", url]) == 0
+    out = capsys.readouterr().out
+    assert "waiting=0" in out and "wk-7 (4)" in out
+    assert main(["job", "list", "reports", "--backend", url]) == 0
+    assert main(["queue", "info", "nobody", "--backend", url]) == 1
+    assert "no queue 'nobody'" in capsys.readouterr().err
