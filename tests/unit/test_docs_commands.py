@@ -134,9 +134,8 @@ async def read_until(stream: asyncio.StreamReader, wanted: str, what: str) -> st
 
 
 def test_the_pages_have_shell_commands() -> None:
-    assert len(COMMANDS) >= 20 and "relaymq worker app.tasks -c 20" in " ".join(
-        c.split("#")[0].strip() for c in COMMANDS
-    )
+    assert len(COMMANDS) >= 20
+    assert any(c.startswith("relaymq worker app.tasks -q emails") for c in COMMANDS)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
