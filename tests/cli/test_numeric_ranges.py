@@ -36,6 +36,8 @@ def prepared(tmp_path: Path) -> str:
         ["job", "list", "emails", "--state", "completed", "--older-than", HUGE + "w"],
         ["dlq", "list", "emails", "--offset", HUGE],
         ["queue", "limits", "emails", "--max-active", HUGE],
+        ["queue", "limits", "emails", "--rate", HUGE + "/s"],
+        ["queue", "limits", "emails", "--key-rate", "10/" + HUGE],
         ["queue", "clean", "emails", "--yes", "--older-than", HUGE + "d"],
         ["stats", "--watch", "--count", "1", "--interval", "1e300"],
         ["worker", "tests.tasks", "-q", "emails", "-c", HUGE],
