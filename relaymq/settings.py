@@ -39,6 +39,9 @@ class Settings:
     a thread of their own; past that they are left to stalled recovery. 0: no such thread."""
     max_payload_bytes: int = 1024 * 1024
     """Largest serialized job payload accepted at enqueue (below every backend's own limit)."""
+    max_result_bytes: int = 1024 * 1024
+    """Largest serialized result a job may store: a larger one fails the attempt (retried by the
+    task's policy) with an error naming both sizes (below every backend's own limit)."""
     history_flush_interval: float = 5.0
     """Seconds between two writes of a worker's outcome counts to the backend's per-minute
     history (the dashboard's charts); 0 records no history."""
@@ -64,6 +67,8 @@ class Settings:
             raise ConfigError("stalled_check_interval must be positive, shutdown_timeout >= 0")
         if self.max_stalled < 0 or self.max_payload_bytes < 1 or self.max_blocked < 0:
             raise ConfigError("max_stalled and max_blocked must be >= 0, max_payload_bytes >= 1")
+        if self.max_result_bytes < 1:
+            raise ConfigError(f"max_result_bytes must be >= 1, not {self.max_result_bytes}")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
 

@@ -18,11 +18,12 @@ import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from relaymq.arguments import Parameters
 from relaymq.backends import default_backend
 from relaymq.errors import TaskNotFoundError
 from relaymq.flows import dependency_ids, dependency_policy
 from relaymq.models import Models, models_of
-from relaymq.options import DEFAULT_QUEUE, Call, Options
+from relaymq.options import DEFAULT_QUEUE, Call, Options, check_text
 from relaymq.queue import JobHandle, Queue
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
@@ -77,11 +78,12 @@ class Task(Generic[P, R]):
         self, fn: Callable[..., Any], name: str, options: Options, takes_context: bool
     ) -> None:
         self.fn = fn
-        self.name = name
+        self.name = check_text(name, "task name", max_length=None)
         self.options = options
         self.takes_context = takes_context
         self.is_async = inspect.iscoroutinefunction(fn)
         self._models: Models | bool | None = False  # False: not looked at yet
+        self._parameters: Parameters | None = None
 
     @property
     def models(self) -> Models | None:
@@ -93,6 +95,14 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise ``ArgumentValidationError`` when the handler cannot be called with these
+        arguments (its ``JobContext`` left out): every enqueue and schedule checks them, so
+        nothing is stored that could only fail with a ``TypeError``."""
+        if self._parameters is None:
+            self._parameters = Parameters(self.fn, skip_first=self.takes_context)
+        self._parameters.check(self.name, args, kwargs)
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """An invocation to pass to ``Queue.add_bulk`` (arguments checked by type checkers)."""
@@ -153,6 +163,7 @@ class Task(Generic[P, R]):
         options.validate()
         copy: Task[P, R] = Task(self.fn, self.name, options, self.takes_context)
         copy._models = self._models
+        copy._parameters = self._parameters
         return copy
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:

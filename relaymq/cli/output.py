@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relaymq.backends.base import WorkerInfo
+from relaymq.backends.corrupt import CORRUPT
 from relaymq.job import Job, JobState, error_line
 from relaymq.serializers import DEFAULT_SERIALIZER
 
@@ -50,6 +51,8 @@ def job_dict(job: Job, *, full: bool = False) -> dict[str, Any]:
         "created_at": job.created_at, "run_at": job.run_at, "finished_at": job.finished_at,
         "worker_id": job.worker_id, "error": job.error,
     }  # fmt: skip
+    if CORRUPT in job.extra:  # listed as far as it could be read: say what is wrong
+        out[CORRUPT] = job.extra[CORRUPT]
     if full:
         out |= {
             "payload": decoded(job.payload), "progress": decoded(job.progress),
@@ -101,6 +104,8 @@ def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
     table = Table("id", "task", "state", "attempts", "created", *shown, "error")
     for j in jobs:
         error = error_line(j.error)[:60]
+        if CORRUPT in j.extra:  # a damaged record: its values are stand-ins, say why
+            error = f"corrupt record: {j.extra[CORRUPT]}"[:60]
         table.add_row(j.id, j.task, j.state.value, f"{j.attempts}/{j.max_attempts}",
                       when(j.created_at), *extra(j), error)  # fmt: skip
     return table

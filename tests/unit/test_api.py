@@ -11,8 +11,9 @@ from relaymq.task import REGISTRY, TaskNotFoundError, import_task, resolve
 from tests import tasks
 
 PUBLIC = [
-    "TERMINAL", "Backend", "BackendError", "BackendUnavailableError", "Call", "Capabilities",
-    "Claim", "ConfigError", "DependencyPolicy", "Event", "Flow", "Job", "JobCancelledError",
+    "TERMINAL", "ArgumentValidationError", "Backend", "BackendError", "BackendUnavailableError",
+    "Call", "Capabilities", "Claim", "ConfigError", "DependencyPolicy", "Event", "Flow", "Job",
+    "JobCancelledError",
     "JobContext", "JobExpiredError", "JobFailedError", "JobHandle", "JobNotFoundError",
     "JobState", "Limits", "Queue", "RelayError", "RelayWarning", "ResultTimeoutError",
     "Schedule", "ScheduleNotFoundError", "Schedules", "SerializationError", "Settings", "Task",
