@@ -137,6 +137,7 @@ class Worker:
             serializer, self._heartbeats.check, self._report_progress,
             pool=self._pool, sandbox=self._sandbox, get_jobs=backend.get_jobs,
             max_result_bytes=self.settings.max_result_bytes,
+            import_prefixes=self.settings.import_prefixes,
         )  # fmt: skip
         self._rotation = 0
         self._watch = (

@@ -55,7 +55,7 @@ from relaymq.backends.postgres.migrations import apply, migrate, migrations, ser
 from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
 from relaymq.backends.postgres.records import describe, problems, to_job, to_job_lenient
 from relaymq.backends.wakeup import Wakeup
-from relaymq.errors import BackendError, BackendUnavailableError
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import (
     TERMINAL,
     DependencyPolicy,
@@ -157,8 +157,8 @@ class PostgresBackend(Backend, DeliveryStore):
         except asyncpg.UndefinedTableError:
             done = set()
         missing = [name for name, _ in migrations() if name not in done]
-        if missing:
-            raise BackendError(
+        if missing:  # the deployment's configuration, not the server: exit 2 in the CLI
+            raise ConfigError(
                 f"schema {self.options.schema!r} lacks migrations {missing}: run "
                 "`relaymq migrate` or connect with ?migrate=true"
             )
