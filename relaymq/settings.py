@@ -47,6 +47,11 @@ class Settings:
     history (the dashboard's charts); 0 records no history."""
     history_retention: float = 7 * 86400.0
     """Seconds of history kept; older minutes are pruned by the elected maintenance."""
+    import_prefixes: tuple[str, ...] = ()
+    """Modules (or packages) a worker may import because a job names a task in them that is
+    not registered yet (``RELAYMQ_IMPORT_PREFIXES=app.tasks,billing``). Empty by default: a
+    worker runs only the tasks of the module it was started with, since whoever can write a
+    job to the backend chooses its task name."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -95,6 +100,8 @@ def _parse(name: str, kind: object, raw: str) -> Any:
             return int(raw)
         if kind in (float, "float"):
             return float(raw)
+        if kind in (tuple[str, ...], "tuple[str, ...]"):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
         return raw
     except ValueError as e:
         raise ConfigError(f"RELAYMQ_{name.upper()}={raw!r} is not a valid {kind}") from e

@@ -43,14 +43,14 @@ def define(
     grace: float = 60.0,
     anchor: float = 0.0,
 ) -> Schedule:
-    """A schedule of ``task`` (a ``Task`` or its name, imported as a worker would), checked
+    """A schedule of ``task`` (a ``Task`` or its name, imported from its module), checked
     through: an unknown task, arguments that do not fit its signature, an invalid cron
     expression or an unknown time zone raise here, and nothing is stored. The job's options
     (queue, priority, retries, ttl, timeout) are the task's; ``queue`` overrides its queue.
     ``id`` defaults to the task's name."""
-    from relaymq.task import Task, resolve  # it imports this package for @task(cron=...)
+    from relaymq.task import Task, import_task  # it imports this package for @task(cron=...)
 
-    t = resolve(task) if isinstance(task, str) else task
+    t = import_task(task) if isinstance(task, str) else task
     if not isinstance(t, Task):
         raise ConfigError(f"a schedule's task is a Task or its name, got {type(t).__name__}")
     kwargs = dict(kwargs or {})

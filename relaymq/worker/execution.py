@@ -136,10 +136,14 @@ class Execution:
         sandbox: Sandbox | None = None,
         get_jobs: Callable[[str, list[str]], Awaitable[list[Job | None]]] | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        import_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.serializer = serializer
         self.max_result_bytes = max_result_bytes
         """A larger serialized result fails the attempt (``Settings.max_result_bytes``)."""
+        self.import_prefixes = import_prefixes
+        """Modules a job's task name may make this worker import (``Settings``); none by
+        default: only the tasks registered in this process run."""
         self.get_jobs = get_jobs
         """Reads the dependencies of a job whose handler takes a ``JobContext``."""
         self.still_held = still_held
@@ -191,7 +195,7 @@ class Execution:
         if r.stop_reason is not None:
             return after_stop(r)
         try:
-            t = resolve(job.task)
+            t = resolve(job.task, self.import_prefixes)
         except TaskNotFoundError as e:  # the job's own backoff is its task's: use the default
             return failure(job, DEFAULT_BACKOFF, unknown_task(job, e))
         try:
@@ -297,7 +301,8 @@ class Execution:
             if (t.takes_context)
             else None
         )
-        call = self.sandbox.run(job.task, args, kwargs, context, lambda v: self.report(r, v))
+        call = self.sandbox.run(job.task, t.fn.__module__, args, kwargs, context,
+                                lambda v: self.report(r, v))  # fmt: skip
         if job.timeout is None:
             return await call
         async with asyncio.timeout(job.timeout):

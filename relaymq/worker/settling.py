@@ -5,6 +5,11 @@ worker's free slots: ``ask`` says what to claim, if anything (and reserves the s
 gets the answer. The worker asks for that only while its queues run dry, and its claim loop
 then leaves the claiming to the settle on its way (``will_claim``).
 
+An outcome that puts its job back in line (a release, a retry without delay) must be written
+before the worker's next claim, where that job competes at its priority (RELIABILITY.md I10):
+``lined_up`` is clear until it is, unless settling fails (the worker's claims then go on: one
+outcome that cannot be written must not stop the others' jobs).
+
 A failed write is kept and tried again, except a refusal for good (``RecordRefusedError``):
 that outcome is replaced by a failed attempt naming the refusal. Error texts are made storable
 on every backend first (``storable``)."""
@@ -16,7 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from relaymq.backends.base import Beat, Settle, SettledClaimed
+from relaymq.backends.base import Beat, Outcome, Settle, SettledClaimed
 from relaymq.errors import BackendError, RecordRefusedError
 from relaymq.instrumented import Instrumented
 from relaymq.worker.execution import refused
@@ -75,6 +80,11 @@ class Settler:
         self._replaced: set[RunningJob] = set()
         """Jobs whose refused outcome was replaced by a failed attempt, until it is written."""
         self._wanted = asyncio.Event()
+        self._requeues = 0
+        self.lined_up = asyncio.Event()
+        """Clear while an outcome that puts its job back in line waits or is in flight (and
+        the last settle did not fail)."""
+        self.lined_up.set()
 
     def __len__(self) -> int:
         return len(self._outbox)
@@ -92,7 +102,16 @@ class Settler:
                 settle = dataclasses.replace(settle, error=error)
         r.settling = True
         self._outbox.append((r, settle))
+        if back_in_line(settle):
+            self._requeues += 1
+            self._line_up()
         self._wanted.set()
+
+    def _line_up(self) -> None:
+        if self._requeues and not self._failing:
+            self.lined_up.clear()
+        else:
+            self.lined_up.set()
 
     async def _store_progress(self, batch: list[tuple[RunningJob, Settle]]) -> None:
         """Progress reported since the last heartbeat is stored before the outcome (a short
@@ -156,9 +175,12 @@ class Settler:
         except BaseException:
             self._outbox[:0] = batch  # keep them for the next try
             self._failing = True
+            self._line_up()
             self._answer(ask, None)
             raise
         self._failing = False
+        self._requeues -= sum(back_in_line(s) for _, s in batch)
+        self._line_up()
         for (r, s), ok in zip(batch, applied, strict=True):
             self._replaced.discard(r)
             self.claims.drop(r)
@@ -183,15 +205,27 @@ class Settler:
             self._replaced.discard(r)
             self.claims.drop(r)
             self._alone = max(self._alone - 1, 0)
+            self._requeues -= back_in_line(s)
+            self._line_up()
             return
         log.warning("the backend refused the outcome (%s) of job %s for good (%s); writing a "
                     "failed attempt instead", s.outcome.value, where, e,
                     extra=r.log_extra)  # fmt: skip
-        self._outbox[0] = (r, refused(r.job, s, storable(str(e))))
+        instead = refused(r.job, s, storable(str(e)))
+        self._outbox[0] = (r, instead)
         self._replaced.add(r)
+        self._requeues += back_in_line(instead) - back_in_line(s)
+        self._line_up()
 
     def _answer(self, ask: Ask | None, answer: SettledClaimed | None) -> None:
         self._claiming = False
         if ask is not None and self.took is not None:
             self.took(answer, ask[2])
         self.flushed.set()
+
+
+def back_in_line(settle: Settle) -> bool:
+    """The outcome returns its job to waiting at once: a release, a retry without delay."""
+    return settle.outcome is Outcome.RELEASE or (
+        settle.outcome is Outcome.RETRY and settle.delay <= 0
+    )

@@ -13,7 +13,7 @@ import pytest_asyncio
 from relaymq.backends.postgres import PostgresBackend, migrate
 from relaymq.backends.postgres.backend import Q
 from relaymq.backends.postgres.migrations import migrations
-from relaymq.errors import BackendError
+from relaymq.errors import ConfigError
 from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
 
 TEMPLATES = {"create_schema"}  # filled in by Python, not prepared
@@ -65,8 +65,21 @@ async def test_every_named_query_prepares_against_the_migrated_schema(schema: st
 
 async def test_connect_without_migrations_says_what_to_do(schema: str) -> None:
     backend = PostgresBackend(url(schema))
-    with pytest.raises(BackendError, match="relaymq migrate"):
+    with pytest.raises(ConfigError, match="relaymq migrate"):
         await backend.connect()
+
+
+async def test_a_command_on_an_unmigrated_schema_is_a_configuration_error(
+    schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from relaymq.cli import main
+
+    # exit code 2, as README.md promises for configuration errors (not 1)
+    assert await asyncio.to_thread(main, ["queue", "list", "--backend", url(schema)]) == 2
+    err = capsys.readouterr().err
+    assert "relaymq migrate" in err and len(err.strip().splitlines()) == 1
 
 
 def test_migrations_never_drop_or_rewrite_user_data() -> None:

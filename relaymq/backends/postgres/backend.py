@@ -29,6 +29,7 @@ from relaymq.backends.base import (
     Clock,
     DeliveryStore,
     Enqueued,
+    Outcome,
     Recovered,
     Settle,
     SettledClaimed,
@@ -54,7 +55,7 @@ from relaymq.backends.postgres.migrations import apply, migrate, migrations, ser
 from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
 from relaymq.backends.postgres.records import describe, problems, to_job, to_job_lenient
 from relaymq.backends.wakeup import Wakeup
-from relaymq.errors import BackendError, BackendUnavailableError
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import (
     TERMINAL,
     DependencyPolicy,
@@ -156,8 +157,8 @@ class PostgresBackend(Backend, DeliveryStore):
         except asyncpg.UndefinedTableError:
             done = set()
         missing = [name for name, _ in migrations() if name not in done]
-        if missing:
-            raise BackendError(
+        if missing:  # the deployment's configuration, not the server: exit 2 in the CLI
+            raise ConfigError(
                 f"schema {self.options.schema!r} lacks migrations {missing}: run "
                 "`relaymq migrate` or connect with ?migrate=true"
             )
@@ -354,8 +355,10 @@ class PostgresBackend(Backend, DeliveryStore):
         self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
     ) -> SettledClaimed:
         """One statement, one commit, for queues without limits (a queue with limits is
-        claimed under the lock of its limits row: the two calls)."""
-        if not settles or not queues or limit <= 0:
+        claimed under the lock of its limits row: the two calls). A settle that puts a job
+        back in line makes the two calls too: the claim must see that job (I10), and the
+        claim part of one statement cannot (``settle_claim`` in queries.sql)."""
+        if not settles or not queues or limit <= 0 or _back_in_line(settles):
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         if self._limited.stale():
             self._limited.update([r["queue"] for r in await self._fetch("limited_queues")])
@@ -751,6 +754,15 @@ def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:
         out.append(Enqueued(j.id, duplicate=key not in stored))
         stored.discard(key)
     return out
+
+
+def _back_in_line(settles: Sequence[Settle]) -> bool:
+    """Whether a settle may return its job to waiting at once (a release, a retry without
+    delay): the one statement of ``settle_claim`` would claim past it."""
+    return any(
+        s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0)
+        for s in settles
+    )
 
 
 def _settle_args(settles: Sequence[Settle]) -> tuple[list[Any], ...]:

@@ -237,7 +237,9 @@ ORDER BY s.ord;
 -- worker's outcomes and its next jobs in one round trip. Both parts see the snapshot from
 -- before the statement, so the claim never takes a job this settle changed (the settled jobs
 -- were active), and the settle never touches a job the claim takes (they were waiting or
--- delayed): no row is changed twice.
+-- delayed): no row is changed twice. For the same reason the claim cannot see a job the
+-- settle puts back in line, which must compete in it: the caller sends here only settles that
+-- do not (no release, no retry without delay), and makes "settle" and "claim" of the others.
 -- in:  $1..$7 as for "settle", $8 now float8|NULL, $9 queues text[], $10 worker_id text,
 --      $11 limit int, $12 promote int
 -- out: the claimed jobs (every column) in claim order, each with applied bool[] (the settle's
