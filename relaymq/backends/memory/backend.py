@@ -77,8 +77,16 @@ class InMemoryBackend(Backend, DeliveryStore):
     def _queue(self, name: str) -> QueueState:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = QueueState(self._now)
+            q = self._queues[name] = QueueState(self._now, lambda at: self._failed(name, at))
         return q
+
+    def _failed(self, queue: str, at: float) -> None:
+        """A job failed by its dependency, at ``at``: counted in the history in the same step
+        (a worker counts only the outcomes it writes)."""
+        minutes = self._tallies.setdefault(queue, {})
+        minute = int(at // 60)
+        old = minutes.get(minute) or Tally(queue, minute)
+        minutes[minute] = Tally(queue, minute, old.completed, old.retried, old.failed + 1)
 
     def _find(self, queue: str, job_id: str) -> tuple[QueueState | None, Row | None]:
         q = self._queues.get(queue)

@@ -50,8 +50,15 @@ else:
 
 
 class QueueState:
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        on_failed: Callable[[float], None] | None = None,
+    ) -> None:
         self._now = clock
+        self._on_failed = on_failed
+        """Told the time of each job failed by its dependency (the history counts it: no
+        worker writes that outcome)."""
         self.jobs: dict[str, Row] = {}
         self.by_state: dict[JobState, dict[str, None]] = {s: {} for s in JobState}
         """Job ids per state, in the order they entered it (O(1) counts)."""
@@ -142,6 +149,8 @@ class QueueState:
                     row.error = dependency_error(dep, ended)
                     row.finished_at = now
                     self.move(row, JobState.FAILED)
+                    if self._on_failed is not None:
+                        self._on_failed(now)
                     work.append((waiter, JobState.FAILED))
                     continue
                 self.pending[waiter] -= 1
