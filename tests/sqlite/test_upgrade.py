@@ -49,10 +49,16 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert await backend.enqueue(twice) == [Enqueued("t1"), Enqueued("t1", duplicate=True)]
         await backend.set_limits(q, Limits(max_active=1))  # schema 6: queue limits
         assert await backend.list_limits() == {q: Limits(max_active=1)}
+        await backend.enqueue([new_job(q, "child"),  # schema 7: a dependency failure counted
+                               new_job(q, "parent", depends_on=("child",))])  # fmt: skip
+        await backend.cancel(q, "child")
+        failed = await backend.get_job(q, "parent")
+        assert failed is not None and failed.state is JobState.FAILED
+        assert sum(t.failed for t in await backend.tallies(q, 0)) == 1
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
     conn.close()
     again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
     await again.connect()

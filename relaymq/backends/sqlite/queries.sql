@@ -152,6 +152,21 @@ END;
 -- name: set_version_6
 PRAGMA user_version = 6;
 
+-- name: upgrade_to_7
+-- Schema 6 -> 7: a job failed by its dependency (blocked -> failed: only the triggers above
+-- write that) counts in the history's failed, at the minute of its failure, in the same
+-- transaction; a worker counts only the outcomes it writes itself.
+CREATE TRIGGER IF NOT EXISTS jobs_dependency_failed_tally AFTER UPDATE OF state ON jobs
+WHEN OLD.state = 'blocked' AND NEW.state = 'failed'
+BEGIN
+    INSERT INTO tallies (queue, minute, failed)
+    VALUES (NEW.queue, CAST(NEW.finished_at / 60 AS INTEGER), 1)
+    ON CONFLICT (queue, minute) DO UPDATE SET failed = failed + 1;
+END;
+
+-- name: set_version_7
+PRAGMA user_version = 7;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
