@@ -182,7 +182,7 @@ class MongoDBBackend(Backend):
         self._tallies: AsyncCollection[Document] = db[TALLIES]
         self._schedules: AsyncCollection[Document] = db[SCHEDULES]
         self._keys: AsyncCollection[Document] = db[JOB_KEYS]
-        self._deps = Dependencies(self._jobs, self._now)
+        self._deps = Dependencies(self._jobs, self._now, self._tallies)
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
 
     async def close(self) -> None:

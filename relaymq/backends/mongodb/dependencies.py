@@ -16,6 +16,7 @@ blocked job is released at the latest one pass after its last dependency ended.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -23,7 +24,7 @@ from typing import Any, Final
 from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
-from relaymq.backends.mongodb.records import Document
+from relaymq.backends.mongodb.records import Document, to_seconds
 from relaymq.backends.mongodb.transitions import Now, literal
 from relaymq.job import DependencyPolicy, JobState, NewJob, dependency_error
 
@@ -43,8 +44,14 @@ jobs blocked on it."""
 
 
 class Dependencies:
-    def __init__(self, jobs: AsyncCollection[Document], now: Now) -> None:
+    def __init__(
+        self, jobs: AsyncCollection[Document], now: Now,
+        tallies: AsyncCollection[Document] | None = None,
+    ) -> None:  # fmt: skip
         self._jobs = jobs
+        self._tallies = tallies
+        """The history (``add_tallies``' collection): a job failed by its dependency counts in
+        it here, as no worker writes that outcome."""
         self._now = now
         self._blocked: dict[str, tuple[float, bool]] = {}
 
@@ -128,9 +135,11 @@ class Dependencies:
                 [{"$set": {"state": str(JobState.FAILED), "waiting_on": [],
                            "error": literal(dependency_error(dep, _state(state))),
                            "finished_at": self._now.expr()}}],
-                projection={"dependents": 1},
+                projection={"dependents": 1, "finished_at": 1},
+                return_document=ReturnDocument.AFTER,
             )  # fmt: skip
             if failed is not None:
+                await self._tally_failure(queue, failed.get("finished_at"))
                 return list(failed.get("dependents") or [])
         left = await self._jobs.find_one_and_update(
             here, {"$pull": {"waiting_on": dep}}, projection={"waiting_on": 1},
@@ -139,6 +148,20 @@ class Dependencies:
         if left is not None and not left.get("waiting_on"):
             await self._release(queue, waiter)
         return None
+
+    async def _tally_failure(self, queue: str, at: Any) -> None:
+        """Count a job failed by its dependency at ``at`` in the history's failed: a write of
+        its own, as every step here (a crash right before it loses one count of a chart)."""
+        if self._tallies is None:
+            return
+        seconds = to_seconds(at) if isinstance(at, dt.datetime) else self._now.local()
+        minute = int(seconds // 60)
+        await self._tallies.update_one(
+            {"_id": f"{queue}|{minute}"},
+            {"$inc": {"completed": 0, "retried": 0, "failed": 1},
+             "$setOnInsert": {"queue": queue, "minute": minute}},
+            upsert=True,
+        )  # fmt: skip
 
     async def _states(self, queue: str, ids: list[str]) -> dict[str, Any]:
         """The stored state of each of ``ids`` that exists."""

@@ -474,11 +474,12 @@ class RedisBackend(Backend, DeliveryStore):
         for state in STATE_SUFFIXES:
             await self._purge(queue, state)
         k = self._keys
+        await self._adopt_days([queue])
         days = [(d, member) for d, q, member in await self._tallied() if q == queue]
         await self._run(
             [
                 ("DEL", k.meta(queue), k.paused(queue), k.wake(queue), *k.job_keys(queue),
-                 k.limits(queue),
+                 k.limits(queue), k.cascade_days(queue),
                  *(k.tallies(queue, d) for d, _ in days)),
                 ("SREM", k.queues, queue),
                 *(("SREM", k.tallied, member) for _, member in days),
@@ -582,6 +583,7 @@ class RedisBackend(Backend, DeliveryStore):
             await self._run(commands, "add_tallies")
 
     async def tallies(self, queue: str, since: int) -> list[Tally]:
+        await self._adopt_days([queue])
         days = sorted(d for d, q, _ in await self._tallied() if q == queue and d >= since // 1440)
         if not days:
             return []
@@ -596,6 +598,8 @@ class RedisBackend(Backend, DeliveryStore):
         return [Tally(queue, m, *minutes[m]) for m in sorted(minutes) if m >= since]
 
     async def prune_tallies(self, before: int) -> None:
+        [queues] = await self._run([("SMEMBERS", self._keys.queues)], "prune_tallies")
+        await self._adopt_days(sorted(q.decode() for q in queues))
         gone = [(d, q, member) for d, q, member in await self._tallied()
                 if (d + 1) * 1440 <= before]  # fmt: skip
         if gone:
@@ -643,6 +647,22 @@ class RedisBackend(Backend, DeliveryStore):
     async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
         return bool(await self._script("advance_schedule", [self._keys.schedule(schedule_id)],
                                        [expected_ms, next_ms]))  # fmt: skip
+
+    async def _adopt_days(self, queues: Sequence[str]) -> None:
+        """The days a dependency cascade counted in (each queue's ``cascade_days``: a per-queue
+        script cannot reach the global slot) join the global ``tallied`` index, which reads and
+        pruning go by; added there before they leave the queue's own set."""
+        k = self._keys
+        if not queues:
+            return
+        found = await self._run([("SMEMBERS", k.cascade_days(q)) for q in queues], "tallied")
+        moves: list[tuple[Any, ...]] = []
+        for queue, days in zip(queues, found, strict=True):
+            if days:
+                moves.append(("SADD", k.tallied, *(f"{d.decode()}|{queue}" for d in days)))
+                moves.append(("SREM", k.cascade_days(queue), *days))
+        if moves:
+            await self._run(moves, "tallied")
 
     async def _tallied(self) -> list[tuple[int, str, bytes]]:
         """Every history day kept: (day, queue, its member of the ``tallied`` set)."""

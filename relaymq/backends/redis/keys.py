@@ -32,6 +32,9 @@ key                        type    content
 ``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
                                    fields ``<minute>:c``, ``:r``, ``:f`` (completed,
                                    retried, failed), each a HINCRBY counter
+``base:tallied``           set     days of ``base:tallies:<day>`` written by the dependency
+                                   cascade (a job failed by its dependency), until the backend
+                                   moves them into the global ``tallied``
 =========================  ======  =========================================================
 
 A state set's suffix is the state's name, so a job in state ``s`` is a member of ``base:s``
@@ -128,6 +131,9 @@ class Keys:
 
     def tallies(self, queue: str, day: int) -> str:
         return f"{self.base(queue)}:tallies:{day}"
+
+    def cascade_days(self, queue: str) -> str:
+        return f"{self.base(queue)}:tallied"
 
     def schedule(self, schedule_id: str) -> str:
         return self.schedule_prefix + schedule_id

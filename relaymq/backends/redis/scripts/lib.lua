@@ -147,6 +147,16 @@ local function wake(base, n)
   redis.call('LTRIM', key, 0, WAKE_MAX - 1)
 end
 
+-- A job failed by its dependency, at `nows`: counted in the queue's history (failed) in the
+-- same script, as no worker writes that outcome; the day joins base:tallied, from which
+-- RedisBackend moves it into the global index (this script cannot reach the global slot).
+local function count_dependency_failure(base, nows)
+  local minute = math.floor(tonumber(nows) / 60)
+  local day = string.format('%d', math.floor(minute / 1440))
+  redis.call('HINCRBY', base .. ':tallies:' .. day, string.format('%d', minute) .. ':f', 1)
+  redis.call('SADD', base .. ':tallied', day)
+end
+
 -- Job `id` ended in `state` ('removed': deleted before it ended). The jobs blocked on it
 -- (base:deps:<id>; its hash has dependents = 1) count it: the last makes each due at once
 -- (delayed, run_at = now); one that did not complete fails each whose policy is 'fail', which
@@ -169,6 +179,7 @@ local function dependency_ended(base, id, state, nows)
           redis.call('ZADD', base .. ':failed', nows, w)
           redis.call('HSET', wk, 'state', 'failed', 'finished_at', nows, 'pending', 0,
             'error', 'dependency ' .. dep .. ' ended ' .. ended)
+          count_dependency_failure(base, nows)
           work[#work + 1] = {w, 'failed'}
         elseif redis.call('HINCRBY', wk, 'pending', -1) <= 0 then
           redis.call('ZREM', base .. ':blocked', w)
