@@ -45,6 +45,11 @@ class Settings:
     history_retention: float = 7 * 86400.0
     """Seconds of history kept; older minutes are pruned by the elected maintenance."""
 
+    connect_timeout: float = 60.0
+    """Seconds a starting worker waits for a backend that cannot be reached yet (refused
+    connections, a server starting up or in recovery), trying again with backoff; 0: fail at
+    once. Admin commands never wait."""
+
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
@@ -61,6 +66,8 @@ class Settings:
             raise ConfigError("max_stalled and max_blocked must be >= 0, max_payload_bytes >= 1")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
+        if self.connect_timeout < 0:
+            raise ConfigError("connect_timeout must be >= 0")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

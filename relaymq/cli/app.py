@@ -14,13 +14,15 @@ from importlib.metadata import version
 
 import click
 
-from relaymq.backends import connect, from_url
+from relaymq.backends import from_url
 from relaymq.backends.base import Backend
 from relaymq.cli.common import (
     LOOPS,
     ConfigProblem,
+    Duration,
     Unreachable,
     backend_option,
+    connect_waiting,
     json_option,
     loop_factory,
     run,
@@ -80,14 +82,20 @@ def _settings_epilog() -> str:
 @click.option("--loop", type=click.Choice(LOOPS), default="auto", envvar="RELAYMQ_LOOP",
               show_default=True, show_envvar=True,
               help="Event loop: uvloop's (faster) when installed, or either one.")  # fmt: skip
+@click.option("--connect-timeout", type=Duration(), envvar="RELAYMQ_CONNECT_TIMEOUT",
+              show_envvar=True,
+              help="Seconds to wait for a backend that cannot be reached yet at start "
+              "(default 60; 0: exit at once).")  # fmt: skip
 @backend_option
 def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
-    metrics_port: int | None, loop: str, backend: str,
+    metrics_port: int | None, loop: str, connect_timeout: float | None, backend: str,
 ) -> None:  # fmt: skip
     """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT."""
     new_loop = loop_factory(loop)
-    settings = settings_from_env(backend=backend, concurrency=concurrency)
+    settings = settings_from_env(
+        backend=backend, concurrency=concurrency, connect_timeout=connect_timeout
+    )
     for name in queues:
         try:
             validate_queue_name(name)
@@ -118,7 +126,7 @@ def discover_queues(module_name: str) -> list[str]:
 async def _work(
     settings: Settings, queues: list[str], worker_id: str | None, metrics_port: int | None
 ) -> None:
-    backend = await connect(settings.backend)
+    backend = await connect_waiting(settings.backend, settings.connect_timeout)
     try:
         stop_metrics = await _serve_metrics(backend, queues, metrics_port)
     except BaseException:

@@ -13,7 +13,7 @@ import pytest_asyncio
 from relaymq.backends.postgres import PostgresBackend, migrate
 from relaymq.backends.postgres.backend import Q
 from relaymq.backends.postgres.migrations import migrations
-from relaymq.errors import BackendError
+from relaymq.errors import ConfigError
 from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
 
 TEMPLATES = {"create_schema"}  # filled in by Python, not prepared
@@ -65,7 +65,7 @@ async def test_every_named_query_prepares_against_the_migrated_schema(schema: st
 
 async def test_connect_without_migrations_says_what_to_do(schema: str) -> None:
     backend = PostgresBackend(url(schema))
-    with pytest.raises(BackendError, match="relaymq migrate"):
+    with pytest.raises(ConfigError, match="relaymq migrate"):
         await backend.connect()
 
 

@@ -7,12 +7,22 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 from bson.errors import BSONError
-from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError, RelayError
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+_REFUSED_CODES = (13, 18, 85, 86)
+"""Unauthorized, AuthenticationFailed, IndexOptionsConflict, IndexKeySpecsConflict."""
+
+
+def refused(e: OperationFailure) -> bool:
+    """Whether the server refuses this backend as configured at connect (bad credentials, no
+    permission, an index of the same name with other options): trying again cannot help."""
+    return e.code in _REFUSED_CODES or "authentication failed" in str(e).lower()
 
 
 def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:

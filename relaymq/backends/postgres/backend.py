@@ -41,7 +41,7 @@ from relaymq.backends.base import (
 )
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
-from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
+from relaymq.backends.postgres.errors import DRIVER_ERRORS, refused, translate
 from relaymq.backends.postgres.limits import (
     LimitedQueues,
     claim_delivered_limited,
@@ -53,7 +53,7 @@ from relaymq.backends.postgres.migrations import apply, migrate, migrations, ser
 from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
 from relaymq.backends.postgres.records import to_job
 from relaymq.backends.wakeup import Wakeup
-from relaymq.errors import BackendError, BackendUnavailableError
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import (
     TERMINAL,
     DependencyPolicy,
@@ -135,7 +135,7 @@ class PostgresBackend(Backend, DeliveryStore):
                     command_timeout=self.options.command_timeout,
                 )
             except DRIVER_ERRORS as e:
-                raise translate(e, self.options.where) from e
+                raise refused(e, self.options.where) or translate(e, self.options.where) from e
             try:
                 async with pool.acquire() as con:
                     if self.options.migrate:
@@ -145,7 +145,8 @@ class PostgresBackend(Backend, DeliveryStore):
             except BaseException as e:
                 await pool.close()
                 if isinstance(e, DRIVER_ERRORS):
-                    raise translate(e, self.options.where) from e
+                    where = self.options.where
+                    raise refused(e, where) or translate(e, where) from e
                 raise
             self._pool = pool
 
@@ -156,7 +157,7 @@ class PostgresBackend(Backend, DeliveryStore):
             done = set()
         missing = [name for name, _ in migrations() if name not in done]
         if missing:
-            raise BackendError(
+            raise ConfigError(
                 f"schema {self.options.schema!r} lacks migrations {missing}: run "
                 "`relaymq migrate` or connect with ?migrate=true"
             )

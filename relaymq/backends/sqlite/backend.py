@@ -177,6 +177,9 @@ class SQLiteBackend(Backend, DeliveryStore):
             )
         if not self.create_missing and not os.path.exists(self.path):
             raise ConfigError(f"no SQLite database at {os.path.abspath(self.path)}")
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if self.path != ":memory:" and not os.path.isdir(folder):
+            raise ConfigError(f"no folder {folder} for the SQLite database {self.path}")
         conn = sqlite3.connect(
             self.path,
             timeout=self.options.busy_timeout,
