@@ -4,8 +4,9 @@ A ``ConfigError`` (a broker queue recreated with other arguments, say) cannot su
 trying again, so the worker never retries it as is: it asks the backend which of its queues
 it refuses (``Backend.check_queue``), stops claiming from those, keeps serving the others and
 shows the refusal on its registration (``WorkerInfo.refused``, ``relaymq workers``). Once a
-minute it checks the refused ones again, logging each still refused in one line, and takes
-back the ones accepted now. With no queue left the worker stops (the CLI exits 2).
+minute it checks every queue again: a queue recreated with other arguments while the worker
+runs is refused from then on, each refused one is logged in one line, and the ones accepted
+now are taken back. With no queue left the worker stops (the CLI exits 2).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ class Refusals:
         self.queues = list(queues)
         self.refused: dict[str, str] = {}
         """Queue -> the backend's refusal, in one line."""
+        self.interval = RECHECK_INTERVAL
+        """Seconds between two checks of every queue (and log lines of a refused one)."""
         self._clock = clock
-        self._next_check = float("inf")
+        self._checked = clock()
 
     def serving(self) -> list[str]:
         """The queues claimed from: every queue but the refused ones, in order."""
@@ -72,36 +75,44 @@ class Refusals:
             found = {q: _one_line(e) for q in candidates if q not in self.refused}
         for queue, why in found.items():
             log.error("queue %s is refused by the backend, not claimed from until it is "
-                      "accepted (checked again every %.0fs): %s", queue, RECHECK_INTERVAL, why,
+                      "accepted (checked again every %.0fs): %s", queue, self.interval, why,
                       extra={"queue": queue})  # fmt: skip
         self.refused.update(found)
-        self._next_check = self._clock() + RECHECK_INTERVAL
+        self._checked = self._clock()
 
     def due(self) -> bool:
-        return bool(self.refused) and self._clock() >= self._next_check
+        return self._clock() >= self._checked + self.interval
 
     async def recheck(self) -> bool:
-        """Check every refused queue again: log each one still refused (one line), take back
-        the accepted ones. Whether anything changed."""
-        self._next_check = self._clock() + RECHECK_INTERVAL
+        """Check every queue again (an operator may have recreated one with other arguments):
+        log each refused one (one line), take back the accepted ones. Whether anything
+        changed."""
+        self._checked = self._clock()
         changed = False
-        for queue in sorted(self.refused):
+        for queue in self.queues:
             try:
                 await self.backend.check_queue(queue)
             except ConfigError as e:
                 why = _one_line(e)
-                changed |= why != self.refused[queue]
+                if queue not in self.refused:
+                    log.error("queue %s is refused by the backend, not claimed from until it "
+                              "is accepted (checked again every %.0fs): %s", queue,
+                              self.interval, why, extra={"queue": queue})  # fmt: skip
+                else:
+                    log.error("queue %s is still refused by the backend: %s", queue, why,
+                              extra={"queue": queue})  # fmt: skip
+                changed |= self.refused.get(queue) != why
                 self.refused[queue] = why
-                log.error("queue %s is still refused by the backend: %s", queue, why,
-                          extra={"queue": queue})  # fmt: skip
                 continue
             except BackendError as e:
-                log.warning("could not check refused queue %s again (%s)", queue, e)
+                if queue in self.refused:
+                    log.warning("could not check refused queue %s again (%s)", queue, e)
                 continue
-            del self.refused[queue]
-            changed = True
-            log.warning("queue %s is accepted again: claiming from it", queue,
-                        extra={"queue": queue})  # fmt: skip
+            if queue in self.refused:
+                del self.refused[queue]
+                changed = True
+                log.warning("queue %s is accepted again: claiming from it", queue,
+                            extra={"queue": queue})  # fmt: skip
         return changed
 
 

@@ -350,6 +350,9 @@ class Worker:
         slot_free = self._claims.slot_free
         settler = self._settler
         while not self._stopping.is_set():
+            if self.refusals.due() and await self.refusals.recheck():
+                await self._refusals_changed()
+                continue
             free = self._free()
             if free <= 0:
                 slot_free.clear()
@@ -364,9 +367,6 @@ class Worker:
                 if handed is not None and not handed.jobs:
                     await self._nothing(handed)  # as after an empty claim of its own
                 continue
-            if self.refusals.due():
-                if await self.refusals.recheck():
-                    await self._refusals_changed()
             self._claims.reserve(free)
             try:
                 batch = await self.ops.claim(self._queue_order(), self.id, free)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -489,7 +490,7 @@ class PostgresBackend(Backend, DeliveryStore):
         r = info.to_record()
         await self._execute(
             "register_worker", r["id"], r["queues"], r["concurrency"], r["host"], r["pid"],
-            float(r["started_at"]), float(ttl), self._now(),
+            float(r["started_at"]), float(ttl), self._now(), json.dumps(r["refused"]),
         )  # fmt: skip
 
     async def unregister_worker(self, worker_id: str) -> None:

@@ -63,7 +63,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SLOW_WRITE = 0.25
 """Seconds a write transaction may take (lock wait included) before recovery discounts it."""
 LOCKED_OUT_MEMORY = 60.0
@@ -89,8 +89,9 @@ def _statements(script: str) -> list[str]:
 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
-    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``), under the
-    write lock and after reading the version again: another process may have just done it."""
+    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``, 7
+    ``workers.refused``), under the write lock and after reading the version again: another
+    process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()
