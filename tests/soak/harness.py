@@ -72,6 +72,9 @@ class Target:
     """The workers' (heartbeats and recovery scale with it): longer for a slow server."""
     share: float = 1.0
     """The share of a profile's jobs this target runs (a slow test server runs fewer)."""
+    worker_module: str = "tests.soak.worker"
+    """What each worker process runs (``python -m``): the harness's own tests give one that
+    cannot start."""
 
     async def restart(self) -> None:
         assert self.stop is not None and self.start is not None
@@ -191,7 +194,7 @@ class Workers:
         path = self.folder / f"worker-{len(self.procs):04d}.stderr"
         with path.open("wb") as stderr:  # the child holds its own copy of the descriptor
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.soak.worker", self.target.url, self.queue,
+                sys.executable, "-m", self.target.worker_module, self.target.url, self.queue,
                 str(self.target.stalled_threshold), cwd=ROOT, env=env,
                 stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
             )  # fmt: skip
