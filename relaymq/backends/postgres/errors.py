@@ -6,8 +6,10 @@ import asyncpg
 
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 
-# SQLSTATE classes and codes that mean "the server is not there right now".
-_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+# SQLSTATE classes and codes that mean "the server is not there right now": connection
+# failures, shutting down, starting up or in recovery (57P03), too many connections, and a
+# write on a server still in recovery (25006: a standby, or a primary not promoted yet).
+_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
 
 
 def translate(e: BaseException, where: str = "") -> BackendError:
