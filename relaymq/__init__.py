@@ -3,6 +3,7 @@
 from relaymq.backends import connect, set_default_backend
 from relaymq.backends.base import Backend, Capabilities
 from relaymq.errors import (
+    ArgumentValidationError,
     BackendError,
     BackendUnavailableError,
     ConfigError,
@@ -31,6 +32,7 @@ from relaymq.worker import Worker
 
 __all__ = [
     "TERMINAL",
+    "ArgumentValidationError",
     "Backend",
     "BackendError",
     "BackendUnavailableError",

@@ -28,7 +28,8 @@ class Selection:
     """The jobs a bulk action applies to; every criterion given must hold.
 
     ``ids``: exactly these jobs (absent ones are skipped). ``states``: jobs in these states
-    (None: the action's own default). ``task``: jobs of this task name. ``older_than``: jobs
+    (None: the action's own default). ``task``: jobs of this task name. ``task_contains``:
+    jobs whose task name contains this text (a search). ``older_than``: jobs
     that finished (terminal ones) or were created (the others) more than this many seconds
     before ``now`` (the backend's time; default this machine's clock).
     """
@@ -38,11 +39,13 @@ class Selection:
     task: str | None = None
     older_than: float | None = None
     now: float | None = None
+    task_contains: str | None = None
 
     @classmethod
     def of(
         cls, ids: Iterable[str] | None = None, state: JobState | Iterable[JobState] | None = None,
         task: str | None = None, older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> Selection:  # fmt: skip
         """Validate and normalise what a caller gave (ids and states without repeats)."""
         if older_than is not None and not older_than >= 0:
@@ -52,12 +55,13 @@ class Selection:
             given = [state] if isinstance(state, JobState) else list(state)
             states = tuple(dict.fromkeys(JobState(s) for s in given))
         unique = None if ids is None else tuple(dict.fromkeys(ids))
-        return cls(unique, states, task, older_than, now)
+        return cls(unique, states, task, older_than, now, task_contains or None)
 
     @property
     def narrowed(self) -> bool:
         """Whether anything beyond ids and states must be checked on each job."""
-        return self.task is not None or self.older_than is not None
+        return (self.task is not None or self.older_than is not None
+                or self.task_contains is not None)  # fmt: skip
 
     @property
     def empty(self) -> bool:
@@ -68,6 +72,8 @@ class Selection:
         if self.states is not None and job.state not in self.states:
             return False
         if self.task is not None and job.task != self.task:
+            return False
+        if self.task_contains is not None and self.task_contains not in job.task:
             return False
         if self.older_than is not None:
             since = job.finished_at if job.terminal and job.finished_at else job.created_at

@@ -7,7 +7,8 @@
     │   └── UnknownBackendError     a URL scheme no backend handles; lists the supported ones
     ├── SerializationError          arguments or results that cannot be encoded or decoded
     │   ├── PayloadTooLargeError    a payload over ``Settings.max_payload_bytes``
-    │   └── ArgumentValidationError an argument that does not validate against its pydantic type
+    │   └── ArgumentValidationError arguments that do not fit the task's signature, or one that
+    │                               does not validate against its pydantic type
     ├── BackendError                the backend failed; the driver's exception is ``__cause__``
     │   ├── BackendUnavailableError the server cannot be reached (connection refused, timeout)
     │   └── CorruptRecordError      a stored record cannot be read back
@@ -50,8 +51,10 @@ class PayloadTooLargeError(SerializationError):
 
 
 class ArgumentValidationError(SerializationError):
-    """An argument that does not validate against the pydantic annotation of its parameter
-    (at enqueue: nothing is stored); the message names the parameter."""
+    """Arguments that do not fit the task's signature (missing, unexpected or too many), or
+    one that does not validate against the pydantic annotation of its parameter. Raised when
+    the job is made (``enqueue``, ``Queue.add``, a schedule's definition): nothing is stored.
+    The message names the task and the argument."""
 
 
 class BackendError(RelayError):

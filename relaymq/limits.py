@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from relaymq.errors import ConfigError
 from relaymq.options import validate_queue_name
 
+MAX_COUNT = 1_000_000_000
+"""The largest ``max_active``, ``rate`` and ``key_rate``: within every backend's integers."""
+MAX_PERIOD = 365 * 86400.0
+"""The longest ``per`` and ``key_per``, in seconds."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -39,12 +44,19 @@ class Limits:
         for name in ("max_active", "rate", "key_rate"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):  # fmt: skip
-                raise ConfigError(f"limits: {name} must be a whole number >= 1, not {value!r}")
+                                      or not 1 <= value <= MAX_COUNT):  # fmt: skip
+                raise ConfigError(
+                    f"limits: {name} must be a whole number >= 1 and at most {MAX_COUNT}, "
+                    f"not {value!r}"
+                )
         for name in ("per", "key_per"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"limits: {name} must be a number of seconds > 0, not {value!r}")
+            if not (isinstance(value, int | float) and math.isfinite(value)
+                    and 0 < value <= MAX_PERIOD):  # fmt: skip
+                raise ConfigError(
+                    f"limits: {name} must be a number of seconds > 0 and at most {MAX_PERIOD:g} "
+                    f"(a year), not {value!r}"
+                )
 
     @property
     def empty(self) -> bool:

@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,128}$")
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+"""A whole queue name (applied with ``fullmatch``: ``$`` would also pass a final newline)."""
 MAX_PRIORITY = 255
+MAX_ID = 255
+"""Most characters in a job id, a throttle, debounce or limit key."""
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Control characters (C0, DEL, C1): refused in ids, names and keys, which reach log lines,
+terminals and every backend (a newline would forge a log line; PostgreSQL refuses a NUL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +74,8 @@ class Options:
             raise ConfigError(f"timeout must be > 0, got {self.timeout}")
         if not 0 <= self.priority <= MAX_PRIORITY:
             raise ConfigError(f"priority must be between 0 and {MAX_PRIORITY}, got {self.priority}")
-        if self.job_id is not None and not 0 < len(self.job_id) <= 255:
-            raise ConfigError("job_id must be 1 to 255 characters")
+        if self.job_id is not None:
+            check_text(self.job_id, "job_id")
         if self.throttle is not None and self.debounce is not None:
             raise ConfigError("a job is throttled or debounced, not both")
         for name, rule in (("throttle", self.throttle), ("debounce", self.debounce)):
@@ -77,24 +83,22 @@ class Options:
                 continue
             if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)
                     and isinstance(rule[1], int | float)):  # fmt: skip
-                raise ConfigError(f"{name} must be (key, seconds), got {rule!r}")
-            if not 0 < len(rule[0]) <= 255 or not rule[1] > 0:
-                raise ConfigError(f"{name}: the key must be 1 to 255 characters and the "
-                                  f"seconds positive, got {rule!r}")  # fmt: skip
+                raise ConfigError(f"{name} must be (key, seconds), got {_shown(rule)}")
+            check_text(rule[0], f"{name} key")
+            if not rule[1] > 0:
+                raise ConfigError(f"{name} needs its seconds positive, got {rule!r}")
         if self.debounce is not None and self.delay:
             raise ConfigError("debounce sets the delay itself: give no delay with it")
         if self.depends_on:
-            if not all(isinstance(d, str) and 0 < len(d) <= 255 for d in self.depends_on):
-                raise ConfigError(f"depends_on takes job ids or handles, got {self.depends_on!r}")
+            for d in self.depends_on:
+                check_text(d, "depends_on id")
             if self.delay or self.throttle is not None or self.debounce is not None:
                 raise ConfigError("a job with depends_on starts when its dependencies end: "
                                   "give it no delay, throttle or debounce")  # fmt: skip
-        if self.limit_key is not None and not (
-            isinstance(self.limit_key, str) and 0 < len(self.limit_key) <= 255
-            and self.limit_key.split() == [self.limit_key]
-        ):  # fmt: skip
-            raise ConfigError("limit_key must be 1 to 255 characters without spaces, "
-                              f"got {self.limit_key!r}")  # fmt: skip
+        if self.limit_key is not None and (
+            check_text(self.limit_key, "limit_key").split() != [self.limit_key]
+        ):
+            raise ConfigError(f"limit_key must have no spaces, got {self.limit_key!r}")
         if not isinstance(self.on_dependency_failure, DependencyPolicy):
             raise ConfigError("on_dependency_failure must be 'fail', 'ignore' or 'include', "
                               f"got {self.on_dependency_failure!r}")  # fmt: skip
@@ -113,9 +117,34 @@ class Options:
 
 
 def validate_queue_name(name: str) -> str:
-    if not QUEUE_NAME.match(name):
+    """``name`` when it is a valid queue name; else ``ConfigError`` saying why."""
+    if not isinstance(name, str):
+        raise ConfigError(f"queue name must be a str, got {_shown(name)}")
+    if not QUEUE_NAME.fullmatch(name):
         raise ConfigError(f"invalid queue name {name!r}: use 1-128 letters, digits and _ . : @ -")
     return name
+
+
+def check_text(value: str, what: str, *, max_length: int | None = MAX_ID) -> str:
+    """``value`` when it is a ``str`` of 1 to ``max_length`` characters (None: any number)
+    without control characters: what every id, name and key must be before it reaches a
+    backend (a MongoDB filter would read a dict as operators) or a log line. Else
+    ``ConfigError`` naming ``what``."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, got {_shown(value)}")
+    if not value or (max_length is not None and len(value) > max_length):
+        limit = "1 or more" if max_length is None else f"1 to {max_length}"
+        raise ConfigError(f"{what} must be {limit} characters, got {len(value)}")
+    if CONTROL.search(value):
+        raise ConfigError(f"{what} {value!r} holds a control character (such as a newline, "
+                          "tab, ESC or NUL), which ids, names and keys may not")  # fmt: skip
+    return value
+
+
+def _shown(value: object) -> str:
+    """A caller's value in an error message: its type and a bounded repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from relaymq.instrumented import Instrumented
 from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
 from relaymq.limits import Limits, make_limits
 from relaymq.models import Models
-from relaymq.options import Call, validate_queue_name
+from relaymq.options import Call, check_text, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
 
@@ -252,6 +252,7 @@ class Queue:
             if id(o) not in checked:  # calls made from one task share their Options
                 o.validate()
                 checked.add(id(o))
+            call.task.check_arguments(call.args, call.kwargs)
             args, kwargs = list(call.args), call.kwargs
             models = call.task.models
             if models is not None:  # validated and made JSON-able here, at enqueue
@@ -284,28 +285,30 @@ class Queue:
     # -- admin and observation --------------------------------------------------------------
 
     def handle(self, job_id: str) -> JobHandle[Any]:
-        return JobHandle(self.backend, self.name, job_id, serializer=self.serializer)
+        return JobHandle(self.backend, self.name, _job_id(job_id), serializer=self.serializer)
 
     # Not found: a lookup (``get_job``) answers None; an action on a job (``cancel``,
     # ``retry_job``, ``remove_job``, and ``JobHandle``'s methods) raises ``JobNotFoundError``.
 
     async def get_job(self, job_id: str) -> Job | None:
         """The job's current record, or None when there is no such job."""
-        return await self.backend.get_job(self.name, job_id)
+        return await self.backend.get_job(self.name, _job_id(job_id))
 
     async def get_jobs(self, job_ids: Sequence[str]) -> list[Job | None]:
         """The current records of ``job_ids`` in one backend call, None for absent ones."""
-        return await self.backend.get_jobs(self.name, job_ids)
+        return await self.backend.get_jobs(self.name, _job_ids(job_ids))
 
     async def list_jobs(
         self, state: JobState, offset: int = 0, limit: int = 100, *,
         task: str | None = None, older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> list[Job]:  # fmt: skip
         """A page of jobs in ``state`` (waiting in claim order, delayed by run time, others
-        oldest first). ``task`` and ``older_than`` (seconds since the job finished, or was
-        created when it has not) narrow it; ``offset`` and ``limit`` then count matching jobs,
-        and the listing reads pages of the state until it has ``limit`` of them."""
-        selection = bulk.Selection.of(task=task, older_than=older_than, now=now)
+        oldest first). ``task``, ``task_contains`` (a part of the task name) and ``older_than``
+        (seconds since the job finished, or was created when it has not) narrow it; ``offset``
+        and ``limit`` then count matching jobs, and the listing reads pages of the state until
+        it has ``limit`` of them."""
+        selection = _selection(None, None, task, older_than, now, task_contains)
         return await bulk.find(self.backend, self.name, state, selection, offset, limit)
 
     async def history(self, minutes: int = 60) -> list[Tally]:
@@ -322,7 +325,7 @@ class Queue:
     async def cancel(self, job_id: str) -> CancelResult:
         """Cancel a waiting, delayed or active job: ``CANCELLED``, or ``ALREADY_TERMINAL`` when
         it had ended (nothing changes). ``JobNotFoundError`` when there is no such job."""
-        result = await self._ops.cancel(self.name, job_id)
+        result = await self._ops.cancel(self.name, _job_id(job_id))
         if result is CancelResult.NOT_FOUND:
             raise _not_found(self.name, job_id)
         return result
@@ -334,7 +337,7 @@ class Queue:
         True when it is waiting again; False when it is not in one of those states (it has not
         ended, or it completed); ``JobNotFoundError`` when there is no such job.
         """
-        if await self._ops.retry_job(self.name, job_id):
+        if await self._ops.retry_job(self.name, _job_id(job_id)):
             return True
         if await self.backend.get_job(self.name, job_id) is None:  # only on the refusal path
             raise _not_found(self.name, job_id)
@@ -343,12 +346,13 @@ class Queue:
     async def remove_job(self, job_id: str) -> None:
         """Delete the job in any state (an active job's claim is lost); ``JobNotFoundError``
         when there is no such job."""
-        if not await self._ops.remove_job(self.name, job_id):
+        if not await self._ops.remove_job(self.name, _job_id(job_id)):
             raise _not_found(self.name, job_id)
 
     # Bulk actions select jobs by ``job_ids`` and/or ``state`` (one or several), narrowed by
-    # ``task`` and ``older_than`` (seconds since a job finished, or was created when it has
-    # not; measured from ``now``, default this machine's clock). They go a page at a time (see
+    # ``task`` (or a part of its name, ``task_contains``) and ``older_than`` (seconds since a
+    # job finished, or was created when it has not; measured from ``now``, default this
+    # machine's clock). They go a page at a time (see
     # relaymq.bulk): per page one listing and one batch call. Each returns how many jobs it
     # changed and announces the same events as its one-job form.
 
@@ -356,10 +360,11 @@ class Queue:
         self, job_ids: Iterable[str] | None = None, *,
         state: JobState | Iterable[JobState] | None = None, task: str | None = None,
         older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> int:  # fmt: skip
         """Manual retry / DLQ replay of every selected failed, expired or cancelled job (all
         three when no state is given); how many are waiting again."""
-        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        selection = _selection(job_ids, state, task, older_than, now, task_contains)
         return await bulk.apply(self.backend, self.name, selection, _RETRYABLE,
                                 lambda ids: self._ops.retry_jobs(self.name, ids))  # fmt: skip
 
@@ -367,10 +372,11 @@ class Queue:
         self, job_ids: Iterable[str] | None = None, *,
         state: JobState | Iterable[JobState] | None = None, task: str | None = None,
         older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> int:  # fmt: skip
         """Cancel every selected waiting, delayed or active job (all three when no state is
         given); how many are now cancelled."""
-        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        selection = _selection(job_ids, state, task, older_than, now, task_contains)
         return await bulk.apply(self.backend, self.name, selection, _LIVE,
                                 lambda ids: self._ops.cancel_jobs(self.name, ids))  # fmt: skip
 
@@ -378,11 +384,12 @@ class Queue:
         self, job_ids: Iterable[str] | None = None, *,
         state: JobState | Iterable[JobState] | None = None, task: str | None = None,
         older_than: float | None = None, now: float | None = None,
+        task_contains: str | None = None,
     ) -> int:  # fmt: skip
         """Delete every selected job, in any state when no state is given; how many were
         deleted. Selecting nothing at all is a ``ConfigError`` (``obliterate`` empties a
         queue)."""
-        selection = bulk.Selection.of(job_ids, state, task, older_than, now)
+        selection = _selection(job_ids, state, task, older_than, now, task_contains)
         if selection.empty:
             raise ConfigError("remove_jobs needs job ids, a state, a task or an age")
         return await bulk.apply(self.backend, self.name, selection, tuple(JobState),
@@ -435,6 +442,30 @@ class Queue:
 
 _RETRYABLE = (*sorted(DLQ_STATES), JobState.CANCELLED)
 _LIVE = (JobState.WAITING, JobState.DELAYED, JobState.ACTIVE)
+
+
+def _job_id(job_id: str) -> str:
+    return check_text(job_id, "job_id")
+
+
+def _job_ids(job_ids: Iterable[str]) -> list[str]:
+    if isinstance(job_ids, str):
+        raise ConfigError(f"job_ids takes a list of job ids, not the string {job_ids!r}")
+    return [check_text(i, "job_id") for i in job_ids]
+
+
+def _task(task: str | None, what: str = "task") -> str | None:
+    return None if task is None else check_text(task, what, max_length=None)
+
+
+def _selection(
+    job_ids: Iterable[str] | None, state: JobState | Iterable[JobState] | None,
+    task: str | None, older_than: float | None, now: float | None, task_contains: str | None,
+) -> bulk.Selection:  # fmt: skip
+    """What a bulk action selects, its ids and task checked first."""
+    ids = None if job_ids is None else _job_ids(job_ids)
+    return bulk.Selection.of(ids, state, _task(task), older_than, now,
+                             _task(task_contains, "task_contains"))  # fmt: skip
 
 
 def _not_found(queue: str, job_id: str) -> JobNotFoundError:

@@ -39,11 +39,19 @@ class Settings:
     a thread of their own; past that they are left to stalled recovery. 0: no such thread."""
     max_payload_bytes: int = 1024 * 1024
     """Largest serialized job payload accepted at enqueue (below every backend's own limit)."""
+    max_result_bytes: int = 1024 * 1024
+    """Largest serialized result a job may store: a larger one fails the attempt (retried by the
+    task's policy) with an error naming both sizes (below every backend's own limit)."""
     history_flush_interval: float = 5.0
     """Seconds between two writes of a worker's outcome counts to the backend's per-minute
     history (the dashboard's charts); 0 records no history."""
     history_retention: float = 7 * 86400.0
     """Seconds of history kept; older minutes are pruned by the elected maintenance."""
+    import_prefixes: tuple[str, ...] = ()
+    """Modules (or packages) a worker may import because a job names a task in them that is
+    not registered yet (``RELAYMQ_IMPORT_PREFIXES=app.tasks,billing``). Empty by default: a
+    worker runs only the tasks of the module it was started with, since whoever can write a
+    job to the backend chooses its task name."""
 
     connect_timeout: float = 60.0
     """Seconds a starting worker waits for a backend that cannot be reached yet (refused
@@ -64,6 +72,8 @@ class Settings:
             raise ConfigError("stalled_check_interval must be positive, shutdown_timeout >= 0")
         if self.max_stalled < 0 or self.max_payload_bytes < 1 or self.max_blocked < 0:
             raise ConfigError("max_stalled and max_blocked must be >= 0, max_payload_bytes >= 1")
+        if self.max_result_bytes < 1:
+            raise ConfigError(f"max_result_bytes must be >= 1, not {self.max_result_bytes}")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
         if self.connect_timeout < 0:
@@ -97,6 +107,8 @@ def _parse(name: str, kind: object, raw: str) -> Any:
             return int(raw)
         if kind in (float, "float"):
             return float(raw)
+        if kind in (tuple[str, ...], "tuple[str, ...]"):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
         return raw
     except ValueError as e:
         raise ConfigError(f"RELAYMQ_{name.upper()}={raw!r} is not a valid {kind}") from e

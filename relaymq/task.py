@@ -18,11 +18,12 @@ import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from relaymq.arguments import Parameters
 from relaymq.backends import default_backend
 from relaymq.errors import TaskNotFoundError
 from relaymq.flows import dependency_ids, dependency_policy
 from relaymq.models import Models, models_of
-from relaymq.options import DEFAULT_QUEUE, Call, Options
+from relaymq.options import DEFAULT_QUEUE, Call, Options, check_text
 from relaymq.queue import JobHandle, Queue
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
@@ -77,11 +78,12 @@ class Task(Generic[P, R]):
         self, fn: Callable[..., Any], name: str, options: Options, takes_context: bool
     ) -> None:
         self.fn = fn
-        self.name = name
+        self.name = check_text(name, "task name", max_length=None)
         self.options = options
         self.takes_context = takes_context
         self.is_async = inspect.iscoroutinefunction(fn)
         self._models: Models | bool | None = False  # False: not looked at yet
+        self._parameters: Parameters | None = None
 
     @property
     def models(self) -> Models | None:
@@ -93,6 +95,14 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise ``ArgumentValidationError`` when the handler cannot be called with these
+        arguments (its ``JobContext`` left out): every enqueue and schedule checks them, so
+        nothing is stored that could only fail with a ``TypeError``."""
+        if self._parameters is None:
+            self._parameters = Parameters(self.fn, skip_first=self.takes_context)
+        self._parameters.check(self.name, args, kwargs)
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """An invocation to pass to ``Queue.add_bulk`` (arguments checked by type checkers)."""
@@ -153,6 +163,7 @@ class Task(Generic[P, R]):
         options.validate()
         copy: Task[P, R] = Task(self.fn, self.name, options, self.takes_context)
         copy._models = self._models
+        copy._parameters = self._parameters
         return copy
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
@@ -208,9 +219,10 @@ def task(
     tz: str = "UTC",
     missed: str = "skip",
 ) -> _Decorator:
-    """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``,
-    so a worker can import it on demand (a task defined in a script run as ``__main__`` needs
-    an importable module, or an explicit ``name``).
+    """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``
+    (a task defined in a script run as ``__main__`` needs an importable module, or an explicit
+    ``name``). A worker runs the tasks registered by the module it was started with
+    (``relaymq worker MODULE``): it never imports a module because a job names it.
 
     ``timeout`` limits one attempt, counted as a failed attempt (retried while ``retries``
     remain). An async handler is cancelled when it passes. A plain function runs in one of
@@ -247,23 +259,41 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     )
 
 
-def resolve(name: str) -> Task[Any, Any]:
-    """The task called ``name``: registered already, or imported from its ``module:attr`` path.
+def resolve(name: str, import_prefixes: Iterable[str] = ()) -> Task[Any, Any]:
+    """The task registered as ``name`` in this process (by the modules the worker was started
+    with). A job's task name is data anyone who can write to the backend controls: it never
+    makes this process import a module, unless that module is listed in ``import_prefixes``
+    (a module or a package whose modules may be imported by name, ``Settings.import_prefixes``).
 
     Only functions decorated with ``@task`` can be run, never arbitrary callables.
     """
     found = REGISTRY.get(name)
     if found is not None:
         return found
+    module_name = name.partition(":")[0]
+    if any(module_name == p or module_name.startswith(p + ".") for p in import_prefixes):
+        return import_task(name)
+    raise TaskNotFoundError(f"unknown task {name!r}: not registered in this worker")
+
+
+def import_task(name: str, module: str | None = None) -> Task[Any, Any]:
+    """The task ``name``, importing ``module`` first (by default the part of ``name`` before
+    ``:``). For names written in code or by an operator (``schedule("app.tasks:cleanup")``,
+    ``relaymq schedule add``), never for a stored job's name (``resolve``).
+    """
+    found = REGISTRY.get(name)
+    if found is not None:
+        return found
     module_name, sep, attr = name.partition(":")
-    if not sep:
-        raise TaskNotFoundError(f"unknown task {name!r}: not registered in this worker")
+    if module is None and not sep:
+        raise TaskNotFoundError(f"unknown task {name!r}: not registered in this process")
+    module_name = module or module_name
     try:
-        module = importlib.import_module(module_name)
+        imported = importlib.import_module(module_name)
     except ImportError as e:
         raise TaskNotFoundError(f"unknown task {name!r}: cannot import {module_name!r}: {e}") from e
     found = REGISTRY.get(name)
-    obj = getattr(module, attr, None) if found is None else found
+    obj = getattr(imported, attr, None) if found is None and sep else found
     if not isinstance(obj, Task):
         raise TaskNotFoundError(f"unknown task {name!r}: {module_name} has no @task {attr!r}")
     return obj

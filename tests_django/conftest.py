@@ -12,7 +12,7 @@ from django.conf import settings
 DB = Path(tempfile.mkdtemp(prefix="relaymq-django-")) / "tasks.db"
 
 settings.configure(
-    INSTALLED_APPS=["relaymq.contrib.django"],
+    INSTALLED_APPS=["relaymq.contrib.django", "tests_django"],  # djtasks: a project app's
     USE_TZ=True,
     TASKS={
         "default": {

@@ -3,7 +3,10 @@ command, results, priorities, delays, context, async tasks and failures."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -11,7 +14,9 @@ from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
-from relaymq.contrib.django import RelayMQBackend
+import relaymq
+from relaymq.contrib.django import RUNNER, RelayMQBackend
+from relaymq.task import REGISTRY
 from tests_django import djtasks
 
 
@@ -78,3 +83,38 @@ def test_a_failure_is_reported_with_its_exception() -> None:
 def test_an_unknown_result_id_does_not_exist() -> None:
     with pytest.raises(TaskResultDoesNotExist):
         djtasks.add.get_result("default/no-such-job")
+
+
+def test_a_job_naming_a_module_outside_the_installed_apps_imports_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever can write a job chooses its path: the worker imports only the project's apps."""
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_dj28.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nx = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    backend = task_backends["default"]
+    assert isinstance(backend, RelayMQBackend)
+    runner = REGISTRY[RUNNER]
+
+    async def plant() -> str:
+        relay = await relaymq.connect(backend.url)
+        try:
+            job = await relaymq.Queue("default", relay).add(runner.call("planted_dj28.x", [], {}))
+            return job.id
+        finally:
+            await relay.close()
+
+    job_id = asyncio.run(plant())
+    drain()
+    assert not marker.exists() and "planted_dj28" not in sys.modules
+    found = asyncio.run(_job("default", job_id, backend.url))
+    assert found is not None and found.state is relaymq.JobState.FAILED
+    assert "not in one of the INSTALLED_APPS" in (found.error or "")
+
+
+async def _job(queue: str, job_id: str, url: str) -> relaymq.Job | None:
+    relay = await relaymq.connect(url)
+    try:
+        return await relaymq.Queue(queue, relay).get_job(job_id)
+    finally:
+        await relay.close()

@@ -8,14 +8,17 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import fields
 from importlib.metadata import version
+from typing import Any
 
 import click
 
 from relaymq.backends import from_url
 from relaymq.backends.base import Backend
+from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.cli.common import (
     LOOPS,
     ConfigProblem,
@@ -32,7 +35,12 @@ from relaymq.cli.common import (
 from relaymq.cli.dashboard import dashboard
 from relaymq.cli.dlq import dlq_group
 from relaymq.cli.jobs import job_group
-from relaymq.cli.logs import JSONFormatter, PlainFormatter
+from relaymq.cli.logs import (
+    JSONFormatter,
+    PlainFormatter,
+    quiet_client_libraries,
+    route_warnings,
+)
 from relaymq.cli.queues import queue_group
 from relaymq.cli.schedules import schedule_group
 from relaymq.cli.workers import stats, workers
@@ -57,6 +65,8 @@ def cli(log_level: str, log_format: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if log_format == "json" else PlainFormatter())
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
+    route_warnings()
+    quiet_client_libraries(log_level)
 
 
 # -- worker ---------------------------------------------------------------------------------
@@ -72,7 +82,8 @@ def _settings_epilog() -> str:
 @click.option("--queue", "-q", "queues", multiple=True, envvar="RELAYMQ_QUEUES",
               show_envvar=True,
               help="Queue to work (repeatable; default: its tasks' queues).")  # fmt: skip
-@click.option("--concurrency", "-c", type=int, envvar="RELAYMQ_CONCURRENCY", show_envvar=True,
+@click.option("--concurrency", "-c", type=click.IntRange(1, 100_000),
+              envvar="RELAYMQ_CONCURRENCY", show_envvar=True,
               help="Jobs run at once (default 10).")  # fmt: skip
 @click.option("--worker-id", envvar="RELAYMQ_WORKER_ID", show_envvar=True,
               help="Worker id (default host:pid:random).")  # fmt: skip
@@ -91,7 +102,8 @@ def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
     metrics_port: int | None, loop: str, connect_timeout: float | None, backend: str,
 ) -> None:  # fmt: skip
-    """Import MODULE (which defines @task functions) and work its queues until SIGTERM/SIGINT."""
+    """Import MODULE (which defines @task functions, schedules and limits) and work its
+    queues, or only those named with -q, until SIGTERM/SIGINT."""
     new_loop = loop_factory(loop)
     settings = settings_from_env(
         backend=backend, concurrency=concurrency, connect_timeout=connect_timeout
@@ -101,26 +113,63 @@ def worker(
             validate_queue_name(name)
         except ConfigError as e:
             raise ConfigProblem(str(e)) from e
-    names = list(queues) or discover_queues(module)
+    found = import_tasks(module)
+    names = list(queues) or queues_of(module, found)
     run(lambda: _work(settings, names, worker_id, metrics_port), new_loop)
 
 
 def discover_queues(module_name: str) -> list[str]:
-    """Import ``module_name``; the queues of the tasks that importing it registered (whatever
-    their names) and of the tasks it holds as attributes (re-exported ones too)."""
-    sys.path.insert(0, os.getcwd())
-    known = set(REGISTRY)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise click.ClickException(f"cannot import {module_name!r}: {e}") from e
-    found = [t for name, t in REGISTRY.items() if name not in known]
-    found += [t for t in vars(module).values() if isinstance(t, Task)]
-    found += [t for t in REGISTRY.values() if t.name.startswith(module_name + ":")]
+    """Import ``module_name``; the queues of its tasks (``queues_of``)."""
+    return queues_of(module_name, import_tasks(module_name))
+
+
+def queues_of(module_name: str, found: list[Task[Any, Any]]) -> list[str]:
+    """The queues of ``found``; a configuration error when there are none."""
     names = sorted({t.options.queue for t in found})
     if not names:
         raise ConfigProblem(f"{module_name} defines no @task; name queues with -q")
     return names
+
+
+def import_tasks(module_name: str) -> list[Task[Any, Any]]:
+    """Import ``module_name`` with the working directory on ``sys.path``, as a worker always
+    does first (its tasks, schedules and limits are then defined); the tasks that importing it
+    registered (whatever their names) and those it holds as attributes (re-exported ones too).
+
+    A module that does not import is one line naming the file and line of the failure."""
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        dotted = module_name.removesuffix(".py").strip("/").replace(os.sep, ".")
+        dotted = dotted.replace("/", ".")
+        raise ConfigProblem(f"MODULE is a module's dotted name, not a file: try {dotted!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    known = set(REGISTRY)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        problem = _import_failure(module_name, e)
+        raise ConfigProblem(f"cannot import {module_name!r}: {problem}") from None
+    found = [t for name, t in REGISTRY.items() if name not in known]
+    found += [t for t in vars(module).values() if isinstance(t, Task)]
+    found += [t for t in REGISTRY.values() if t.name.startswith(module_name + ":")]
+    return list({id(t): t for t in found}.values())
+
+
+def _import_failure(module_name: str, e: Exception) -> str:
+    """What went wrong importing ``module_name``, with the file and line, in one line."""
+    if isinstance(e, ModuleNotFoundError) and f"{module_name}.".startswith(f"{e.name}."):
+        return f"no module named {e.name!r} (looked in {os.getcwd()} and sys.path)"
+    if isinstance(e, SyntaxError):
+        where = f"{e.filename}, line {e.lineno}"
+        return f"{type(e).__name__}: {e.msg} ({where})"
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith("<frozen")]  # fmt: skip
+    message = " ".join(str(e).split())
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    if frames:
+        text += f" ({frames[-1].filename}, line {frames[-1].lineno})"
+    return text
 
 
 async def _work(
@@ -186,23 +235,29 @@ async def _serve_metrics(
 @cli.command("migrate")
 @backend_option
 def migrate(backend: str) -> None:
-    """Apply pending schema migrations (backends without versioned migrations, such as
-    SQLite, prepare their storage on connect)."""
-    applied = run(lambda: _migrate(backend))
-    if applied is None:
-        click.echo(f"{backend}: nothing to migrate (this backend prepares its storage itself)")
-        return
-    click.echo("\n".join(f"applied {name}" for name in applied) or "schema is up to date")
+    """Apply pending schema migrations, or create a new SQLite database (SQLite upgrades an
+    existing one on connect; the other backends prepare their storage themselves)."""
+    click.echo(run(lambda: _migrate(backend)))
 
 
-async def _migrate(url: str) -> list[str] | None:
-    """The migrations applied now; None when the backend has no versioned migrations.
-
-    The backend says so through its capabilities; ``migrate`` needs no connection."""
+async def _migrate(url: str) -> str:
+    """What ``migrate`` did, in words. The backend says through its capabilities whether it
+    has versioned migrations (applied without ``connect``); a SQLite file that does not exist
+    is created, with its schema, by connecting with ``create_missing``."""
     b = from_url(url)
-    if not b.capabilities.migrations:
-        return None
-    return await b.migrate()
+    if b.capabilities.migrations:
+        applied = await b.migrate()
+        return "\n".join(f"applied {name}" for name in applied) or "schema is up to date"
+    if isinstance(b, SQLiteBackend):
+        created = not await asyncio.to_thread(os.path.exists, b.path)
+        b.create_missing = True
+        try:
+            await b.connect()
+        finally:
+            await b.close()
+        where = await asyncio.to_thread(os.path.abspath, b.path)
+        return f"created {where}" if created else f"{where}: schema is up to date"
+    return f"{url}: nothing to migrate (this backend prepares its storage itself)"
 
 
 @cli.command("demo")

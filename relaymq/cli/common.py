@@ -130,11 +130,11 @@ async def connect_waiting(url: str, timeout: float) -> Backend:
 
 
 async def known_queue(backend: Backend, name: str) -> Queue:
-    """The handle of queue ``name``; ``NotFound`` unless it holds jobs or is paused (so a
-    mistyped name changes nothing)."""
+    """The handle of queue ``name``; ``NotFound`` unless it holds jobs, is paused or a live
+    worker serves it (so a mistyped name changes nothing)."""
     queue = Queue(name, backend)  # validates the name first: a bad one is a usage error
     names = await backend.list_queues()
-    if name not in names:
+    if name not in names and not any(name in w.queues for w in await backend.list_workers()):
         known = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
         raise NotFound(f"no queue {name!r}" + (f" (queues: {known})" if names else ""))
     return queue
@@ -151,6 +151,12 @@ def with_queue(url: str, name: str, fn: Callable[[Queue], Awaitable[T]]) -> T:
 
 # -- filters --------------------------------------------------------------------------------
 
+MAX_DURATION = 100 * 365 * 86400.0
+"""The longest duration an option takes (100 years): more is surely a typo, and would overflow
+the backends' integers."""
+MAX_OFFSET = 1_000_000_000
+"""The largest ``--offset``: past any store's jobs, within every backend's integers."""
+
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
@@ -164,11 +170,15 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
         if isinstance(value, float | int):
-            return float(value)
-        found = _DURATION.match(str(value).lower())
-        if found is None:
-            self.fail(f"{value!r} is not a duration (e.g. 90, 30s, 15m, 2h, 7d)", param, ctx)
-        return float(found[1]) * _UNITS[found[2]]
+            seconds = float(value)
+        else:
+            found = _DURATION.match(str(value).lower())
+            if found is None:
+                self.fail(f"{value!r} is not a duration (e.g. 90, 30s, 15m, 2h, 7d)", param, ctx)
+            seconds = float(found[1]) * _UNITS[found[2]]
+        if not 0 <= seconds <= MAX_DURATION:
+            self.fail(f"{value!r} is longer than 100 years", param, ctx)
+        return seconds
 
 
 def state_option(
@@ -188,7 +198,7 @@ older_than_option = click.option(
     help="Only jobs that finished (or, not finished, were created) longer ago: 90, 30s, 15m, "
     "2h, 7d.",
 )  # fmt: skip
-offset_option = click.option("--offset", type=click.IntRange(min=0), default=0,
+offset_option = click.option("--offset", type=click.IntRange(0, MAX_OFFSET), default=0,
                              show_default=True, envvar="RELAYMQ_OFFSET", show_envvar=True,
                              help="Skip this many matching jobs.")  # fmt: skip
 limit_option = click.option("--limit", type=click.IntRange(min=1, max=10_000), default=50,

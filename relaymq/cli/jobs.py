@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,14 +132,33 @@ def job_list(
     queue: str, state: str, task: str | None, older_than: float | None, offset: int, limit: int,
     backend: str, as_json: bool,
 ) -> None:  # fmt: skip
-    """A page of QUEUE's jobs in one state: waiting in claim order, delayed by run time,
-    others oldest first."""
-    jobs = with_queue(backend, queue, lambda q: q.list_jobs(
-        JobState(state), offset, limit, task=task, older_than=older_than))  # fmt: skip
+    """A page of QUEUE's jobs in one state (waiting, unless --state): waiting in claim order,
+    delayed by run time, others oldest first."""
+    chosen = JobState(state)
+
+    async def page(q: Queue) -> tuple[list[Job], dict[JobState, int] | None]:
+        jobs = await q.list_jobs(chosen, offset, limit, task=task, older_than=older_than)
+        return jobs, (None if jobs or as_json else await q.counts())
+
+    jobs, counts = with_queue(backend, queue, page)
     if as_json:
         emit_json([job_dict(j) for j in jobs])
-    else:
-        console().print(jobs_table(jobs))
+        return
+    console().print(jobs_table(jobs, chosen))
+    if counts is not None:
+        sys.stdout.flush()  # the table first, then why it is empty
+        click.echo(empty_hint(queue, chosen, counts, filtered=bool(task or older_than or offset)),
+                   err=True)  # fmt: skip
+
+
+def empty_hint(queue: str, state: JobState, counts: dict[JobState, int], filtered: bool) -> str:
+    """Why a listing is empty: it shows one state, and what the others hold."""
+    text = f"no {state.value} jobs in {queue!r}" + (" matching the filters" if filtered else "")
+    others = [s for s, n in counts.items() if n and s is not state]
+    if not others:
+        return text + f" (job list shows one state: --state {state.value}; the queue is empty)"
+    held = ", ".join(f"{counts[s]} {s.value}" for s in others)
+    return text + f"; it holds {held} (job list shows one state: --state {others[0].value})"
 
 
 @job_group.command("show")

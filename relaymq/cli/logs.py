@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from typing import Any
 
 import orjson
+
+from relaymq.errors import RelayWarning
+
+QUIET_LOGGERS = ("aiormq", "aio_pika")
+"""Client libraries whose own records about a failed connection only repeat, before it, the one
+line relaymq prints (``cannot reach RabbitMQ at ...``); shown at ``--log-level DEBUG``."""
 
 JOB_FIELDS = ("queue", "job_id", "task", "attempt")
 """Fields the worker attaches to its per-job records."""
@@ -48,3 +55,30 @@ class JSONFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry, default=str).decode()
+
+
+def route_warnings() -> None:
+    """Show relaymq's own warnings (``DurabilityWarning``, ``EvictionPolicyWarning``) once each,
+    as a log line of the ``relaymq`` logger (their text says what to set), not as a Python
+    warning with the library's source line; other warnings are shown as before."""
+    warnings.simplefilter("once", RelayWarning)
+    original = warnings.showwarning
+    if getattr(original, "relaymq", False):  # routed already (main() called again)
+        return
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:  # fmt: skip
+        if issubclass(category, RelayWarning):
+            logging.getLogger("relaymq").warning("%s", message)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    show.relaymq = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
+def quiet_client_libraries(level: str) -> None:
+    """Leave connection failures to relaymq's own line (see ``QUIET_LOGGERS``)."""
+    if level.upper() != "DEBUG":
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)

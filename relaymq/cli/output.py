@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relaymq.backends.base import WorkerInfo
+from relaymq.backends.corrupt import CORRUPT
 from relaymq.job import Job, JobState, error_line
 from relaymq.serializers import DEFAULT_SERIALIZER
 
@@ -50,6 +51,8 @@ def job_dict(job: Job, *, full: bool = False) -> dict[str, Any]:
         "created_at": job.created_at, "run_at": job.run_at, "finished_at": job.finished_at,
         "worker_id": job.worker_id, "error": job.error,
     }  # fmt: skip
+    if CORRUPT in job.extra:  # listed as far as it could be read: say what is wrong
+        out[CORRUPT] = job.extra[CORRUPT]
     if full:
         out |= {
             "payload": decoded(job.payload), "progress": decoded(job.progress),
@@ -77,20 +80,55 @@ def age(at: float | None, now: float | None = None) -> str:
     return f"{seconds:.0f}s"
 
 
-def jobs_table(jobs: Iterable[Job]) -> Table:
-    table = Table("id", "task", "state", "attempts", "created", "finished", "error")
+def relative(at: float, now: float | None = None) -> str:
+    """``at`` from now, short: ``5m ago``, ``in 58m`` or ``now``."""
+    now = time.time() if now is None else now
+    if abs(at - now) < 0.5:
+        return "now"
+    return f"{age(at, now)} ago" if at < now else f"in {age(now, at)}"
+
+
+def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
+    """A listing; a delayed one says when each job runs, an active one when each started and
+    its last progress."""
+    columns = {JobState.DELAYED: ["runs"], JobState.ACTIVE: ["started", "progress"]}
+    shown = columns.get(state, ["finished"]) if state is not None else ["finished"]
+
+    def extra(j: Job) -> list[str]:
+        if state is JobState.DELAYED:
+            return [at_and_relative(j.run_at)]
+        if state is JobState.ACTIVE:
+            return [at_and_relative(j.claimed_at), progress_text(j.progress)]
+        return [when(j.finished_at)]
+
+    table = Table("id", "task", "state", "attempts", "created", *shown, "error")
     for j in jobs:
         error = error_line(j.error)[:60]
+        if CORRUPT in j.extra:  # a damaged record: its values are stand-ins, say why
+            error = f"corrupt record: {j.extra[CORRUPT]}"[:60]
         table.add_row(j.id, j.task, j.state.value, f"{j.attempts}/{j.max_attempts}",
-                      when(j.created_at), when(j.finished_at), error)  # fmt: skip
+                      when(j.created_at), *extra(j), error)  # fmt: skip
     return table
+
+
+def at_and_relative(at: float | None) -> str:
+    """``2026-12-04 19:23:44 (in 58m)``, or '' when absent."""
+    return "" if at is None else f"{when(at)} ({relative(at)})"
+
+
+def progress_text(raw: bytes | None) -> str:
+    """A job's progress as compact JSON (cut at 40 characters), '' without one."""
+    if raw is None:
+        return ""
+    text = orjson.dumps(decoded(raw), default=str).decode()
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def job_table(job: Job) -> Table:
     table = Table("field", "value", show_header=False)
     for name, value in job_dict(job, full=True).items():
         if name.endswith("_at") and isinstance(value, float):
-            value = f"{when(value)} ({age(value)} ago)"
+            value = at_and_relative(value)
         table.add_row(name, "" if value is None else str(value))
     return table
 

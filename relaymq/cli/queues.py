@@ -93,7 +93,7 @@ def limits_json(limits: Limits | None) -> dict[str, Any] | None:
 @click.argument("queue", required=False)
 @click.option(
     "--max-active",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1_000_000_000),
     envvar="RELAYMQ_MAX_ACTIVE",
     show_envvar=True,
     help="At most this many of QUEUE's jobs active at once, over every worker.",

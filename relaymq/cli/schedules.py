@@ -75,7 +75,7 @@ def schedule_list(backend: str, as_json: bool) -> None:
     required=True,
     envvar="RELAYMQ_TASK",
     show_envvar=True,
-    help="The task, as module:function (imported from here, as a worker would).",
+    help="The task, as module:function (its module imported from here).",
 )
 @click.option(
     "--cron",
@@ -130,7 +130,7 @@ def schedule_list(backend: str, as_json: bool) -> None:
     show_envvar=True,
     help="Ticks missed while no worker ran: fire none, the latest once, or each.",
 )
-@click.option("--max-missed", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--max-missed", type=click.IntRange(1, 100_000), default=10, show_default=True,
               envvar="RELAYMQ_SCHEDULE_MAX_MISSED", show_envvar=True,
               help="With --missed all: at most this many of the latest missed ticks.")  # fmt: skip
 @backend_option

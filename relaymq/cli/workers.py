@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -72,7 +73,7 @@ async def collect_counts(backend: Backend) -> dict[str, tuple[dict[JobState, int
 @click.command("stats")
 @click.option("--watch", "-w", is_flag=True, envvar="RELAYMQ_WATCH", show_envvar=True,
               help="Keep the table up to date until Ctrl-C.")  # fmt: skip
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(0.1, 86400), default=2.0, show_default=True,
               envvar="RELAYMQ_STATS_INTERVAL", show_envvar=True,
               help="Seconds between two refreshes with --watch.")  # fmt: skip
 @click.option("--count", type=click.IntRange(min=0), default=0, envvar="RELAYMQ_STATS_COUNT",
@@ -98,12 +99,16 @@ def stats(watch: bool, interval: float, count: int, backend: str, as_json: bool)
 
 async def _watch(backend: Backend, interval: float, count: int, as_json: bool) -> None:
     refreshes = 0
-    with Live(auto_refresh=False, console=console()) if not as_json else _NoLive() as live:
+    lines = not as_json and not sys.stdout.isatty()  # a pipe or a file: a line per interval
+    live_table = not (as_json or lines)
+    with Live(auto_refresh=False, console=console()) if live_table else _NoLive() as live:
         while True:
             found = await collect_counts(backend)
             if as_json:
                 queues = {q: counts_json(c, p) for q, (c, p) in found.items()}
                 emit_json({"at": time.time(), "queues": queues})
+            elif lines:
+                click.echo(counts_line(found))
             else:
                 table = counts_table(found)
                 table.caption = f"{time.strftime('%H:%M:%S')}, every {interval:g}s (Ctrl-C ends)"
@@ -112,6 +117,15 @@ async def _watch(backend: Backend, interval: float, count: int, as_json: bool) -
             if count and refreshes >= count:
                 return
             await asyncio.sleep(interval)  # the refresh rate an operator asked for
+
+
+def counts_line(found: dict[str, tuple[dict[JobState, int], bool]]) -> str:
+    """One refresh in one line: ``12:00:00 emails: waiting=3 active=1; reports: (empty)``."""
+    parts = []
+    for name, (counts, paused) in found.items():
+        held = " ".join(f"{s.value}={n}" for s, n in counts.items() if n) or "(empty)"
+        parts.append(f"{name}: {held}" + (" PAUSED" if paused else ""))
+    return f"{time.strftime('%H:%M:%S')} " + ("; ".join(parts) or "no queues")
 
 
 class _NoLive:

@@ -16,6 +16,7 @@ except ImportError as e:  # pragma: no cover - the hint is the point
     ) from e
 
 from relaymq.dashboard.app import create_app
-from relaymq.dashboard.security import Access, exposure_problem
+from relaymq.dashboard.guard import allowed_hosts_for
+from relaymq.dashboard.security import Access, Throttle, exposure_problem
 
-__all__ = ["Access", "create_app", "exposure_problem"]
+__all__ = ["Access", "Throttle", "allowed_hosts_for", "create_app", "exposure_problem"]

@@ -10,28 +10,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
+from jinja2.runtime import Context
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from relaymq.backends.base import Backend
+from relaymq.backends.base import Backend, CancelResult
 from relaymq.cli.output import decoded, when
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
+from relaymq.dashboard.guard import Guard, host_name
 from relaymq.dashboard.live import Hub
-from relaymq.dashboard.security import Access
+from relaymq.dashboard.security import Access, SessionKey, Throttle, Throttled
 from relaymq.errors import (
     BackendError,
     BackendUnavailableError,
@@ -39,17 +44,31 @@ from relaymq.errors import (
     JobNotFoundError,
     ScheduleNotFoundError,
 )
-from relaymq.job import DLQ_STATES, Job, JobState, error_line
+from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, error_line
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
 from relaymq.schedules import Schedules
 
 PAGE_SIZE = 50
+MAX_PAGE = 10_000_000
+"""The highest page number a listing accepts: far past any queue, and its offset still fits
+every backend's integers."""
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
 QUEUE_ACTIONS = ("pause", "resume", "drain")
 SCHEDULE_ACTIONS = ("pause", "resume", "run-now", "remove")
+RETRYABLE = frozenset(DLQ_STATES | {JobState.CANCELLED})
+"""The states whose jobs an operator's retry runs again."""
+CANCELLABLE = frozenset(set(JobState) - TERMINAL)
+"""The states whose jobs a cancel ends."""
+
+
+def actions_for(state: JobState) -> list[str]:
+    """The actions that apply to jobs in ``state``, in the order the buttons show."""
+    return [a for a, ok in (("retry", state in RETRYABLE), ("cancel", state in CANCELLABLE),
+                            ("remove", True)) if ok]  # fmt: skip
+
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -61,15 +80,29 @@ class Dashboard:
     hub: Hub
     templates: Jinja2Templates
     page_size: int = PAGE_SIZE
+    throttle: Throttle = field(default_factory=Throttle)
 
     # -- guards -----------------------------------------------------------------------------
 
     def signed_in(self, request: Request) -> bool:
+        """A session cookie, or a Bearer token (a wrong one counts against the client:
+        ``Throttled`` once it must wait)."""
         if not self.access.required:
             return True
-        return self.access.accepts_session(
-            request.cookies.get(security.SESSION_COOKIE)
-        ) or self.access.accepts_bearer(request.headers.get("authorization"))
+        if self.access.accepts_session(request.cookies.get(security.SESSION_COOKIE)):
+            return True
+        header = request.headers.get("authorization") or ""
+        if not header.startswith("Bearer "):
+            return False
+        client = client_of(request)
+        wait = self.throttle.wait(client)
+        if wait > 0:
+            raise Throttled(wait)
+        if self.access.accepts_bearer(header):
+            self.throttle.succeeded(client)
+            return True
+        self.throttle.failed(client)
+        return False
 
     def page(self, fn: Endpoint) -> Endpoint:
         """A page: signed in (else to the login form), with a CSRF cookie for its forms."""
@@ -108,8 +141,32 @@ class Dashboard:
 
     def render(self, request: Request, template: str, **context: Any) -> Response:
         context |= {"csrf": csrf_of(request), "auth": self.access.required,
-                    "message": request.query_params.get("done", "")}  # fmt: skip
+                    "message": self._message(request)}  # fmt: skip
         return self.templates.TemplateResponse(request, template, context)
+
+    def _message(self, request: Request) -> str:
+        """The ``?done=`` message, when this dashboard wrote it (``sig`` is its signature)."""
+        message = request.query_params.get("done", "")
+        signature = request.query_params.get("sig", "")
+        if message and hmac.compare_digest(self._signature(message), signature):
+            return message
+        return ""
+
+    def _signature(self, message: str) -> str:
+        return self.access.sign(f"done\0{message}")[:32]
+
+    def back(self, request: Request, form: FormData, message: str) -> Response:
+        """Back to the page the form was on (a path of this site), with ``message``."""
+        target = str(form.get("back") or "")
+        if not target.startswith("/") or target.startswith("//"):
+            target = str(request.url_for("overview"))
+        target = target.split("done=")[0].rstrip("?&")
+        return RedirectResponse(self.with_message(target, message), status_code=303)
+
+    def with_message(self, url: str, message: str) -> str:
+        """``url`` showing ``message``, signed so that no other site can make it say more."""
+        query = urlencode({"done": message, "sig": self._signature(message)})
+        return f"{url}{'&' if '?' in url else '?'}{query}"
 
     # -- pages ------------------------------------------------------------------------------
 
@@ -142,21 +199,21 @@ class Dashboard:
     async def _listing(self, request: Request, q: Queue) -> dict[str, Any]:
         state = JobState(request.query_params.get("state", JobState.WAITING.value))
         task = request.query_params.get("task", "").strip() or None
-        page = max(1, int(request.query_params.get("page", "1") or 1))
+        page = page_number(request.query_params.get("page", ""))
         offset = (page - 1) * self.page_size
-        jobs = await q.list_jobs(state, offset, self.page_size + 1, task=task)
+        jobs = await q.list_jobs(state, offset, self.page_size + 1, task_contains=task)
         counts, paused, limits = await asyncio.gather(q.counts(), q.is_paused(), q.limits())
         return {"queue": q.name, "state": state, "task": task or "", "page": page,
                 "jobs": jobs[: self.page_size], "more": len(jobs) > self.page_size,
                 "counts": counts, "paused": paused, "limits": limits, "states": STATES,
-                "missing": None}  # fmt: skip
+                "missing": None, "actions": actions_for(state)}  # fmt: skip
 
     async def job(self, request: Request) -> Response:
         q = self._queue(request)
-        job = await q.get_job(request.path_params["job_id"])
+        job_id = job_id_of(request)
+        job = await q.get_job(job_id)
         if job is None:
-            response = self.render(request, "missing.html", queue=q.name,
-                                   job_id=request.path_params["job_id"])  # fmt: skip
+            response = self.render(request, "missing.html", queue=q.name, job_id=job_id)
             response.status_code = 404
             return response
         return self.render(request, "job.html", job=job, view=job_view(job))
@@ -215,7 +272,7 @@ class Dashboard:
             done = f"{await q.drain()} waiting and delayed jobs of {q.name} deleted"
         else:
             raise ConfigError(f"unknown queue action {what!r}; one of {', '.join(QUEUE_ACTIONS)}")
-        return back(request, form, done)
+        return self.back(request, form, done)
 
     async def jobs_action(self, request: Request, form: FormData) -> Response:
         """Retry, cancel or remove the ticked jobs, or (``every``) every job of a state,
@@ -230,36 +287,44 @@ class Dashboard:
         if form.get("every"):
             if state is None:
                 raise ConfigError("acting on every job needs a state")
-            selection: dict[str, Any] = {"state": state, "task": task}
+            selection: dict[str, Any] = {"state": state, "task_contains": task}
         elif ids:
             selection = {"job_ids": ids}
         else:
-            return back(request, form, "nothing selected: tick jobs first")
+            return self.back(request, form, "nothing selected: tick jobs first")
         act = {"retry": q.retry_jobs, "cancel": q.cancel_jobs, "remove": q.remove_jobs}[what]
         n = await act(**selection)
-        return back(request, form, f"{n} job{'s' if n != 1 else ''} {BULK[what]}")
+        return self.back(request, form, f"{n} job{'s' if n != 1 else ''} {BULK[what]}")
 
     async def job_action(self, request: Request, form: FormData) -> Response:
         q = self._queue(request)
-        job_id = request.path_params["job_id"]
+        job_id = job_id_of(request)
         what = str(form.get("action", ""))
         try:
             if what == "retry":
-                ok = await q.retry_job(job_id)
-                done = "waiting again" if ok else "not retried: only ended jobs can be"
+                if await q.retry_job(job_id):
+                    done = f"job {job_id} is waiting again"
+                else:
+                    done = (f"job {job_id} is {await self._state_of(q, job_id)}: only failed, "
+                            "expired or cancelled jobs can be retried")  # fmt: skip
             elif what == "cancel":
-                done = f"cancel: {(await q.cancel(job_id)).value}"
+                if await q.cancel(job_id) is CancelResult.CANCELLED:
+                    done = f"job {job_id} cancelled"
+                else:
+                    done = (f"job {job_id} is {await self._state_of(q, job_id)}: it had "
+                            "already ended, so there was nothing to cancel")  # fmt: skip
             elif what == "remove":
                 await q.remove_job(job_id)
                 return RedirectResponse(
-                    with_message(str(request.url_for("queue", queue=q.name)), "job removed"),
+                    self.with_message(str(request.url_for("queue", queue=q.name)),
+                                      "job removed"),
                     status_code=303,
                 )  # fmt: skip
             else:
                 raise ConfigError(f"unknown action {what!r}; one of {', '.join(BULK)}")
         except JobNotFoundError as e:
             done = str(e)
-        return RedirectResponse(with_message(job_url(request, q.name, job_id), done),
+        return RedirectResponse(self.with_message(job_url(request, q.name, job_id), done),
                                 status_code=303)  # fmt: skip
 
     async def dlq_action(self, request: Request, form: FormData) -> Response:
@@ -270,7 +335,7 @@ class Dashboard:
         ids = [str(i) for i in form.getlist("ids")]
         selection: dict[str, Any] = {"state": DLQ} if form.get("every") else {"job_ids": ids}
         if not form.get("every") and not ids:
-            return back(request, form, "nothing selected: tick jobs first")
+            return self.back(request, form, "nothing selected: tick jobs first")
         if what == "replay":
             n = await q.retry_jobs(**selection)
             done = f"{n} job{'s' if n != 1 else ''} of {q.name} replayed"
@@ -281,7 +346,7 @@ class Dashboard:
             done = f"{n} job{'s' if n != 1 else ''} of {q.name} purged"
         else:
             raise ConfigError(f"unknown action {what!r}; one of replay, purge")
-        return back(request, form, done)
+        return self.back(request, form, done)
 
     async def schedule_action(self, request: Request, form: FormData) -> Response:
         """Pause, resume, run now or remove one schedule."""
@@ -299,7 +364,7 @@ class Dashboard:
                 raise ConfigError(f"unknown action {what!r}; one of {', '.join(SCHEDULE_ACTIONS)}")
         except ScheduleNotFoundError as e:
             done = str(e)
-        return back(request, form, done)
+        return self.back(request, form, done)
 
     # -- signing in -------------------------------------------------------------------------
 
@@ -313,15 +378,26 @@ class Dashboard:
             )
         form = await request.form()
         cookie = request.cookies.get(security.CSRF_COOKIE)
-        field = form.get(security.CSRF_FIELD)
+        sent = form.get(security.CSRF_FIELD)
         secret = form.get("secret")
-        if not security.csrf_matches(cookie, field if isinstance(field, str) else None):
+        if not security.csrf_matches(cookie, sent if isinstance(sent, str) else None):
             return PlainTextResponse("reload the sign-in page and try again", status_code=403)
+        client = client_of(request)
+        wait = self.throttle.wait(client)
+        if wait > 0:
+            seconds = Throttled(wait).seconds
+            response = self.render(request, "login.html", failed=False, wait=seconds,
+                                   next=str(form.get("next", "")))  # fmt: skip
+            response.status_code = 429
+            response.headers["Retry-After"] = str(seconds)
+            return response
         if not isinstance(secret, str) or not self.access.accepts_secret(secret):
+            self.throttle.failed(client)
             response = self.render(request, "login.html", failed=True,
                                    next=str(form.get("next", "")))  # fmt: skip
             response.status_code = 401
             return response
+        self.throttle.succeeded(client)
         target = str(form.get("next") or "")
         if not target.startswith("/") or target.startswith("//"):  # never off this site
             target = str(request.url_for("overview"))
@@ -332,14 +408,29 @@ class Dashboard:
         return response
 
     async def logout(self, request: Request, form: FormData) -> Response:
+        self.access.revoke(request.cookies.get(security.SESSION_COOKIE))
         response = RedirectResponse(str(request.url_for("login")), status_code=303)
         response.delete_cookie(security.SESSION_COOKIE)
         return response
 
     # -- helpers ----------------------------------------------------------------------------
 
+    async def _state_of(self, q: Queue, job_id: str) -> str:
+        job = await q.get_job(job_id)
+        return "gone" if job is None else job.state.value
+
     def _queue(self, request: Request) -> Queue:
         return Queue(validate_queue_name(request.path_params["queue"]), self.backend)
+
+
+def page_number(text: str) -> int:
+    """A listing's ``?page=``: empty is the first; anything but 1 to ``MAX_PAGE`` is refused."""
+    if not text:
+        return 1
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_PAGE))
+    if not digits or not 1 <= int(text) <= MAX_PAGE:
+        raise ConfigError(f"page must be a whole number from 1 to {MAX_PAGE}, not {text!r}")
+    return int(text)
 
 
 def csrf_of(request: Request) -> str:
@@ -360,20 +451,34 @@ def with_csrf(request: Request, response: Response) -> Response:
 
 
 def job_url(request: Request, queue: str, job_id: str) -> str:
-    return str(request.url_for("job", queue=queue, job_id=job_id))
+    """The job's page (and, POSTed to, its actions): the id percent-encoded whole, so ids with
+    '/', '?', '#', '%' or spaces stay one path segment. A browser would resolve a segment '.' or
+    '..' (even percent-encoded) away, so those two ids go in the query instead."""
+    if job_id in (".", ".."):
+        return f"{request.url_for('job', queue=queue, job_id='')}?{urlencode({'id': job_id})}"
+    return str(request.url_for("job", queue=queue, job_id=quote(job_id, safe="")))
 
 
-def with_message(url: str, message: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}{urlencode({'done': message})}"
+@pass_context
+def job_href(context: Context, queue: str, job_id: str) -> str:
+    """``job_url`` for templates: ``{{ job_href(job.queue, job.id) }}``."""
+    return job_url(context["request"], queue, job_id)
 
 
-def back(request: Request, form: FormData, message: str) -> Response:
-    """Back to the page the form was on (a path of this site), with ``message``."""
-    target = str(form.get("back") or "")
-    if not target.startswith("/") or target.startswith("//"):
-        target = str(request.url_for("overview"))
-    target = target.split("done=")[0].rstrip("?&")
-    return RedirectResponse(with_message(target, message), status_code=303)
+def job_id_of(request: Request) -> str:
+    """The job id of a job URL (see ``job_url``): the decoded path, or ``?id=``."""
+    job_id = str(request.path_params["job_id"])
+    if not job_id:
+        job_id = request.query_params.get("id", "")
+    if not job_id:
+        raise ConfigError("no job id in the URL")
+    return job_id
+
+
+def client_of(request: Request) -> str:
+    """Whom the sign-in throttle counts: the client's address (behind a proxy, the address
+    uvicorn's --proxy-headers gives)."""
+    return request.client.host if request.client else "unknown"
 
 
 def job_view(job: Job) -> dict[str, Any]:
@@ -384,6 +489,7 @@ def job_view(job: Job) -> dict[str, Any]:
     times = [("created", job.created_at), ("run at", job.run_at), ("claimed", job.claimed_at),
              ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)]  # fmt: skip
     return {"arguments": args, "result": decoded(job.result), "progress": decoded(job.progress),
+            "actions": actions_for(job.state),
             "error_line": error_line(job.error),
             "times": [(label, when(at)) for label, at in times if at]}  # fmt: skip
 
@@ -396,6 +502,9 @@ def create_app(
     metrics: bool = True,
     live_interval: float = 0.5,
     page_size: int = PAGE_SIZE,
+    allowed_hosts: Iterable[str] | None = None,
+    session_key_file: str | Path | None = None,
+    throttle: Throttle | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app over ``backend`` (connected, and closed, by the caller):
     serve it with uvicorn, or mount it (``Mount("/relaymq", create_app(backend))``).
@@ -403,14 +512,23 @@ def create_app(
     With ``token`` or ``password``, nothing is readable or writable without signing in (or,
     for the token, ``Authorization: Bearer``); without either it is open to anyone who
     reaches it, so serve it on a loopback address (``relaymq dashboard`` refuses otherwise).
-    ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client)."""
+    ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client).
+    ``allowed_hosts``: the ``Host`` names (any port) it answers to, anything else a 400
+    (``guard.allowed_hosts_for(bind)`` gives a bind address's; ``relaymq dashboard`` always
+    sets them); None: every Host, for an app that checks it in front.
+    ``session_key_file``: keep the session key there, so processes and restarts sharing the
+    file share sessions (``relaymq dashboard --rotate-sessions`` replaces it); without it, a
+    random key per app, so a restart ends every session. ``throttle``: how failed sign-ins
+    and bad Bearer tokens slow a client down (default ``Throttle()``)."""
     env = Environment(loader=PackageLoader("relaymq.dashboard", "templates"),
                       autoescape=select_autoescape(default=True))  # fmt: skip
     env.filters["when"] = when
     env.filters["summary"] = error_line
     env.filters["pretty"] = pretty
-    d = Dashboard(backend, Access(token, password), Hub(backend, live_interval),
-                  Jinja2Templates(env=env), page_size)  # fmt: skip
+    env.globals["job_href"] = job_href
+    access = Access(token, password, SessionKey(session_key_file))
+    d = Dashboard(backend, access, Hub(backend, live_interval), Jinja2Templates(env=env),
+                  page_size, throttle or Throttle())  # fmt: skip
     routes = [
         Route("/", d.page(d.overview), name="overview"),
         Route("/queues/{queue}", d.page(d.queue), name="queue"),
@@ -418,9 +536,8 @@ def create_app(
               name="queue_action"),
         Route("/queues/{queue}/jobs", d.action(d.jobs_action), methods=["POST"],
               name="jobs_action"),
-        Route("/queues/{queue}/jobs/{job_id}", d.page(d.job), name="job"),
-        Route("/queues/{queue}/jobs/{job_id}/actions", d.action(d.job_action),
-              methods=["POST"], name="job_action"),
+        Route("/queues/{queue}/jobs/{job_id:path}", by_method(d.page(d.job),
+              d.action(d.job_action)), methods=["GET", "POST"], name="job"),
         Route("/dlq", d.page(d.dlq), name="dlq"),
         Route("/dlq/actions", d.action(d.dlq_action), methods=["POST"], name="dlq_action"),
         Route("/workers", d.page(d.workers), name="workers"),
@@ -442,10 +559,22 @@ def create_app(
         finally:
             await d.hub.close()
 
+    allowed = None if allowed_hosts is None else frozenset(host_name(h) for h in allowed_hosts)
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={BackendError: backend_error})  # fmt: skip
+                    middleware=[Middleware(Guard, allowed=allowed)],
+                    exception_handlers={BackendError: backend_error,
+                                        Throttled: too_many})  # fmt: skip
     app.state.dashboard = d
     return app
+
+
+def by_method(get: Endpoint, post: Endpoint) -> Endpoint:
+    """One URL, two endpoints: a job's page (GET) and its actions (POST)."""
+
+    async def endpoint(request: Request) -> Response:
+        return await (post if request.method == "POST" else get)(request)
+
+    return endpoint
 
 
 class MetricsApp:
@@ -467,6 +596,13 @@ class MetricsApp:
             await PlainTextResponse("sign in first", status_code=401)(scope, receive, send)
             return
         await self.inner(scope, receive, send)
+
+
+async def too_many(request: Request, exc: Exception) -> Response:
+    wait = exc.seconds if isinstance(exc, Throttled) else 60
+    return PlainTextResponse(f"Too many failed sign-ins from this address: try again in "
+                             f"{wait}s.", status_code=429,
+                             headers={"Retry-After": str(wait)})  # fmt: skip
 
 
 async def backend_error(request: Request, exc: Exception) -> Response:

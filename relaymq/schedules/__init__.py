@@ -13,11 +13,10 @@ run time are stored at once. Both then live in the backend, the same for every p
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from relaymq.errors import ConfigError
+from relaymq.errors import ArgumentValidationError, ConfigError
 from relaymq.schedules.admin import Schedules, ScheduleState
 from relaymq.schedules.scheduler import Scheduler
 from relaymq.schedules.spec import Schedule
@@ -44,23 +43,21 @@ def define(
     grace: float = 60.0,
     anchor: float = 0.0,
 ) -> Schedule:
-    """A schedule of ``task`` (a ``Task`` or its name, imported as a worker would), checked
+    """A schedule of ``task`` (a ``Task`` or its name, imported from its module), checked
     through: an unknown task, arguments that do not fit its signature, an invalid cron
     expression or an unknown time zone raise here, and nothing is stored. The job's options
     (queue, priority, retries, ttl, timeout) are the task's; ``queue`` overrides its queue.
     ``id`` defaults to the task's name."""
-    from relaymq.task import resolve  # it imports this package for @task(cron=...)
+    from relaymq.task import Task, import_task  # it imports this package for @task(cron=...)
 
-    t = resolve(task) if isinstance(task, str) else task
+    t = import_task(task) if isinstance(task, str) else task
+    if not isinstance(t, Task):
+        raise ConfigError(f"a schedule's task is a Task or its name, got {type(t).__name__}")
     kwargs = dict(kwargs or {})
     try:
-        params = inspect.signature(t.fn)
-        if t.takes_context:
-            params.bind(None, *args, **kwargs)
-        else:
-            params.bind(*args, **kwargs)
-    except TypeError as e:
-        raise ConfigError(f"schedule of {t.name}: the arguments do not fit it: {e}") from e
+        t.check_arguments(tuple(args), kwargs)
+    except ArgumentValidationError as e:  # a definition error, as a bad cron is (CLI: exit 2)
+        raise ConfigError(f"schedule {id or t.name!r}: {e}") from e
     if t.models is not None:  # pydantic arguments are validated now and stored as JSON
         args, kwargs = t.models.dump_args(tuple(args), kwargs)
     o = t.options

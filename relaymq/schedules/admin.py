@@ -11,7 +11,7 @@ from relaymq.backends.base import Backend, Clock, StoredSchedule
 from relaymq.errors import CorruptRecordError, ScheduleNotFoundError
 from relaymq.instrumented import Instrumented
 from relaymq.queue import JobHandle
-from relaymq.schedules.spec import Schedule
+from relaymq.schedules.spec import Schedule, check_schedule_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,7 @@ class Schedules:
         return [_state(s) for s in await self.backend.list_schedules()]
 
     async def get(self, schedule_id: str) -> ScheduleState:
+        check_schedule_id(schedule_id)
         for s in await self.backend.list_schedules():
             if s.id == schedule_id:
                 return _state(s)
@@ -54,12 +55,12 @@ class Schedules:
 
     async def remove(self, schedule_id: str) -> None:
         """Delete it; jobs it already enqueued stay."""
-        if not await self.backend.remove_schedule(schedule_id):
+        if not await self.backend.remove_schedule(check_schedule_id(schedule_id)):
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     async def pause(self, schedule_id: str) -> None:
         """Stop firing it until ``resume``; ticks that fall meanwhile never fire."""
-        if not await self.backend.pause_schedule(schedule_id, True):
+        if not await self.backend.pause_schedule(check_schedule_id(schedule_id), True):
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     async def resume(self, schedule_id: str) -> None:

@@ -27,12 +27,13 @@ from croniter import croniter  # type: ignore[import-untyped]
 from relaymq.backends.base import StoredSchedule
 from relaymq.errors import ConfigError, CorruptRecordError, SerializationError
 from relaymq.job import NewJob
-from relaymq.options import MAX_PRIORITY, validate_queue_name
+from relaymq.options import MAX_PRIORITY, check_text, validate_queue_name
 from relaymq.serializers import DEFAULT_SERIALIZER
 
 MISSED_POLICIES = ("skip", "once", "all")
 """What happens to ticks missed while no scheduler ran (``Schedule.missed``)."""
-SCHEDULE_ID = re.compile(r"^[A-Za-z0-9_.:@/-]{1,200}$")
+SCHEDULE_ID = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+"""A whole schedule id (applied with ``fullmatch``: ``$`` would also pass a final newline)."""
 MAX_FIRE = 1000
 """Most ticks one schedule fires in one pass (the latest ones)."""
 WALK_LIMIT = 100_000
@@ -79,9 +80,8 @@ class Schedule:
     def validate(self) -> None:
         """Raise ``ConfigError`` (or ``SerializationError`` for arguments JSON cannot carry)
         naming the first thing wrong; a schedule that passes can be stored and fired."""
-        if not SCHEDULE_ID.match(self.id):
-            raise ConfigError(f"invalid schedule id {self.id!r}: use 1-200 letters, digits "
-                              "and _ . : @ / -")  # fmt: skip
+        check_schedule_id(self.id)
+        check_text(self.task, "task name", max_length=None)
         validate_queue_name(self.queue)
         if (self.cron is None) == (self.every is None):
             raise ConfigError(f"schedule {self.id!r} needs exactly one of cron= and every=")
@@ -198,6 +198,16 @@ def stamp(tick_ms: int) -> str:
     moment = datetime.fromtimestamp(tick_ms / 1000, UTC)
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     return f"{text}.{tick_ms % 1000:03d}Z" if tick_ms % 1000 else f"{text}Z"
+
+
+def check_schedule_id(schedule_id: str) -> str:
+    """``schedule_id`` when it is a valid schedule id; else ``ConfigError`` saying why."""
+    if not isinstance(schedule_id, str):
+        raise ConfigError(f"schedule id must be a str, got {type(schedule_id).__name__}")
+    if not SCHEDULE_ID.fullmatch(schedule_id):
+        raise ConfigError(f"invalid schedule id {schedule_id!r}: use 1-200 letters, digits "
+                          "and _ . : @ / -")  # fmt: skip
+    return schedule_id
 
 
 def _zone(name: str, schedule_id: str) -> ZoneInfo:

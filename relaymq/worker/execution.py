@@ -23,6 +23,7 @@ from relaymq.instrumented import HOOKS, around, tell
 from relaymq.job import DependencyPolicy, Job, JobState, error_line
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
+from relaymq.settings import Settings
 from relaymq.task import JobContext, Task, resolve
 from relaymq.worker import logcontext
 from relaymq.worker.running import RunningJob, StopReason
@@ -38,6 +39,8 @@ START_CHECK_AFTER = 0.05
 (claim held, job not cancelled), in one round trip shared with the other jobs starting then.
 One that starts sooner relies on the claim itself, which skipped cancelled jobs atomically."""
 
+DEFAULT_MAX_RESULT_BYTES = Settings().max_result_bytes
+
 NOT_STARTED: Any = object()
 """What a plain handler's thread returns when the check right before the handler stopped it."""
 
@@ -49,6 +52,14 @@ def failure(job: Job, backoff: Backoff | float, error: str) -> Settle:
             job.claim, Outcome.RETRY, error=error, delay=next_delay(backoff, job.attempts)
         )
     return Settle(job.claim, Outcome.FAIL, error=error)
+
+
+def too_large(size: int, limit: int) -> str:
+    """The error of an attempt whose result is over ``max_result_bytes``."""
+    return (
+        f"result too large: the result is {size} bytes, over max_result_bytes={limit} "
+        "(RELAYMQ_MAX_RESULT_BYTES); store a large result elsewhere and return a reference"
+    )
 
 
 def unknown_task(job: Job, e: TaskNotFoundError) -> str:
@@ -109,8 +120,15 @@ class Execution:
         pool: Executor | None = None,
         sandbox: Sandbox | None = None,
         get_jobs: Callable[[str, list[str]], Awaitable[list[Job | None]]] | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        import_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.serializer = serializer
+        self.max_result_bytes = max_result_bytes
+        """A larger serialized result fails the attempt (``Settings.max_result_bytes``)."""
+        self.import_prefixes = import_prefixes
+        """Modules a job's task name may make this worker import (``Settings``); none by
+        default: only the tasks registered in this process run."""
         self.get_jobs = get_jobs
         """Reads the dependencies of a job whose handler takes a ``JobContext``."""
         self.still_held = still_held
@@ -162,7 +180,7 @@ class Execution:
         if r.stop_reason is not None:
             return after_stop(r)
         try:
-            t = resolve(job.task)
+            t = resolve(job.task, self.import_prefixes)
         except TaskNotFoundError as e:  # the job's own backoff is its task's: use the default
             return failure(job, DEFAULT_BACKOFF, unknown_task(job, e))
         try:
@@ -232,6 +250,8 @@ class Execution:
             result = self.serializer.dumps(value if models is None else models.dump_result(value))
         except SerializationError as e:
             return Settle(claim, Outcome.FAIL, error=f"the result cannot be serialized: {e}")
+        if len(result) > self.max_result_bytes:  # the backend might refuse it, or serve it whole
+            return failure(job, backoff, too_large(len(result), self.max_result_bytes))
         return Settle(claim, Outcome.COMPLETE, result=result)
 
     def _check_due(self, r: RunningJob) -> bool:
@@ -266,7 +286,8 @@ class Execution:
             if (t.takes_context)
             else None
         )
-        call = self.sandbox.run(job.task, args, kwargs, context, lambda v: self.report(r, v))
+        call = self.sandbox.run(job.task, t.fn.__module__, args, kwargs, context,
+                                lambda v: self.report(r, v))  # fmt: skip
         if job.timeout is None:
             return await call
         async with asyncio.timeout(job.timeout):

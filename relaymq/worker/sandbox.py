@@ -9,9 +9,10 @@ error naming the exit code or signal.
 Children are new interpreters (``python -c``, not a fork: the worker has threads and an event
 loop, which a fork would copy half-way; not ``multiprocessing``'s spawn either, which imports the
 worker's main script again, guard or not), one per slot at most, started on first need and kept
-for the next sandboxed job; a child that was killed or crashed is replaced. A child finds its
-task by name, as a worker does (so the task must live in an importable module), and dies with
-the worker (``PR_SET_PDEATHSIG`` on Linux; elsewhere it ends when its pipe closes).
+for the next sandboxed job; a child that was killed or crashed is replaced. A child imports
+the module the worker's task came from (so the task must live in an importable module) and
+finds the task there by name, and dies with the worker (``PR_SET_PDEATHSIG`` on Linux;
+elsewhere it ends when its pipe closes).
 
 Arguments, results and progress values cross the pipe pickled; the job's own serializer still
 decodes the arguments and encodes the result in the worker. ``JobContext.progress`` works in a
@@ -55,7 +56,7 @@ def child(fd: int) -> None:
     _die_with_parent()
     conn = Connection(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle
-    from relaymq.task import JobContext, resolve
+    from relaymq.task import JobContext, import_task
     from relaymq.worker.execution import describe
 
     loop = asyncio.new_event_loop()
@@ -63,11 +64,11 @@ def child(fd: int) -> None:
 
     while True:
         try:
-            name, args, kwargs, context = conn.recv()
+            name, module, args, kwargs, context = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            t = resolve(name)
+            t = import_task(name, module)  # the worker's own task: it had it registered
             if context is not None:
                 job_id, queue, task_name, attempt, results, failed = context
                 ctx = JobContext(job_id, queue, task_name, attempt,
@@ -159,12 +160,13 @@ class Sandbox:
     async def run(
         self,
         task: str,
+        module: str,
         args: list[Any],
         kwargs: dict[str, Any],
         context: tuple[str, str, str, int, dict[str, Any], dict[str, str]] | None,
         progress: Callable[[Any], None],
     ) -> Any:
-        """Run one attempt of ``task`` in a child and return its value. Raises
+        """Run one attempt of ``task`` (defined in ``module``) in a child; its value. Raises
         ``SandboxFailed`` when the handler raised or its process died; a cancel (or a timeout
         around this call) kills the child."""
         # Started on the loop's thread: the child dies with the thread that made it (Linux)
@@ -172,7 +174,7 @@ class Sandbox:
         self._busy.add(child)
         reusable = False
         try:
-            child.conn.send((task, args, kwargs, context))
+            child.conn.send((task, module, args, kwargs, context))
             while True:
                 kind, value = await child.receive()
                 if kind == "progress":

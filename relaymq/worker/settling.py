@@ -3,7 +3,12 @@
 On a backend that can (``capabilities.settle_claims``), the same call may claim jobs for the
 worker's free slots: ``ask`` says what to claim, if anything (and reserves the slots), ``took``
 gets the answer. The worker asks for that only while its queues run dry, and its claim loop
-then leaves the claiming to the settle on its way (``will_claim``)."""
+then leaves the claiming to the settle on its way (``will_claim``).
+
+An outcome that puts its job back in line (a release, a retry without delay) must be written
+before the worker's next claim, where that job competes at its priority (RELIABILITY.md I10):
+``lined_up`` is clear until it is, unless settling fails (the worker's claims then go on: one
+outcome that cannot be written must not stop the others' jobs)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from relaymq.backends.base import Beat, Settle, SettledClaimed
+from relaymq.backends.base import Beat, Outcome, Settle, SettledClaimed
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
 from relaymq.worker.running import Claims, RunningJob
@@ -52,6 +57,11 @@ class Settler:
         """Held while a settle is in flight: shutdown never cancels the loop inside one."""
         self._outbox: list[tuple[RunningJob, Settle]] = []
         self._wanted = asyncio.Event()
+        self._requeues = 0
+        self.lined_up = asyncio.Event()
+        """Clear while an outcome that puts its job back in line waits or is in flight (and
+        the last settle did not fail)."""
+        self.lined_up.set()
 
     def __len__(self) -> int:
         return len(self._outbox)
@@ -64,7 +74,16 @@ class Settler:
     def add(self, r: RunningJob, settle: Settle) -> None:
         r.settling = True
         self._outbox.append((r, settle))
+        if back_in_line(settle):
+            self._requeues += 1
+            self._line_up()
         self._wanted.set()
+
+    def _line_up(self) -> None:
+        if self._requeues and not self._failing:
+            self.lined_up.clear()
+        else:
+            self.lined_up.set()
 
     async def _store_progress(self, batch: list[tuple[RunningJob, Settle]]) -> None:
         """Progress reported since the last heartbeat is stored before the outcome (a short
@@ -111,9 +130,12 @@ class Settler:
             except BaseException:
                 self._outbox[:0] = batch  # keep them for the next try
                 self._failing = True
+                self._line_up()
                 self._answer(ask, None)
                 raise
             self._failing = False
+            self._requeues -= sum(back_in_line(s) for _, s in batch)
+            self._line_up()
             for (r, s), ok in zip(batch, applied, strict=True):
                 self.claims.drop(r)
                 self.record(r, s, ok)
@@ -124,3 +146,10 @@ class Settler:
         if ask is not None and self.took is not None:
             self.took(answer, ask[2])
         self.flushed.set()
+
+
+def back_in_line(settle: Settle) -> bool:
+    """The outcome returns its job to waiting at once: a release, a retry without delay."""
+    return settle.outcome is Outcome.RELEASE or (
+        settle.outcome is Outcome.RETRY and settle.delay <= 0
+    )

@@ -9,7 +9,8 @@ The pieces, each in its own module:
 - ``settling``: every finished job's outcome in one batched, fenced call. On a backend that
   can (``capabilities.settle_claims``), while the queues run dry (the last claim came back
   short), that call also claims jobs for the free slots in the same round trip, and the claim
-  loop waits for it instead of claiming beside it;
+  loop waits for it instead of claiming beside it. A settle that puts a job back in line is
+  always waited for: that job competes in the next claim;
 - ``heartbeats``: one batched renewal of every held claim on its own timer, stopping handlers
   whose claim was lost or whose job was cancelled.
 
@@ -141,6 +142,8 @@ class Worker:
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
             pool=self._pool, sandbox=self._sandbox, get_jobs=backend.get_jobs,
+            max_result_bytes=self.settings.max_result_bytes,
+            import_prefixes=self.settings.import_prefixes,
         )  # fmt: skip
         self._rotation = 0
         self._watch = (
@@ -366,6 +369,9 @@ class Worker:
                 handed, self._handover = self._handover, None
                 if handed is not None and not handed.jobs:
                     await self._nothing(handed)  # as after an empty claim of its own
+                continue
+            if not settler.lined_up.is_set():  # a job goes back in line: claim after it (I10)
+                await self._until(settler.lined_up.wait())
                 continue
             self._claims.reserve(free)
             try:

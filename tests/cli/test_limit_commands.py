@@ -42,7 +42,7 @@ def test_bad_limits_are_usage_errors_and_store_nothing(url: str, capsys: Capture
     for argv, message in [
         (["--rate", "lots"], "expected N/PERIOD"),
         (["--rate", "5/0"], "per must be a number of seconds > 0"),
-        (["--max-active", "0"], "0 is not in the range x>=1"),
+        (["--max-active", "0"], "0 is not in the range 1<=x<="),
         (["--clear", "--max-active", "3"], "--clear removes the limits: give it alone"),
     ]:
         assert main(["queue", "limits", q, *argv, *b]) == 2

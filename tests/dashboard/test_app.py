@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from relaymq import Queue, Schedules
-from relaymq.backends.base import Backend, Tally
+from relaymq.backends.base import Backend, Outcome, Settle, Tally
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.cli.app import cli
 from relaymq.dashboard import Access, create_app, exposure_problem
@@ -56,7 +57,7 @@ async def test_the_overview_shows_every_queue_with_its_counts_and_history(
     assert f'data-count="{busy.name}:failed">1<' in page
     assert f'data-paused="{idle.name}">paused' in page  # shown
     assert f'data-paused="{busy.name}" hidden>paused' in page  # not paused: hidden
-    assert "7 done, 30.0% failed" in page  # 3 failed attempts of 10 ended
+    assert "7 done, 2 failed (22.2% of ended jobs), 1 attempt retried" in page
 
 
 async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
@@ -349,3 +350,114 @@ async def test_the_schedules_page_lists_and_acts_on_schedules(memory: InMemoryBa
     assert sid in page and "cron 0 2 * * * Europe/Berlin" in page and "[1,2]" in page
     assert await book.list() == []
     assert refused.status_code == 400 and "unknown action" in refused.text
+
+
+AWKWARD_IDS = ["reports/2024", "reports/daily@2026-12-05T02:30:00+00:00", "50%off", "what?now",
+               "a#b", "with space", "ünï/cødé", "a/../b", "..", ".", "/lead", "trail/"]  # fmt: skip
+
+
+async def test_every_id_the_api_accepts_has_a_working_page_and_link(backend: Backend) -> None:
+    """Ids with '/', '%', '?', '#', spaces, dots and unicode: the dead-letter page, the queue
+    page and each job's page answer 200, and each job's link and action form reach that job."""
+    q = Queue(queue_name(), backend)
+    for job_id in AWKWARD_IDS:
+        await q.add(add.with_options(queue=q.name, job_id=job_id).call(1, 2))
+    batch = await backend.claim([q.name], "w-test", len(AWKWARD_IDS))
+    assert len(batch.jobs) == len(AWKWARD_IDS)
+    await backend.settle([Settle(j.claim, Outcome.FAIL, error=ERROR) for j in batch.jobs])
+    async with client(backend) as c:
+        dlq = await c.get("/dlq")
+        listing = await c.get(f"/queues/{q.name}?state=failed")
+        assert (dlq.status_code, listing.status_code) == (200, 200), dlq.text + listing.text
+        links = re.findall(r'<a href="([^"]+)">([^<]*)</a>', listing.text)
+        hrefs = {html.unescape(text): html.unescape(href) for href, text in links}
+        for job_id in AWKWARD_IDS:
+            page = await c.get(hrefs[job_id])
+            assert page.status_code == 200, (job_id, hrefs[job_id], page.text)
+            assert f'data-job="{html.escape(job_id)}"' in page.text, job_id
+            found = await c.get(f"/queues/{q.name}", params={"id": job_id})
+            assert (await c.get(found.headers["location"])).status_code == 200, job_id
+            action = re.search(r'<form method="post" action="([^"]+)"', page.text.split(
+                'id="job-details"')[1])  # fmt: skip
+            assert action, job_id
+            token = c.cookies["relaymq_csrf"]
+            retried = await c.post(html.unescape(action.group(1)),
+                                   data={"csrf": token, "action": "retry"})  # fmt: skip
+            assert retried.status_code == 303, (job_id, retried.text)
+            assert (await c.get(retried.headers["location"])).status_code == 200, job_id
+            job = await q.get_job(job_id)
+            assert job is not None and job.state is JobState.WAITING, job_id
+
+
+@pytest.mark.parametrize("page", ["99999999999999999999999", "0", "-3", "1e3", "abc"])
+async def test_a_page_number_out_of_range_is_a_one_line_400(backend: Backend, page: str) -> None:
+    """On every backend (SQLite overflowed its integer, Redis's Lua refused the number)."""
+    q = Queue(queue_name(), backend)
+    await waiting(q, 1)
+    async with client(backend) as c:
+        r = await c.get(f"/queues/{q.name}", params={"state": "waiting", "page": page})
+        last = await c.get(f"/queues/{q.name}", params={"page": "10000000"})
+    assert r.status_code == 400, r.text
+    assert r.text.count("\n") == 0 and "page must be a whole number from 1 to" in r.text
+    assert repr(page) in r.text
+    assert last.status_code == 200 and "No waiting jobs" in last.text
+
+
+async def test_a_job_page_offers_only_the_actions_that_apply_and_says_why_not(
+    memory: InMemoryBackend,
+) -> None:
+    q = Queue(queue_name(), memory)
+    [dead] = await failed(q, 1)
+    [live] = await waiting(q, 1)
+    done = await q.add(add.with_options(queue=q.name).call(1, 1))
+    batch = await memory.claim([q.name], "w-test", 5)
+    [claimed] = [j for j in batch.jobs if j.id == done.id]
+    await memory.settle([Settle(claimed.claim, Outcome.COMPLETE, result=b"2")])
+    async with client(memory) as c:
+        ids = {"failed": dead.id, "waiting": live, "completed": done.id}
+        pages = {name: (await c.get(f"/queues/{q.name}/jobs/{i}")).text
+                 for name, i in ids.items()}  # fmt: skip
+        token = c.cookies["relaymq_csrf"]
+        refused = await c.post(f"/queues/{q.name}/jobs/{done.id}",
+                               data={"csrf": token, "action": "retry"})  # fmt: skip
+        said = (await c.get(refused.headers["location"])).text
+        failed_tab = (await c.get(f"/queues/{q.name}?state=failed")).text
+        waiting_tab = (await c.get(f"/queues/{q.name}?state=waiting")).text
+    buttons = {name: re.findall(r'<button name="action" value="(\w+)"', page)
+               for name, page in pages.items()}  # fmt: skip
+    assert buttons == {"failed": ["retry", "remove"], "waiting": ["cancel", "remove"],
+                       "completed": ["remove"]}  # fmt: skip
+    assert (f"job {done.id} is completed: only failed, expired or cancelled jobs can be "
+            "retried") in html.unescape(said)  # fmt: skip
+    bulk = {tab: re.findall(r'<button name="action" value="(\w+)"', page.split('id="jobs"')[1])
+            for tab, page in (("failed", failed_tab), ("waiting", waiting_tab))}  # fmt: skip
+    assert bulk == {"failed": ["retry", "remove"], "waiting": ["cancel", "remove"]}
+
+
+async def test_the_overview_rates_failed_jobs_over_ended_jobs(memory: InMemoryBackend) -> None:
+    """23 of 290 ended jobs failed for good, after 44 retried attempts: 7.9% of jobs failed
+    (not 21.2%, which counted the retried attempts as failures)."""
+    q = Queue(queue_name(), memory)
+    await waiting(q, 1)
+    minute = int(time.time() // 60)
+    await memory.add_tallies([Tally(q.name, minute, completed=267, retried=44, failed=23)])
+    async with client(memory) as c:
+        page = (await c.get("/")).text
+    assert "267 done, 23 failed (7.9% of ended jobs), 44 attempts retried" in page
+    assert "21.2" not in page
+
+
+async def test_task_search_matches_a_part_of_the_task_name(backend: Backend) -> None:
+    q = Queue(queue_name(), backend)
+    ids = await waiting(q, 3)
+    async with client(backend) as c:
+        part = (await c.get(f"/queues/{q.name}", params={"task": "add"})).text
+        whole = (await c.get(f"/queues/{q.name}", params={"task": "tests.tasks:add"})).text
+        none = (await c.get(f"/queues/{q.name}", params={"task": "charge"})).text
+        token = c.cookies["relaymq_csrf"]
+        cancelled = await c.post(f"/queues/{q.name}/jobs", data={
+            "csrf": token, "action": "cancel", "every": "1", "state": "waiting", "task": "ks:ad",
+            "back": f"/queues/{q.name}"})  # fmt: skip
+    assert all(i in part and i in whole for i in ids)
+    assert not any(i in none for i in ids) and "No waiting jobs" in none
+    assert "3+jobs+cancelled" in cancelled.headers["location"]

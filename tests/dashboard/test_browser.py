@@ -110,7 +110,11 @@ async def page() -> AsyncIterator[object]:
             context = await browser.new_context(viewport={"width": 1280, "height": 800})
             tab = await context.new_page()
             tab.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+            refused: list[str] = []  # what the Content-Security-Policy blocked, if anything
+            tab.on("console", lambda m: refused.append(m.text)
+                   if "Content Security Policy" in m.text else None)  # fmt: skip
             yield tab
+            assert refused == [], "the page broke its own Content-Security-Policy"
         finally:
             await browser.close()
 
@@ -244,3 +248,46 @@ async def test_a_schedule_is_paused_and_run_from_the_schedules_page(
     await p.get_by_role("button", name="run now").click()  # type: ignore[attr-defined]
     await expect(p.get_by_role("status")).to_contain_text("enqueued job nightly-report@now-")  # type: ignore[attr-defined]
     assert (await Queue(q, served.backend).counts())[JobState.WAITING] == 1
+
+
+async def test_live_counts_keep_apart_queues_whose_names_share_a_colon_prefix(
+    served: Served, page: object
+) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("mail"), served.backend)
+    sub = Queue(q.name + ":bulk", served.backend)  # ':' is allowed in a queue name
+    await waiting(q, 1)
+    await waiting(sub, 2)
+    p: object = page
+    await p.goto(served.url + "/")  # type: ignore[attr-defined]
+    mine = p.locator(f'[data-count="{q.name}:waiting"]')  # type: ignore[attr-defined]
+    other = p.locator(f'[data-count="{sub.name}:waiting"]')  # type: ignore[attr-defined]
+    await expect(other).to_have_text("2")
+    await live(p)
+    await waiting(q, 2)  # counts of q pushed live: they are q's alone
+    await expect(mine).to_have_text("3", timeout=WITHIN)
+    await expect(other).to_have_text("2")
+
+
+async def test_a_job_whose_id_has_a_slash_is_reached_by_its_link_and_follows_live(
+    served: Served, page: object
+) -> None:
+    from playwright.async_api import expect
+
+    q = Queue(queue_name("reports"), served.backend)
+    job_id = "reports/daily@2026-12-05 #1?"
+    await q.add(with_context.with_options(queue=q.name, job_id=job_id).call("daily"))
+    p: object = page
+    await p.goto(f"{served.url}/queues/{q.name}")  # type: ignore[attr-defined]
+    await p.get_by_role("link", name=job_id).click()  # type: ignore[attr-defined]
+    await expect(p.get_by_role("heading", name=job_id)).to_be_visible()  # type: ignore[attr-defined]
+    await live(p)
+    worker = Worker(served.backend, [q.name])
+    running = asyncio.create_task(worker.run())
+    try:
+        await expect(p.locator("#job-state")).to_have_text("completed", timeout=WITHIN)  # type: ignore[attr-defined]
+        await expect(p.locator('#job-events li[data-event="job:completed"]')).to_have_count(1)  # type: ignore[attr-defined]
+    finally:
+        worker.stop()
+        await running

@@ -69,6 +69,19 @@ async def test_connect_without_migrations_says_what_to_do(schema: str) -> None:
         await backend.connect()
 
 
+async def test_a_command_on_an_unmigrated_schema_is_a_configuration_error(
+    schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from relaymq.cli import main
+
+    # exit code 2, as README.md promises for configuration errors (not 1)
+    assert await asyncio.to_thread(main, ["queue", "list", "--backend", url(schema)]) == 2
+    err = capsys.readouterr().err
+    assert "relaymq migrate" in err and len(err.strip().splitlines()) == 1
+
+
 def test_migrations_never_drop_or_rewrite_user_data() -> None:
     forbidden = re.compile(
         r"\b(DROP\s+(TABLE|COLUMN|SCHEMA)|TRUNCATE|DELETE\s+FROM|ALTER\s+COLUMN\s+\w+\s+TYPE)\b",

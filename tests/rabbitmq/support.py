@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 from relaymq.backends import from_url
 from relaymq.backends.base import Backend, Clock
 from relaymq.backends.rabbitmq import RabbitMQBackend
-from tests.support.cases import BackendCase
+from tests.support.cases import BackendCase, Damage
 
 AMQP_URL = os.environ.get("RELAYMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 SAFETY_EXPIRES_MS = 15 * 60 * 1000
@@ -86,9 +86,9 @@ def case(name: str, store: BackendCase, store_url: Callable[[Path], str]) -> Bac
     def unavailable() -> str | None:
         return broker_unavailable() or store.unavailable()
 
-    async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
+    async def corrupt(backend: Backend, queue: str, job_id: str, damage: Damage = "field") -> None:
         assert isinstance(backend, RabbitMQBackend) and store.corrupt is not None
-        await store.corrupt(backend.store, queue, job_id)
+        await store.corrupt(backend.store, queue, job_id, damage)
 
     return BackendCase(
         name=name,

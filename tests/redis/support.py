@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from relaymq.backends.base import Backend, Clock
 from relaymq.backends.redis import RedisBackend
+from tests.support.cases import BOGUS_STATE, Damage
 
 
 def test_prefix(tmp: Path) -> str:
@@ -73,13 +74,16 @@ async def make(url: str, clock: Clock | None, tmp: Path) -> Backend:
     return b
 
 
-async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
-    """Damage a stored job: its token and creation time no longer parse."""
+async def corrupt(backend: Backend, queue: str, job_id: str, damage: Damage = "field") -> None:
+    """Damage a stored job: its token and creation time no longer parse (``field``), or its
+    state is one relaymq does not know (``state``)."""
     assert isinstance(backend, RedisBackend)
-    await backend._run(
-        [("HSET", backend._keys.job(queue, job_id), "token", "garbage", "created_at", "bad")],
-        "corrupt",
+    key = backend._keys.job(queue, job_id)
+    assert await backend._run([("EXISTS", key)], "exists") == [1], f"no job {job_id!r}"
+    fields = (
+        ["token", "garbage", "created_at", "bad"] if damage == "field" else ["state", BOGUS_STATE]
     )
+    await backend._run([("HSET", key, *fields)], "corrupt")
 
 
 async def delete_prefix(url: str, prefix: str) -> None:

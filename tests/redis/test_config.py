@@ -118,6 +118,19 @@ def test_lua_and_python_agree_on_the_job_fields() -> None:
     assert re.findall(r"'(\w+)'", block) == JOB_FIELDS
 
 
+def test_lua_and_python_agree_on_the_job_states() -> None:
+    """lib.lua's STATES mirrors relaymq.backends.corrupt.STATES: a state missing there would
+    quarantine live jobs, one too many would leave damage in line."""
+    import re
+    from importlib.resources import files
+
+    from relaymq.backends.corrupt import STATES
+
+    lib = (files("relaymq.backends.redis") / "scripts" / "lib.lua").read_text()
+    block = lib[lib.index("local STATES = {") : lib.index("}", lib.index("local STATES = {"))]
+    assert set(re.findall(r"(\w+) = true", block)) == STATES
+
+
 def test_every_script_is_loaded_and_opens_with_its_header() -> None:
     from importlib.resources import files
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from relaymq.backends.base import Outcome, Settle
-from relaymq.backends.redis.records import CLAIMED_ORDER
+from relaymq.backends.redis.records import CLAIMED_ORDER, parse_claimed
+from relaymq.errors import CorruptRecordError
 from relaymq.job import Job, JobState, NewJob
 from tests.redis import support
 from tests.support.case_redis import URL
@@ -52,3 +53,25 @@ async def test_claimed_job_equals_the_stored_record(tmp_path: Path) -> None:
         assert done is not None and done.worker_id is None and done.result == b"r"
     finally:
         await b.close()
+
+
+async def test_a_record_without_its_task_says_so_in_words(tmp_path: Path) -> None:
+    reason = support.unavailable(URL)
+    if reason:
+        pytest.skip(reason)
+    b = await support.make(URL, None, tmp_path)
+    try:
+        await b.enqueue([NewJob("records", "no-task", "t:plain", b"p")])
+        await b._run([("HDEL", b._keys.job("records", "no-task"), "task")], "damage")
+        with pytest.raises(CorruptRecordError) as caught:
+            await b.get_job("records", "no-task")
+        assert "job record has no 'task' field" in str(caught.value)
+        assert "AssertionError" not in str(caught.value)
+    finally:
+        await b.close()
+
+
+def test_a_claimed_record_without_its_task_says_so_in_words() -> None:
+    pairs = [b"payload", b"p", b"priority", b"0", b"seq", b"1", b"created_at", b"1.0"]
+    with pytest.raises(CorruptRecordError, match="job record has no 'task' field"):
+        parse_claimed("records", "no-task", pairs, 1, 2.0, "w")

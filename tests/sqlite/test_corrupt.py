@@ -68,7 +68,9 @@ async def test_recovery_goes_on_past_a_corrupt_active_job(
     assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["x", "y"]
 
 
-async def test_a_row_with_an_unknown_state_is_passed_over(backend: SQLiteBackend, q: str) -> None:
+async def test_a_row_with_an_unknown_state_is_passed_over_then_quarantined(
+    backend: SQLiteBackend, q: str
+) -> None:
     await backend.enqueue([new_job(q, "a"), new_job(q, "odd"), new_job(q, "c")])
     with sqlite3.connect(backend.path) as conn:
         conn.execute("UPDATE jobs SET state = 'w@iting' WHERE queue = ? AND id = 'odd'", (q,))
@@ -76,8 +78,10 @@ async def test_a_row_with_an_unknown_state_is_passed_over(backend: SQLiteBackend
     assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["a", "c"]
     with pytest.raises(CorruptRecordError, match="w@iting"):
         await backend.get_job(q, "odd")
-    counts = await backend.counts(q)  # the counts trigger followed the damage
-    assert (counts[JobState.WAITING], counts[JobState.ACTIVE]) == (0, 2)
+    counts = await backend.counts(q)  # the counts trigger followed the damage, and told it
+    assert (counts[JobState.WAITING], counts[JobState.ACTIVE], counts[JobState.FAILED]) == (0, 2, 1)
+    [failed] = await backend.list_jobs(q, JobState.FAILED)
+    assert failed.id == "odd" and "state is 'w@iting', not a job state" in (failed.error or "")
 
 
 @pytest.mark.parametrize(

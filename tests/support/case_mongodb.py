@@ -20,7 +20,7 @@ from pymongo import AsyncMongoClient
 
 from relaymq.backends.base import Backend, Clock
 from relaymq.backends.mongodb import MongoDBBackend
-from tests.support.cases import BackendCase
+from tests.support.cases import BOGUS_STATE, BackendCase, Damage
 
 SERVER = os.environ.get("RELAYMQ_MONGODB_URL", "mongodb://127.0.0.1:27017").rstrip("/")
 
@@ -73,15 +73,21 @@ def unavailable() -> str | None:
     return None
 
 
-async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
-    """Give the job's payload and creation time the wrong BSON types."""
+async def corrupt(backend: Backend, queue: str, job_id: str, damage: Damage = "field") -> None:
+    """Give the job's payload and creation time the wrong BSON types (``field``), or a state
+    relaymq does not know (``state``)."""
     assert isinstance(backend, MongoDBBackend)
     client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(SERVER)
+    change: dict[str, object] = (
+        {"payload": "not binary", "created_at": Binary(b"not a date")}
+        if damage == "field"
+        else {"state": BOGUS_STATE}
+    )
     try:
-        await client[backend.database_name]["jobs"].update_one(
-            {"queue": queue, "id": job_id},
-            {"$set": {"payload": "not binary", "created_at": Binary(b"not a date")}},
+        done = await client[backend.database_name]["jobs"].update_one(
+            {"queue": queue, "id": job_id}, {"$set": change}
         )
+        assert done.matched_count == 1, f"no job {job_id!r} in {queue!r} to corrupt"
     finally:
         await client.close()
 

@@ -14,7 +14,7 @@ import asyncpg
 
 from relaymq.backends.base import Backend, Clock
 from relaymq.backends.postgres import PostgresBackend
-from tests.support.cases import BackendCase
+from tests.support.cases import BOGUS_STATE, BackendCase, Damage
 
 SERVER = os.environ.get("RELAYMQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 DATABASE = "relaymq_test"
@@ -85,6 +85,27 @@ async def make(clock: Clock | None, tmp: Path) -> Backend:
     return backend
 
 
+async def corrupt(backend: Backend, queue: str, job_id: str, damage: Damage = "field") -> None:
+    """A dependency policy nobody knows (``field``: a text column without a CHECK), or an
+    unknown state (``state``), written past the state's CHECK constraint, which is dropped
+    in the test's own schema first: what a raw-access tool or a broken migration can do."""
+    assert isinstance(backend, PostgresBackend)
+    con = await asyncpg.connect(f"{SERVER}/{DATABASE}")
+    try:  # the test's own damage, not backend code: SQL outside the .sql files
+        table = f'"{backend.options.schema}".relaymq_jobs'
+        if damage == "state":
+            await con.execute(
+                f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS relaymq_jobs_state_check"
+            )
+        column, value = ("dep_policy", "bogus") if damage == "field" else ("state", BOGUS_STATE)
+        done = await con.execute(
+            f"UPDATE {table} SET {column} = $1 WHERE queue = $2 AND id = $3", value, queue, job_id
+        )
+        assert done == "UPDATE 1", f"no job {job_id!r} in {queue!r} to corrupt"
+    finally:
+        await con.close()
+
+
 def unavailable() -> str | None:
     parts = urlsplit(SERVER)
     try:
@@ -94,4 +115,4 @@ def unavailable() -> str | None:
         return f"no PostgreSQL at {SERVER}: {e}"
 
 
-CASE = BackendCase(name="postgres", make=make, unavailable=unavailable, url=url)
+CASE = BackendCase(name="postgres", make=make, unavailable=unavailable, corrupt=corrupt, url=url)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from relaymq.backends.base import Backend, Clock
 from tests.redis import support
-from tests.support.cases import BackendCase
+from tests.support.cases import BackendCase, Damage
 
 URL = os.environ.get("RELAYMQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -16,8 +16,8 @@ async def make(clock: Clock | None, tmp: Path) -> Backend:
     return await support.make(URL, clock, tmp)
 
 
-async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
-    await support.corrupt(backend, queue, job_id)
+async def corrupt(backend: Backend, queue: str, job_id: str, damage: Damage = "field") -> None:
+    await support.corrupt(backend, queue, job_id, damage)
 
 
 CASE = BackendCase(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from relaymq.backends.base import Backend, Clock
 from relaymq.backends.sqlite import SQLiteBackend
-from tests.support.cases import BackendCase
+from tests.support.cases import BOGUS_STATE, BackendCase, Damage
 
 
 def url(tmp: Path) -> str:
@@ -21,13 +21,14 @@ async def make(clock: Clock | None, tmp: Path) -> Backend:
     return backend
 
 
-async def corrupt(backend: Backend, queue: str, job_id: str) -> None:
-    """Write text into the job's fencing token, behind the backend's back."""
+async def corrupt(backend: Backend, queue: str, job_id: str, damage: Damage = "field") -> None:
+    """Write text into the job's fencing token (``field``) or an unknown state (``state``)."""
     assert isinstance(backend, SQLiteBackend)
+    column, value = ("token", "garbage") if damage == "field" else ("state", BOGUS_STATE)
     with sqlite3.connect(backend.path, timeout=30) as conn:
         # The test's own damage, not backend code: the one SQL string outside the .sql files.
         cur = conn.execute(
-            "UPDATE jobs SET token = 'garbage' WHERE queue = ? AND id = ?", (queue, job_id)
+            f"UPDATE jobs SET {column} = ? WHERE queue = ? AND id = ?", (value, queue, job_id)
         )
         assert cur.rowcount == 1, f"no job {job_id!r} in {queue!r} to corrupt"
     conn.close()

@@ -12,6 +12,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Protocol
 
 from relaymq.backends.base import Backend, Clock
 
@@ -28,6 +29,19 @@ CASE_MODULES = [
 ]
 
 
+Damage = Literal["field", "state"]
+"""How ``BackendCase.corrupt`` damages a job: ``field``, a field of the record no longer parses
+(each backend's own choice of field); ``state``, the state becomes ``bogus``."""
+
+BOGUS_STATE = "bogus"
+
+
+class Corrupt(Protocol):
+    def __call__(
+        self, backend: Backend, queue: str, job_id: str, damage: Damage = "field"
+    ) -> Awaitable[None]: ...
+
+
 @dataclass(frozen=True)
 class BackendCase:
     name: str
@@ -36,8 +50,10 @@ class BackendCase:
     Calling it twice in one test gives two handles on the SAME state (two clients)."""
     unavailable: Callable[[], str | None] = lambda: None
     """None when the server is reachable, else the reason."""
-    corrupt: Callable[[Backend, str, str], Awaitable[None]] | None = None
-    """Damage the stored record of a job in this backend's own storage (bad-input tests)."""
+    corrupt: Corrupt | None = None
+    """Damage the stored record of a job in this backend's own storage, behind the backend's
+    back (bad-input tests; ``Damage`` says how). None: the storage cannot be damaged from
+    outside (process memory)."""
     url: Callable[[Path], str] | None = None
     """The URL other processes use to reach the same state (cross-process tests)."""
 

@@ -7,12 +7,13 @@ from relaymq import ConfigError, Queue
 from relaymq.backends import backend_class, connect
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import UnknownBackendError
-from relaymq.task import REGISTRY, TaskNotFoundError, resolve
+from relaymq.task import REGISTRY, TaskNotFoundError, import_task, resolve
 from tests import tasks
 
 PUBLIC = [
-    "TERMINAL", "Backend", "BackendError", "BackendUnavailableError", "Call", "Capabilities",
-    "Claim", "ConfigError", "DependencyPolicy", "Event", "Flow", "Job", "JobCancelledError",
+    "TERMINAL", "ArgumentValidationError", "Backend", "BackendError", "BackendUnavailableError",
+    "Call", "Capabilities", "Claim", "ConfigError", "DependencyPolicy", "Event", "Flow", "Job",
+    "JobCancelledError",
     "JobContext", "JobExpiredError", "JobFailedError", "JobHandle", "JobNotFoundError",
     "JobState", "Limits", "Queue", "RelayError", "RelayWarning", "ResultTimeoutError",
     "Schedule", "ScheduleNotFoundError", "Schedules", "SerializationError", "Settings", "Task",
@@ -68,7 +69,12 @@ def test_task_names_default_to_import_path_and_resolve() -> None:
     ],
 )
 def test_unknown_tasks_are_named_in_the_error(name: str, match: str) -> None:
+    """``import_task`` (a name written in code) imports the module; ``resolve`` (a stored
+    job's name) never does: for it every unregistered name is just not registered."""
     with pytest.raises(TaskNotFoundError, match=match) as e:
+        import_task(name)
+    assert name in str(e.value)
+    with pytest.raises(TaskNotFoundError, match="not registered") as e:
         resolve(name)
     assert name in str(e.value)
 

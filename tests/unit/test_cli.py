@@ -32,7 +32,7 @@ def test_unknown_backend_scheme_is_a_clear_error(capsys: pytest.CaptureFixture[s
 
 
 def test_worker_with_unimportable_module(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["worker", "no_such_module_xyz", "--backend", "memory://"]) == 1
+    assert main(["worker", "no_such_module_xyz", "--backend", "memory://"]) == 2
     assert "cannot import" in capsys.readouterr().err
 
 

@@ -196,7 +196,16 @@ async def test_a_task_module_that_raises_on_import_fails_the_job_with_the_traceb
 ) -> None:
     (tmp_path / "exec_broken_tasks.py").write_text("raise RuntimeError('broken at import')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    settle = await run(claimed("exec_broken_tasks:anything", max_attempts=5))
+    job = claimed("exec_broken_tasks:anything", max_attempts=5)
+    ex = Execution(
+        DEFAULT_SERIALIZER,
+        lambda r: asyncio.sleep(0, True),
+        lambda r, v: None,
+        60.0,
+        import_prefixes=("exec_broken_tasks",),
+    )  # an opted-in module
+    settle = await ex.run(RunningJob(job, job.claim), NOW)
+    assert settle is not None
     assert settle.outcome is Outcome.FAIL and "broken at import" in settle.error
 
 

@@ -77,9 +77,12 @@ from relaymq.backends.mongodb.indexes import (
 )
 from relaymq.backends.mongodb.records import (
     Document,
+    check_new,
     describe,
     new_document,
     problems,
+    text,
+    texts,
     to_job,
     to_job_lenient,
     to_limits,
@@ -233,6 +236,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        for job in jobs:
+            check_new(job)
         if keyed(jobs) or dependent(jobs):
             keyed_answers = [await self._enqueue_keyed(j) for j in jobs]
             self._wakeup.notify()
@@ -349,6 +354,7 @@ class MongoDBBackend(Backend):
     async def claim(self, queues: Sequence[str], worker_id: str, limit: int) -> ClaimBatch:
         if limit <= 0 or not queues:
             return ClaimBatch([], self._now.local())
+        queues = texts(queues, "queue")
         paused, with_limits = await self._gates(queues)
         open_queues = [q for q in dict.fromkeys(queues) if q not in paused]
         claimed = await self._take([q for q in open_queues if q not in with_limits],
@@ -553,6 +559,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
+        queues = texts(queues, "queue")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         paused: set[str] = set()
@@ -586,9 +593,10 @@ class MongoDBBackend(Backend):
 
     @translated
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
+        text(queue, "queue")
+        result = Recovered(errors=await self._quarantine_strays(queue))
         cursor = self._jobs.find(tx.stalled(queue, threshold, self._now))
         found = await cursor.sort("heartbeat_at", 1).limit(RECOVER_BATCH).to_list()
-        result = Recovered()
         requeue: list[tuple[Any, str, int, int]] = []
         fail: list[tuple[Any, str, int, str]] = []
         for doc in found:
@@ -637,6 +645,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def lock(self, name: str, owner: str, ttl: float) -> bool:
+        text(name, "lock name")
+        text(owner, "lock owner")
         try:
             await self._locks.update_one(
                 tx.lock_filter(name, owner, self._now),
@@ -649,17 +659,21 @@ class MongoDBBackend(Backend):
 
     @translated
     async def unlock(self, name: str, owner: str) -> None:
-        await self._locks.delete_one({"_id": name, "owner": owner})
+        await self._locks.delete_one({"_id": text(name, "lock name"),
+                                      "owner": text(owner, "lock owner")})  # fmt: skip
 
     # -- admin and observation --------------------------------------------------------------
 
     @translated
     async def get_job(self, queue: str, job_id: str) -> Job | None:
-        doc = await self._jobs.find_one({"queue": queue, "id": job_id})
+        doc = await self._jobs.find_one({"queue": text(queue, "queue"),
+                                         "id": text(job_id, "job_id")})  # fmt: skip
         return None if doc is None else to_job(doc)
 
     @translated
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        text(queue, "queue")
+        ids = texts(ids, "job_id")
         if not ids:
             return []
         found: dict[str, Job] = {}
@@ -678,20 +692,45 @@ class MongoDBBackend(Backend):
             JobState.DELAYED: [("ready_at", 1), ("seq", 1)],
             JobState.ACTIVE: [("claimed_at", 1), ("seq", 1)],
         }.get(state, [("finished_at", 1), ("seq", 1)])
-        cursor = self._jobs.find({"queue": queue, "state": str(state)}).sort(order)
+        cursor = self._jobs.find({"queue": text(queue, "queue"), "state": str(state)}).sort(order)
         return [to_job_lenient(doc, state) async for doc in cursor.skip(offset).limit(limit)]
 
     @translated
     async def counts(self, queue: str) -> dict[JobState, int]:
+        text(queue, "queue")
         # One count per state on the (queue, state, ...) index: an index-only count of that
         # state's keys, never a read of documents. Sent concurrently: one round trip of latency.
-        numbers = await asyncio.gather(
-            *(self._jobs.count_documents({"queue": queue, "state": str(s)}) for s in JobState)
+        # The last counts the states nobody knows (damage): those jobs are quarantined first.
+        numbers = await self._counts(queue)
+        if numbers[-1]:
+            await self._quarantine_strays(queue)
+            numbers = await self._counts(queue)
+        return dict(zip(JobState, numbers[:-1], strict=True))
+
+    async def _counts(self, queue: str) -> list[int]:
+        return await asyncio.gather(
+            *(self._jobs.count_documents({"queue": queue, "state": str(s)}) for s in JobState),
+            self._jobs.count_documents(tx.strays(queue)),
         )
-        return dict(zip(JobState, numbers, strict=True))
+
+    async def _quarantine_strays(self, queue: str) -> list[str]:
+        """Fail the jobs of ``queue`` in a state nobody knows into the DLQ with the reason
+        (``relaymq.backends.corrupt``: no line, count or listing shows them); their ids."""
+        ids: list[str] = []
+        async for doc in self._jobs.find(tx.strays(queue)).limit(RECOVER_BATCH):
+            done = await self._jobs.update_one(
+                {"_id": doc["_id"], "state": doc.get("state")},  # unless it changed meanwhile
+                tx.fail_unreadable(describe(doc, problems(doc)), self._now),
+            )
+            if done.modified_count:
+                ids.append(str(doc.get("id", doc["_id"])))
+        await self._deps.ended_among(queue, ids)
+        return ids
 
     @translated
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        text(queue, "queue")
+        text(job_id, "job_id")
         before = await self._jobs.find_one_and_update(
             {"queue": queue, "id": job_id, "state": {"$in": tx.LIVE}},
             tx.cancel_update(self._now),
@@ -705,6 +744,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def retry_job(self, queue: str, job_id: str) -> bool:
+        text(queue, "queue")
+        text(job_id, "job_id")
         seq, _ = await self._sequences(queue, 1)
         result = await self._jobs.update_one(
             {"queue": queue, "id": job_id, "state": {"$in": tx.RETRYABLE}},
@@ -721,6 +762,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        text(queue, "queue")
+        ids = texts(ids, "job_id")
         done = await self._stamped(queue, ids, {"state": {"$in": tx.LIVE}},
                                    lambda _: tx.cancel_update(self._now))  # fmt: skip
         await self._deps.ended_among(queue, [i for i, ok in zip(ids, done, strict=True) if ok])
@@ -728,6 +771,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        text(queue, "queue")
+        ids = texts(ids, "job_id")
         if not ids:
             return []
         first, _ = await self._sequences(queue, len(ids))
@@ -762,6 +807,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        text(queue, "queue")
+        ids = texts(ids, "job_id")
         if not ids:
             return []
         query = {"queue": queue, "id": {"$in": list(ids)}}
@@ -779,24 +826,29 @@ class MongoDBBackend(Backend):
 
     @translated
     async def pause(self, queue: str) -> None:
+        text(queue, "queue")
         await self._queues.update_one({"_id": queue}, {"$set": {"paused": True}}, upsert=True)
 
     @translated
     async def resume(self, queue: str) -> None:
+        text(queue, "queue")
         await self._queues.update_one({"_id": queue}, {"$set": {"paused": False}})
         self._wakeup.notify()
 
     @translated
     async def is_paused(self, queue: str) -> bool:
+        text(queue, "queue")
         return await self._queues.find_one({"_id": queue, "paused": True}, {"_id": 1}) is not None
 
     @translated
     async def drain(self, queue: str) -> int:
+        text(queue, "queue")
         result = await self._jobs.delete_many({"queue": queue, "state": {"$in": NOT_STARTED}})
         return result.deleted_count
 
     @translated
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
+        text(queue, "queue")
         if state not in TERMINAL:
             return 0
         query = {"queue": queue, "state": str(state)}
@@ -805,6 +857,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def obliterate(self, queue: str) -> None:
+        text(queue, "queue")
         await self._jobs.delete_many({"queue": queue})
         await self._queues.delete_one({"_id": queue})
         await self._tallies.delete_many({"queue": queue})
@@ -812,6 +865,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def prune_keys(self, queue: str, older_than: float) -> int:
+        text(queue, "queue")
         query = {"queue": queue} | self._now.compare("until", "$lt", -older_than)
         forgotten = 0
         async for key in self._keys.find(query, {"holder": 1, "v": 1}):
@@ -826,6 +880,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        text(queue, "queue")
         if limits is None or limits.empty:
             await self._queues.update_one({"_id": queue}, {"$unset": {"limits": ""}})
         else:
@@ -852,6 +907,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
+        text(info.id, "worker id")
         fields = info.to_record()
         del fields["id"]  # the document's _id
         await self._workers.update_one(
@@ -860,7 +916,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def unregister_worker(self, worker_id: str) -> None:
-        await self._workers.delete_one({"_id": worker_id})
+        await self._workers.delete_one({"_id": text(worker_id, "worker id")})
 
     @translated
     async def list_workers(self) -> list[WorkerInfo]:
@@ -891,6 +947,7 @@ class MongoDBBackend(Backend):
 
     @translated
     async def tallies(self, queue: str, since: int) -> list[Tally]:
+        text(queue, "queue")
         out = []
         async for d in self._tallies.find({"queue": queue, "minute": {"$gte": since}}).sort(
             "minute"
@@ -909,6 +966,7 @@ class MongoDBBackend(Backend):
     @translated
     async def save_schedule(self, schedule: StoredSchedule) -> bool:
         s = schedule
+        text(s.id, "schedule id")
         try:  # matches only a different spec; the same one makes the upsert collide on _id
             await self._schedules.update_one(
                 {"_id": s.id, "spec": {"$ne": s.spec}},
@@ -933,7 +991,8 @@ class MongoDBBackend(Backend):
 
     @translated
     async def remove_schedule(self, schedule_id: str) -> bool:
-        return (await self._schedules.delete_one({"_id": schedule_id})).deleted_count == 1
+        found = await self._schedules.delete_one({"_id": text(schedule_id, "schedule id")})
+        return found.deleted_count == 1
 
     @translated
     async def pause_schedule(
@@ -942,12 +1001,14 @@ class MongoDBBackend(Backend):
         change: dict[str, Any] = {"paused": paused}
         if next_ms is not None:
             change["next_ms"] = next_ms
-        found = await self._schedules.update_one({"_id": schedule_id}, {"$set": change})
+        found = await self._schedules.update_one({"_id": text(schedule_id, "schedule id")},
+                                                 {"$set": change})  # fmt: skip
         return found.matched_count == 1
 
     @translated
     async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        moved = await self._schedules.update_one({"_id": schedule_id, "next_ms": expected_ms},
+        moved = await self._schedules.update_one({"_id": text(schedule_id, "schedule id"),
+                                                  "next_ms": expected_ms},
                                                  {"$set": {"next_ms": next_ms}})  # fmt: skip
         return moved.modified_count == 1
 

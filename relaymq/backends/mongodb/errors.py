@@ -7,12 +7,38 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 from bson.errors import BSONError
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DocumentTooLarge,
+    OperationFailure,
+    PyMongoError,
+)
 
 from relaymq.errors import BackendError, BackendUnavailableError, CorruptRecordError, RelayError
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+"""The server's codes for a document over its size limit (BSONObjectTooLarge, and an update
+whose resulting document would be)."""
+
+
+def too_large(e: Exception) -> bool:
+    """Whether ``e`` refused a document for its size (the driver's check or the server's)."""
+    if isinstance(e, DocumentTooLarge):
+        return True
+    if isinstance(e, BulkWriteError):
+        return any(w.get("code") in TOO_LARGE_CODES for w in e.details.get("writeErrors", ()))
+    return isinstance(e, OperationFailure) and e.code in TOO_LARGE_CODES
+
+
+def size_error(e: Exception) -> BackendError:
+    return BackendError(
+        f"a document is over MongoDB's document size limit (16 MiB per job, payload and "
+        f"result included; keep max_payload_bytes and max_result_bytes below it): {e}"
+    )
 
 
 _REFUSED_CODES = (13, 18, 85, 86)
@@ -40,9 +66,13 @@ def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any,
             raise BackendUnavailableError(
                 f"MongoDB server {where} unreachable: {reason}".replace("  ", " ")
             ) from e
+        except DocumentTooLarge as e:  # a BSONError too, but ours, not the server's
+            raise size_error(e) from e
         except BSONError as e:
             raise CorruptRecordError(f"MongoDB returned an unreadable document: {e}") from e
         except PyMongoError as e:
+            if too_large(e):
+                raise size_error(e) from e
             raise BackendError(f"MongoDB error: {e}") from e
 
     return call

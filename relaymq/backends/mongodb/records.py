@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bson import Binary
 
+from relaymq.backends.corrupt import reason, state_problem
 from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import DependencyPolicy, Job, JobState, NewJob
 from relaymq.limits import Limits
@@ -44,6 +45,36 @@ from relaymq.limits import Limits
 Document = dict[str, Any]
 
 UTC = dt.UTC
+
+
+def text(value: Any, what: str) -> str:
+    """``value`` when it is a ``str``; else ``ConfigError`` naming ``what``. Every value a
+    caller gives (queue, job id, task, key, schedule id...) goes into a filter or a document
+    only through this: a dict there would be read as query operators (``{"$ne": None}`` as a
+    job id matches every job)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, got {type(value).__name__}: MongoDB would "
+                          "read anything else as a query")  # fmt: skip
+    return value
+
+
+def texts(values: Iterable[Any], what: str) -> list[str]:
+    """Each of ``values`` checked by ``text``."""
+    if isinstance(values, str):
+        raise ConfigError(f"{what}s must be a list of str, not the string {values!r}")
+    return [text(v, what) for v in values]
+
+
+def check_new(job: NewJob) -> None:
+    """Every caller's value of a new job is a ``str`` (``text``) before it is stored."""
+    text(job.queue, "queue")
+    text(job.id, "job_id")
+    text(job.task, "task")
+    texts(job.depends_on, "depends_on id")
+    if job.rule is not None:
+        text(job.rule.key, "key")
+    if job.limit_key is not None:
+        text(job.limit_key, "limit_key")
 
 
 def to_date(seconds: float) -> dt.datetime:
@@ -121,15 +152,14 @@ _FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
     ("dep_policy", (str,), True, None),
     ("limit_key", (str,), True, None),
 ]
-_STATES = frozenset(str(s) for s in JobState)
 _POLICIES = {p.value: p for p in DependencyPolicy}
 
 
 def problems(doc: Mapping[str, Any]) -> list[str]:
     """What is wrong with ``doc``, one phrase per unreadable field; empty for a sound one."""
     found: list[str] = []
-    if doc.get("state") not in _STATES:
-        found.append(f"state is {doc.get('state')!r}, not a job state")
+    if (wrong := state_problem(doc.get("state"))) is not None:
+        found.append(wrong)
     for name, types, nullable, _ in _FIELDS:
         value = doc.get(name)
         if value is None:
@@ -148,9 +178,7 @@ def _readable(value: Any, types: tuple[type, ...]) -> bool:
 
 def describe(doc: Mapping[str, Any], bad: list[str]) -> str:
     """The reason raised for, and stored with, an unreadable job."""
-    return f"corrupt record for job {doc.get('id')!r} in queue {doc.get('queue')!r}: " + "; ".join(
-        bad
-    )
+    return reason(doc.get("queue"), doc.get("id"), bad)
 
 
 def to_limits(doc: Mapping[str, Any] | None) -> Limits | None:

@@ -19,6 +19,7 @@ from typing import Any, Final
 from bson import Binary
 
 from relaymq.backends.base import Beat, Clock, Outcome, Settle
+from relaymq.backends.corrupt import STATES
 from relaymq.backends.mongodb.records import Document, to_date
 from relaymq.job import Claim, JobState
 
@@ -105,6 +106,12 @@ def claim_update(worker_id: str, claim_id: str, now: Now) -> list[Document]:
             }
         }
     ]
+
+
+def strays(queue: str) -> Document:
+    """The jobs of ``queue`` in a state nobody knows (``relaymq.backends.corrupt``): the
+    complement of the known states, which the (queue, state, ...) index bounds."""
+    return {"queue": queue, "state": {"$nin": sorted(STATES)}}
 
 
 def fail_unreadable(error: str, now: Now) -> list[Document]:

@@ -30,6 +30,7 @@ from relaymq.backends.base import (
     Clock,
     DeliveryStore,
     Enqueued,
+    Outcome,
     Recovered,
     Settle,
     SettledClaimed,
@@ -40,6 +41,7 @@ from relaymq.backends.base import (
     keyed,
     merge_tallies,
 )
+from relaymq.backends.corrupt import state_problem
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, refused, translate
@@ -52,7 +54,7 @@ from relaymq.backends.postgres.limits import (
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, migrate, migrations, server_settings
 from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
-from relaymq.backends.postgres.records import to_job
+from relaymq.backends.postgres.records import describe, problems, to_job, to_job_lenient
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import (
@@ -157,7 +159,7 @@ class PostgresBackend(Backend, DeliveryStore):
         except asyncpg.UndefinedTableError:
             done = set()
         missing = [name for name, _ in migrations() if name not in done]
-        if missing:
+        if missing:  # the deployment's configuration, not the server: exit 2 in the CLI
             raise ConfigError(
                 f"schema {self.options.schema!r} lacks migrations {missing}: run "
                 "`relaymq migrate` or connect with ?migrate=true"
@@ -281,7 +283,7 @@ class PostgresBackend(Backend, DeliveryStore):
         if plain:
             rows = await self._fetch("claim", plain, worker_id, limit, now, PROMOTE_PER_CLAIM,
                                      False)  # fmt: skip
-            jobs = [to_job(r) for r in rows]
+            jobs = await self._readable(rows, now)
         for queue in with_limits:
             want = limit - len(jobs)
             if want <= 0:
@@ -289,7 +291,7 @@ class PostgresBackend(Backend, DeliveryStore):
             rows, a, keys_held = await self._in_transaction(
                 claim_limited, queue, worker_id, want, now, PROMOTE_PER_CLAIM
             )
-            jobs += [to_job(r) for r in rows]
+            jobs += await self._readable(rows, now)
             if a is not None and len(rows) == a.take < want:
                 limited[queue] = a.retry_in
             if keys_held is not None:
@@ -297,6 +299,40 @@ class PostgresBackend(Backend, DeliveryStore):
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
         return ClaimBatch(jobs, now, limited)
+
+    async def _readable(self, rows: Sequence[asyncpg.Record], now: float | None) -> list[Job]:
+        """The jobs of the rows a claim took; those that cannot be read are failed into the
+        DLQ with the reason (``relaymq.backends.corrupt``), not handed out, not lost."""
+        jobs: list[Job] = []
+        bad: list[tuple[asyncpg.Record, list[str]]] = []
+        for r in rows:
+            wrong = problems(r)
+            if wrong:
+                bad.append((r, wrong))
+            else:
+                jobs.append(to_job(r))
+        if bad:
+            await self._quarantine(bad, now)
+        return jobs
+
+    async def _quarantine(
+        self, bad: Sequence[tuple[asyncpg.Record, list[str]]], now: float | None
+    ) -> list[str]:
+        """Fail these unreadable rows into the DLQ with the reason; the ids failed."""
+        failed = await self._fetch(
+            "quarantine", [r["queue"] for r, _ in bad], [r["id"] for r, _ in bad],
+            [describe(r, wrong) for r, wrong in bad], [r["state"] for r, _ in bad], now,
+        )  # fmt: skip
+        return [r["id"] for r in failed]
+
+    async def _quarantine_strays(self, queue: str, states: Sequence[str]) -> list[str]:
+        """Fail the jobs of ``queue`` in these states nobody knows into the DLQ."""
+        bad = [
+            (r, problems(r))
+            for state in states
+            for r in await self._fetch("jobs_in_state", queue, state)
+        ]
+        return await self._quarantine(bad, self._now()) if bad else []
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         if not beats:
@@ -321,8 +357,10 @@ class PostgresBackend(Backend, DeliveryStore):
         self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
     ) -> SettledClaimed:
         """One statement, one commit, for queues without limits (a queue with limits is
-        claimed under the lock of its limits row: the two calls)."""
-        if not settles or not queues or limit <= 0:
+        claimed under the lock of its limits row: the two calls). A settle that puts a job
+        back in line makes the two calls too: the claim must see that job (I10), and the
+        claim part of one statement cannot (``settle_claim`` in queries.sql)."""
+        if not settles or not queues or limit <= 0 or _back_in_line(settles):
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         if self._limited.stale():
             self._limited.update([r["queue"] for r in await self._fetch("limited_queues")])
@@ -332,7 +370,7 @@ class PostgresBackend(Backend, DeliveryStore):
         now = self._now()
         rows = await self._fetch("settle_claim", *_settle_args(settles), now, plain, worker_id,
                                  limit, PROMOTE_PER_CLAIM)  # fmt: skip
-        jobs = [to_job(r) for r in rows if r["id"] is not None]
+        jobs = await self._readable([r for r in rows if r["id"] is not None], now)
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
         return SettledClaimed(list(rows[0]["applied"]), ClaimBatch(jobs, now))
@@ -356,7 +394,8 @@ class PostgresBackend(Backend, DeliveryStore):
     # -- maintenance ------------------------------------------------------------------------
 
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
-        result = Recovered()
+        _, strays = await self._counts(queue)
+        result = Recovered(errors=await self._quarantine_strays(queue, strays))
         while True:
             rows = await self._fetch(
                 "recover_stalled", queue, float(threshold), max_stalled, self._now(),
@@ -367,7 +406,14 @@ class PostgresBackend(Backend, DeliveryStore):
                     r["id"]
                 )
             if len(rows) < RECOVER_BATCH:
-                return result
+                break
+        if result.requeued:  # SQL requeued them; one that cannot be read is failed instead
+            found = await self._fetch("get_jobs", queue, result.requeued)
+            bad = [(r, wrong) for r in found if (wrong := problems(r))]
+            failed = set(await self._quarantine(bad, self._now())) if bad else set()
+            result.requeued[:] = [i for i in result.requeued if i not in failed]
+            result.errors.extend(failed)
+        return result
 
     async def lock(self, name: str, owner: str, ttl: float) -> bool:
         row = await self._fetchrow("lock", name, owner, float(ttl), self._now())
@@ -395,13 +441,25 @@ class PostgresBackend(Backend, DeliveryStore):
             rows = await self._fetch("list_finished", queue, state.value, offset, limit)
         else:
             rows = await self._fetch(f"list_{state.value}", queue, offset, limit)
-        return [to_job(r) for r in rows]
+        return [to_job_lenient(r, state) for r in rows]
 
     async def counts(self, queue: str) -> dict[JobState, int]:
-        out = {s: 0 for s in JobState}
-        for r in await self._fetch("counts", queue):
-            out[JobState(r["state"])] = int(r["n"])
+        out, strays = await self._counts(queue)
+        if strays:  # damaged jobs in no known state: quarantined, then counted as failed
+            await self._quarantine_strays(queue, strays)
+            out, _ = await self._counts(queue)
         return out
+
+    async def _counts(self, queue: str) -> tuple[dict[JobState, int], list[str]]:
+        """Jobs per state, and the states nobody knows that hold jobs of ``queue``."""
+        out = {s: 0 for s in JobState}
+        strays: list[str] = []
+        for r in await self._fetch("counts", queue):
+            if state_problem(r["state"]) is None:
+                out[JobState(r["state"])] = int(r["n"])
+            elif r["n"] > 0:
+                strays.append(r["state"])
+        return out, strays
 
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
         row = await self._fetchrow("cancel", queue, job_id, self._now())
@@ -613,7 +671,7 @@ class PostgresBackend(Backend, DeliveryStore):
             )
             if a is not None and held_back is not False:
                 limited[queue] = held_back
-        jobs = [to_job(r) for r in rows if r["id"] is not None]
+        jobs = await self._readable([r for r in rows if r["id"] is not None], now)
         stale = [r["delivery_id"] for r in rows if r["id"] is None]
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
@@ -622,7 +680,8 @@ class PostgresBackend(Backend, DeliveryStore):
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         if limit <= 0:
             return []
-        return [to_job(r) for r in await self._fetch("promote_due", queue, limit, self._now())]
+        now = self._now()
+        return await self._readable(await self._fetch("promote_due", queue, limit, now), now)
 
 
 async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueued:
@@ -697,6 +756,15 @@ def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:
         out.append(Enqueued(j.id, duplicate=key not in stored))
         stored.discard(key)
     return out
+
+
+def _back_in_line(settles: Sequence[Settle]) -> bool:
+    """Whether a settle may return its job to waiting at once (a release, a retry without
+    delay): the one statement of ``settle_claim`` would claim past it."""
+    return any(
+        s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0)
+        for s in settles
+    )
 
 
 def _settle_args(settles: Sequence[Settle]) -> tuple[list[Any], ...]:

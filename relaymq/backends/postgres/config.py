@@ -20,7 +20,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from relaymq.errors import ConfigError
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+"""A whole schema name (``fullmatch``: ``$`` would also pass a final newline)."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -65,7 +66,7 @@ def parse(url: str, overrides: dict[str, Any]) -> Options:
     ours.update(overrides)
     dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), parts.fragment))
     schema = str(ours.get("schema", "public"))
-    if not _IDENTIFIER.match(schema):
+    if not _IDENTIFIER.fullmatch(schema):
         raise ConfigError(f"schema must be a plain identifier (letters, digits, _): {schema!r}")
     try:
         retention = float(ours.get("retention", DEFAULT_RETENTION))

@@ -10,6 +10,8 @@ from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 # failures, shutting down, starting up or in recovery (57P03), too many connections, and a
 # write on a server still in recovery (25006: a standby, or a primary not promoted yet).
 _UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
+_NOT_IN_REPERTOIRE = "22021"
+"""A text value PostgreSQL cannot hold: in UTF-8, that is a NUL character."""
 
 
 def translate(e: BaseException, where: str = "") -> BackendError:
@@ -26,6 +28,10 @@ def translate(e: BaseException, where: str = "") -> BackendError:
         state = getattr(e, "sqlstate", "") or ""
         if state.startswith(_UNAVAILABLE_STATES):
             return BackendUnavailableError(f"PostgreSQL{at} unavailable: {_reason(e)}")
+        if state == _NOT_IN_REPERTOIRE:
+            return BackendError(f"PostgreSQL{at} refused a text value holding a NUL character "
+                                "(\\x00), which it cannot store: an id, name, key or error "
+                                f"text with one cannot be written or looked up ({e})")  # fmt: skip
         return BackendError(f"PostgreSQL error {state}: {_reason(e)}")
     return BackendError(f"PostgreSQL driver error: {_reason(e)}")
 

@@ -237,7 +237,9 @@ ORDER BY s.ord;
 -- worker's outcomes and its next jobs in one round trip. Both parts see the snapshot from
 -- before the statement, so the claim never takes a job this settle changed (the settled jobs
 -- were active), and the settle never touches a job the claim takes (they were waiting or
--- delayed): no row is changed twice.
+-- delayed): no row is changed twice. For the same reason the claim cannot see a job the
+-- settle puts back in line, which must compete in it: the caller sends here only settles that
+-- do not (no release, no retry without delay), and makes "settle" and "claim" of the others.
 -- in:  $1..$7 as for "settle", $8 now float8|NULL, $9 queues text[], $10 worker_id text,
 --      $11 limit int, $12 promote int
 -- out: the claimed jobs (every column) in claim order, each with applied bool[] (the settle's
@@ -882,3 +884,19 @@ WHERE queue = $1 AND id = $2;
 INSERT INTO relaymq_job_deps (queue, dep_id, dependent)
 SELECT $1, d, $3 FROM unnest($2::text[]) AS d
 ON CONFLICT DO NOTHING;
+
+-- name: jobs_in_state
+-- in: $1 queue, $2 state. out: every column of the queue's jobs in $2, any order. Only for a
+-- state nobody knows, to quarantine those jobs (relaymq.backends.corrupt): no index covers it.
+SELECT * FROM relaymq_jobs WHERE queue = $1 AND state = $2;
+
+-- name: quarantine
+-- Fail jobs whose rows cannot be read into the DLQ with the reason (relaymq.backends.corrupt:
+-- the rule this applies). A job whose state changed since it was read is left alone.
+-- in: $1 queues text[], $2 ids text[], $3 errors text[], $4 states text[] (each row's state as
+--     read), $5 now float8|NULL. out: queue, id of each job failed.
+UPDATE relaymq_jobs j SET state = 'failed', error = q.error, worker_id = NULL,
+    finished_at = coalesce(to_timestamp($5::float8), now())
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS q(queue, id, error, state)
+WHERE j.queue = q.queue AND j.id = q.id AND j.state = q.state
+RETURNING j.queue, j.id;

@@ -46,6 +46,7 @@ from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import parse_url
 from relaymq.backends.redis.errors import translate, wrong_type
 from relaymq.backends.redis.keys import JOB_FIELDS, STATE_SUFFIXES, WAKE_MAX, Keys, per_queue
+from relaymq.backends.redis.listing import listed_jobs
 from relaymq.backends.redis.records import (
     Unreadable,
     claimed_jobs,
@@ -53,7 +54,6 @@ from relaymq.backends.redis.records import (
     deps_arg,
     enqueue_head,
     held_back,
-    listed_jobs,
     num,
     opt,
     parse_job,
@@ -384,7 +384,7 @@ class RedisBackend(Backend, DeliveryStore):
         reply = await self._script(
             "page", [self._keys.base(queue)], [state.value, max(offset, 0), limit]
         )
-        return listed_jobs(queue, reply)
+        return listed_jobs(queue, state, reply)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         replies = await self._run(

@@ -83,7 +83,8 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
          attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
          progress, result, error, finished_at, traceparent, depends_on, dep_policy,
          limit_key) = values  # fmt: skip
-        assert task is not None and payload is not None
+        if task is None or payload is None:
+            raise ValueError(f"job record has no {'task' if task is None else 'payload'!r} field")
         return Job(
             queue=queue,
             id=job_id,
@@ -113,8 +114,8 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             on_dependency_failure=_policy(dep_policy),
             limit_key=_str(limit_key),
         )
-    except (AssertionError, ValueError, TypeError, UnicodeDecodeError) as e:
-        raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
+    except (ValueError, TypeError, UnicodeDecodeError) as e:
+        raise unreadable(queue, job_id, e) from e
 
 
 CLAIMED_ORDER = (
@@ -170,7 +171,19 @@ def parse_claimed(
             None if (lk := g(b"limit_key")) is None else lk.decode(),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
-        raise CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {e!r}") from e
+        raise unreadable(queue, job_id, e) from e
+
+
+def unreadable(queue: str, job_id: str, e: Exception) -> CorruptRecordError:
+    """The error for a job record that cannot be read, saying what is wrong in words."""
+    if isinstance(e, KeyError):  # a field the record must have
+        name = e.args[0].decode() if isinstance(e.args[0], bytes) else e.args[0]
+        reason = f"job record has no {name!r} field"
+    elif isinstance(e, UnicodeDecodeError):
+        reason = f"a text field is not UTF-8 ({e.reason} at byte {e.start})"
+    else:
+        reason = str(e) or type(e).__name__
+    return CorruptRecordError(f"job {job_id!r} of queue {queue!r} is unreadable: {reason}")
 
 
 def claimed_jobs(
@@ -209,18 +222,6 @@ def delivered_jobs(queue: str, claimed: list[Any]) -> tuple[list[Job], list[Unre
         except CorruptRecordError as e:
             unreadable.append((Claim(queue, job_id, int(values[11]), 0.0), str(e)))
     return jobs, unreadable
-
-
-def listed_jobs(queue: str, reply: list[Any]) -> list[Job]:
-    """The readable jobs of a ``page.lua`` reply; unreadable ones are left out (``get_job``
-    reports them; a listing goes on without them)."""
-    jobs: list[Job] = []
-    for at in range(0, len(reply), 2):
-        if reply[at + 1] == 0:
-            continue
-        with contextlib.suppress(CorruptRecordError):
-            jobs.append(parse_job(queue, reply[at].decode(), reply[at + 1]))
-    return jobs
 
 
 def promoted_jobs(queue: str, reply: list[Any]) -> list[Job]:

@@ -384,7 +384,11 @@ class SQLiteBackend(Backend, DeliveryStore):
         return await self._read(ops.list_jobs, queue, state, offset, limit)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
-        return await self._read(ops.counts, queue)
+        found, strays = await self._read(ops.counts, queue)
+        if strays:  # damaged jobs in no known state: quarantined, then counted as failed
+            await self._write(ops.quarantine_strays, queue)
+            found, _ = await self._read(ops.counts, queue)
+        return found
 
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
         return await self._write(ops.cancel, queue, job_id)

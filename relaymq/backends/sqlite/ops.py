@@ -32,6 +32,7 @@ from relaymq.backends.base import (
     dependent,
     keyed,
 )
+from relaymq.backends.corrupt import state_problem
 from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
@@ -303,6 +304,24 @@ def _fail_corrupt(conn: Conn, now: float, row: tuple[Any, ...], bad: list[str]) 
     conn.execute(Q["fail_corrupt"], {"rowid": row[records.ROWID], "error": error, "now": now})
 
 
+def stray_states(conn: Conn, queue: str) -> list[str]:
+    """The states of ``queue``'s counters that hold jobs and are no job state (damage)."""
+    found = conn.execute(Q["stray_states"], {"queue": queue}).fetchall()
+    return [s for (s,) in found if state_problem(s) is not None]
+
+
+def quarantine_strays(conn: Conn, now: float, queue: str) -> list[str]:
+    """Fail the jobs of ``queue`` whose state is none of relaymq's into the DLQ, with the
+    reason (``relaymq.backends.corrupt``: no line, count or listing would ever show them);
+    their ids. Costs one read of the counters when there are none."""
+    ids: list[str] = []
+    for state in stray_states(conn, queue):
+        for row in conn.execute(Q["jobs_in_state"], {"queue": queue, "state": state}).fetchall():
+            _fail_corrupt(conn, now, row, records.problems(row))
+            ids.append(str(row[1]))
+    return ids
+
+
 def heartbeat(conn: Conn, now: float, beats: Sequence[Beat]) -> list[BeatResult]:
     out: list[BeatResult] = []
     for beat in beats:
@@ -372,7 +391,7 @@ def wait_probe(conn: Conn, now: float, queues_json: str) -> tuple[bool, float | 
 def recover_stalled(
     conn: Conn, now: float, queue: str, threshold: float, max_stalled: int
 ) -> Recovered:
-    result = Recovered()
+    result = Recovered(errors=quarantine_strays(conn, now, queue))
     cutoff = now - threshold
     for row in conn.execute(Q["stalled"], {"queue": queue, "cutoff": cutoff}).fetchall():
         try:
@@ -444,12 +463,17 @@ def list_jobs(
     return [records.to_job_lenient(row, state) for row in found]
 
 
-def counts(conn: Conn, now: float, queue: str) -> dict[JobState, int]:
+def counts(conn: Conn, now: float, queue: str) -> tuple[dict[JobState, int], bool]:
+    """Jobs per state, and whether jobs of ``queue`` are in a state nobody knows (the caller
+    quarantines them with ``quarantine_strays``, then counts again)."""
     out = {s: 0 for s in JobState}
+    strays = False
     for state, n in conn.execute(Q["counts"], {"queue": queue}):
         if state in out:
             out[JobState(state)] = int(n)
-    return out
+        elif n > 0:
+            strays = True
+    return out, strays
 
 
 def cancel(conn: Conn, now: float, queue: str, job_id: str) -> CancelResult:

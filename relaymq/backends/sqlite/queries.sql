@@ -311,6 +311,19 @@ RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, tt
 UPDATE jobs SET state = 'failed', error = :error, finished_at = :now, worker_id = NULL
 WHERE rowid = :rowid;
 
+-- name: stray_states
+-- In: :queue. Out: (state) of each state of the queue's counters that holds jobs; the caller
+-- picks those that are no job state (relaymq.backends.corrupt.state_problem).
+SELECT state FROM counts WHERE queue = :queue AND n > 0;
+
+-- name: jobs_in_state
+-- In: :queue, :state. Out: <job> rows of the queue in :state, any order. Only for states no
+-- index covers (a state nobody knows, to quarantine it): a scan of the queue's rows.
+SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
+       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
+       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+FROM jobs WHERE queue = :queue AND state = :state;
+
 -- name: heartbeat
 -- In: :queue, :id, :token, :now, :progress (NULL keeps the stored progress).
 -- Out: nothing; changes() is 1 when the claim is held, 0 when it is lost.

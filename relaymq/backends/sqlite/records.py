@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relaymq.backends.corrupt import reason, state_problem
 from relaymq.errors import CorruptRecordError
 from relaymq.job import DependencyPolicy, Job, JobState
 
@@ -68,9 +69,8 @@ _CHECKS = tuple(
 def problems(row: tuple[Any, ...]) -> list[str]:
     """What is wrong with ``row``, one phrase per bad field; empty for a sound row."""
     found: list[str] = []
-    state = row[4]
-    if state not in _STATES:
-        found.append(f"state is {state!r}, not a job state")
+    if (wrong := state_problem(row[4])) is not None:
+        found.append(wrong)
     for i, name, types, nullable, _ in _CHECKS:
         value = row[i]
         if type(value) not in types and not (value is None and nullable):
@@ -122,7 +122,7 @@ def to_job_lenient(row: tuple[Any, ...], state: JobState) -> Job:
 
 def describe(row: tuple[Any, ...], bad: list[str]) -> str:
     """The reason stored with (and raised for) an unreadable job."""
-    return f"corrupt record for job {row[1]!r} in queue {row[0]!r}: {'; '.join(bad)}"
+    return reason(row[0], row[1], bad)
 
 
 def build(row: tuple[Any, ...], extra: dict[str, str] | None = None) -> Job:

@@ -15,7 +15,8 @@
 
 Each Django task call becomes one relaymq job in the queue of the task's ``queue_name``; the job
 runs ``relaymq.contrib.django:run``, which imports the Django task by path and calls it in one of
-the worker's threads. Priorities (Django: -100 to 100, higher first) map to relaymq's 0 to 200
+the worker's threads; only a task of one of the project's ``INSTALLED_APPS`` is imported,
+whatever a job names. Priorities (Django: -100 to 100, higher first) map to relaymq's 0 to 200
 (lower first); ``run_after`` becomes the job's delay; ``get_result`` reads the job back (result
 ids are ``<queue>/<job id>``). Django tasks are not retried (Django has no retry option).
 """
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 try:
+    from django.apps import apps
     from django.tasks import TaskResult, TaskResultStatus
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task as DjangoTask
@@ -62,13 +64,25 @@ STATUS = {
 def run(ctx: JobContext, path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The relaymq job of one Django task call: import the task and call it (in a worker
     thread, where the ORM may be used); its return value is stored as JSON."""
-    django_task: DjangoTask = import_string(path)
+    django_task = project_task(path)
     if django_task.takes_context:
         status = TaskResultStatus.RUNNING
         result = _result(django_task, f"{ctx.queue}/{ctx.job_id}", status, args, kwargs)
         object.__setattr__(result, "worker_ids", ["relaymq"] * ctx.attempt)
         return normalize_json(django_task.call(TaskContext(task_result=result), *args, **kwargs))
     return normalize_json(django_task.call(*args, **kwargs))
+
+
+def project_task(path: str) -> DjangoTask:
+    """The Django task at ``path`` (``app.tasks.send``), imported only from one of the
+    project's ``INSTALLED_APPS``: a job names its task, and whoever can write a job must not
+    make a worker import any other module (``relaymq.task.resolve``)."""
+    if apps.get_containing_app_config(path.rpartition(".")[0]) is None:
+        raise LookupError(f"unknown Django task {path!r}: not in one of the INSTALLED_APPS")
+    found = import_string(path)
+    if not isinstance(found, DjangoTask):
+        raise LookupError(f"unknown Django task {path!r}: not a django.tasks task")
+    return found
 
 
 class RelayMQBackend(BaseTaskBackend):
@@ -138,7 +152,7 @@ class RelayMQBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         payload = DEFAULT_SERIALIZER.loads(job.payload)
         path, args, kwargs = payload["args"][:3]
-        return self._to_result(import_string(path), job, args, kwargs)
+        return self._to_result(project_task(path), job, args, kwargs)
 
     def _to_result(
         self, task: DjangoTask, job: Job, args: list[Any], kwargs: dict[str, Any]

@@ -21,10 +21,10 @@
 
   source.addEventListener("counts", function (message) {
     var d = JSON.parse(message.data);
-    var prefix = d.queue + ":";
+    // data-count is "<queue>:<state>"; a queue name may hold ':' itself, a state never does
     document.querySelectorAll("[data-count]").forEach(function (el) {
-      var key = el.getAttribute("data-count");
-      if (key.indexOf(prefix) === 0) el.textContent = String(d.counts[key.slice(prefix.length)] || 0);
+      var key = el.getAttribute("data-count"), cut = key.lastIndexOf(":");
+      if (key.slice(0, cut) === d.queue) el.textContent = String(d.counts[key.slice(cut + 1)] || 0);
     });
     document.querySelectorAll("[data-paused]").forEach(function (el) {
       if (el.getAttribute("data-paused") === d.queue) el.hidden = !d.paused;
@@ -56,7 +56,7 @@
   var refreshing = null;
   function refreshDetails() {  // the job changed: show its new record (one fetch at a time)
     if (refreshing) return;
-    refreshing = fetch(window.location.pathname, { credentials: "same-origin" })
+    refreshing = fetch(window.location.pathname + window.location.search, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
         if (!html) return;

@@ -13,7 +13,7 @@ for i = 2, #ARGV do
   local jk = job_key(base, id)
   local r = read(jk, 'state')
   local state = r and r[1]
-  if r == nil then
+  if r == nil or state_problem(state) then
     out[#out + 1] = 'unreadable'
   elseif not state then
     out[#out + 1] = 'not_found'

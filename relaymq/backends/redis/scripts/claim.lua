@@ -15,7 +15,8 @@
 -- Paused queues are skipped; due delayed jobs of each visited queue are promoted first. A
 -- queue with limits gives at most its allowance (lib.lua), and counts its starts; with a
 -- per-key rate, jobs whose key used its window are passed over and keep their place.
--- A record that cannot be read is moved to the DLQ (failed) and not returned.
+-- A record that cannot be read, or in a state nobody knows, is moved to the DLQ (failed) with
+-- the reason and not returned (lib.lua quarantine).
 local now, nows = clock(ARGV[1])
 local worker = ARGV[2]
 local remaining = tonumber(ARGV[3])
@@ -54,8 +55,11 @@ local function activate(k, base, id, active)
     out[#out + 1] = token + 1
     out[#out + 1] = r
     return true
-  elseif r == nil or state == 'waiting' then
-    quarantine(base, jk, id, 'waiting', nows)
+  else
+    local why = r == nil and NOT_A_HASH or state_problem(state)
+    if why or state == 'waiting' then
+      quarantine(base, jk, id, 'waiting', nows, why or "token or attempts is not a number")
+    end
   end
   -- else: no record (removed) or a stray entry; taking it out was all there was to do
   return false

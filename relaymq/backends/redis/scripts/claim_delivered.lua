@@ -10,7 +10,8 @@
 --          limits held back live deliveries (kept by the caller): then the seconds until its
 --          rate window ends, or '' while it waits for active jobs.
 -- A claim is the ordinary one: active, token + 1, attempts + 1, claimed_at = heartbeat_at =
--- now, worker_id; the job leaves the waiting set.
+-- now, worker_id; the job leaves the waiting set. A delivered job whose record cannot be read
+-- or is in a state nobody knows is moved to the DLQ with the reason (lib.lua quarantine).
 local base = KEYS[1]
 local now, nows = clock(ARGV[1])
 local worker = ARGV[2]
@@ -44,6 +45,10 @@ for i = 3, #ARGV do
     claimed[#claimed + 1] = id
     claimed[#claimed + 1] = r
   else
+    local why = id and (r == nil and NOT_A_HASH or state_problem(r[3]))
+    if why or (r and r[3] == 'waiting' and (r[12] or '0') == token) then
+      quarantine(base, job_key(base, id), id, 'waiting', nows, why or "attempts is not a number")
+    end
     stale[#stale + 1] = id or ARGV[i]
   end
 end

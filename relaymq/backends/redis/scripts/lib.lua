@@ -7,6 +7,9 @@ local PRIORITY_SHIFT = 1099511627776 -- 2^40: waiting score = priority * 2^40 + 
 local KEY_SCAN = 1000 -- relaymq.limits.KEY_SCAN
 local WAKE_MAX = 32
 local TERMINAL = {completed = true, failed = true, expired = true, cancelled = true}
+-- The states relaymq knows (relaymq.backends.corrupt.STATES).
+local STATES = {blocked = true, waiting = true, delayed = true, active = true, completed = true,
+  failed = true, expired = true, cancelled = true}
 -- The fields of a job hash in the order records travel to Python (keys.JOB_FIELDS; a test
 -- checks the two lists agree). Absent fields travel as nil.
 local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
@@ -189,16 +192,31 @@ local function finish(base, jk, id, from, state, nows)
   end
 end
 
--- A record the scripts cannot read is taken out of line into the DLQ (failed), so it never
--- blocks a claim or a recovery pass; get_job then reports it as corrupt.
-local function quarantine(base, jk, id, from, nows)
+-- What is wrong with a stored state, or nil for a state relaymq knows (mirrors
+-- relaymq.backends.corrupt.state_problem). A record without a state was removed: not damage.
+local function state_problem(state)
+  if state and not STATES[state] then
+    return "state is '" .. state .. "', not a job state"
+  end
+  return nil
+end
+
+-- A record the scripts cannot read, or in a state nobody knows, is taken out of line into the
+-- DLQ (failed) with the reason, so it never blocks a claim or a recovery pass and is counted
+-- and listed where the operator looks (relaymq.backends.corrupt: the rule, and `reason`, the
+-- error this mirrors). `why` says what is wrong; get_job still reports a damaged field.
+local function quarantine(base, jk, id, from, nows, why)
+  local queue = string.match(base, '{(.*)}$') or base
   redis.call('ZREM', base .. ':' .. from, id)
   redis.call('ZADD', base .. ':failed', nows, id)
-  redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error', 'corrupt record')
+  redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error',
+    "corrupt record for job '" .. id .. "' in queue '" .. queue .. "': " .. why)
   if redis.call('EXISTS', base .. ':deps:' .. id) == 1 then
     dependency_ended(base, id, 'failed', nows)
   end
 end
+
+local NOT_A_HASH = "the record is not a hash"
 
 -- The due delayed jobs of one queue (at most `max`): their ids, and {id, jk, r} records in the
 -- order they enter waiting (r = state, priority, seq; nil when unreadable). Jobs due at the same
@@ -237,8 +255,11 @@ local function promote(base, now, max)
     if r and r[1] == 'delayed' and tonumber(r[2]) then
       make_waiting(base, jk, id, tonumber(r[2]), nil)
       moved = moved + 1
-    elseif r == nil or r[1] == 'delayed' then
-      quarantine(base, jk, id, 'delayed', fmt(now))
+    else
+      local why = r == nil and NOT_A_HASH or state_problem(r[1])
+      if why or r[1] == 'delayed' then
+        quarantine(base, jk, id, 'delayed', fmt(now), why or "priority is not a number")
+      end
     end
   end
   redis.call('ZREM', dkey, unpack(due))

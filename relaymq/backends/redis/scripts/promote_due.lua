@@ -16,8 +16,11 @@ for _, o in ipairs(order) do
     make_waiting(base, jk, id, tonumber(r[2]), nil)
     out[#out + 1] = id
     out[#out + 1] = read(jk, unpack(FIELDS))
-  elseif r == nil or r[1] == 'delayed' then
-    quarantine(base, jk, id, 'delayed', nows)
+  else
+    local why = r == nil and NOT_A_HASH or state_problem(r[1])
+    if why or r[1] == 'delayed' then
+      quarantine(base, jk, id, 'delayed', nows, why or "priority is not a number")
+    end
   end
 end
 if #due > 0 then

@@ -20,8 +20,8 @@ for _, id in ipairs(ids) do
   local jk = job_key(base, id)
   local r = read(jk, 'state', 'heartbeat_at', 'claimed_at', 'stalls', 'priority', 'token',
     'created_at')
-  if r == nil then
-    quarantine(base, jk, id, 'active', nows)
+  if r == nil or state_problem(r[1]) then
+    quarantine(base, jk, id, 'active', nows, r == nil and NOT_A_HASH or state_problem(r[1]))
     unreadable[#unreadable + 1] = id
   elseif r[1] ~= 'active' then
     redis.call('ZREM', akey, id) -- not active any more: a stray entry, nothing to recover
@@ -30,7 +30,8 @@ for _, id in ipairs(ids) do
     local stalls, priority = tonumber(r[4] or '0'), tonumber(r[5])
     local sound = tonumber(r[6] or '0') and tonumber(r[7] or '')
     if hb == nil or claimed == nil or stalls == nil or priority == nil or not sound then
-      quarantine(base, jk, id, 'active', nows)
+      quarantine(base, jk, id, 'active', nows,
+        "heartbeat_at, claimed_at, stalls, priority, token or created_at is not a number")
       unreadable[#unreadable + 1] = id
     else
       local last = math.max(hb, claimed)

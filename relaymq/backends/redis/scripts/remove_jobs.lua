@@ -14,9 +14,9 @@ for i = 2, #ARGV do
   if r and not r[1] then
     out[#out + 1] = 0
   else
-    if r then
+    if r and not state_problem(r[1]) then
       redis.call('ZREM', base .. ':' .. r[1], id)
-    else -- unreadable: it may sit in any set
+    else -- unreadable, or in a state nobody knows: it may sit in any set
       for _, s in ipairs({'blocked', 'waiting', 'delayed', 'active', 'completed', 'failed',
                           'expired', 'cancelled'}) do
         redis.call('ZREM', base .. ':' .. s, id)
