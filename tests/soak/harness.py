@@ -101,6 +101,9 @@ class Report:
     """Workers that exited on their own (no kill of the chaos): each one fails the soak."""
     aborted: str = ""
     """Why the soak stopped before its jobs were done (no worker left), or empty."""
+    waited: int = 0
+    """Workers that started while the server was down and waited for it (their stderr says
+    ``waiting for``) instead of exiting."""
     requeued: list[float] = field(default_factory=list)
     """Seconds from a kill to the recovery that put a job of the killed worker back in line
     (the ``job:stalled`` event's time; events a busy backend dropped have no sample)."""
@@ -119,7 +122,8 @@ class Report:
             f"unexplained {len(self.unexplained)}, lost {len(self.lost)}, stuck "
             f"{len(self.stuck)}, stale writes {len(self.stale)}; {self.kills} kills, "
             f"{self.freezes} freezes, {self.restarts} server restarts, "
-            f"{len(self.worker_exits)} worker exits; after a kill "
+            f"{len(self.worker_exits)} worker exits ({self.waited} workers waited for the "
+            f"server at start); after a kill "
             f"(stalled_threshold {self.stalled_threshold}s), back in line "
             f"{_percentiles(self.requeued)}, running again {_percentiles(self.recovery)}"
         )
@@ -224,6 +228,11 @@ class Workers:
     def live(self) -> list[asyncio.subprocess.Process]:
         return [p for p in self.procs if p.returncode is None]
 
+    def waited(self) -> int:
+        """How many workers logged that they waited for the server at start."""
+        return sum("waiting for" in path.read_text(errors="replace")
+                   for path in self.paths.values())  # fmt: skip
+
     async def wait_live(self, within: float) -> list[asyncio.subprocess.Process]:
         """The live workers, once there is one (a replacement may be starting); an empty list
         when none came within ``within`` seconds."""
@@ -293,6 +302,7 @@ async def soak(target: Target, profile: Profile, tmp: Path, seed: int | None = N
     await backend.close()
     _check(report, kinds, jobs, _read_ledger(ledger), chaos, stalls)
     report.worker_exits = [e.describe() for e in workers.exits]
+    report.waited = workers.waited()
     report.kills, report.freezes = len(chaos.killed), len(chaos.frozen)
     report.restarts = len(chaos.restarts)
     return report
