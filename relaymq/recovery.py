@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from relaymq.backends.base import Recovered
-from relaymq.errors import BackendError
+from relaymq.errors import BackendError, ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL
 from relaymq.settings import Settings
@@ -72,7 +72,7 @@ class Maintenance:
                     queue, self.settings.stalled_threshold, self.settings.max_stalled
                 )
                 await self._retain(queue)
-            except BackendError as e:  # logged; the next pass tries again
+            except (BackendError, ConfigError) as e:  # one line; the next pass tries again
                 log.warning("maintenance of %s failed: %s", queue, e)
             except Exception:  # a bug in one pass must not end maintenance for good
                 log.exception("maintenance of %s failed", queue)

@@ -53,6 +53,11 @@ class Settings:
     worker runs only the tasks of the module it was started with, since whoever can write a
     job to the backend chooses its task name."""
 
+    connect_timeout: float = 60.0
+    """Seconds a starting worker waits for a backend that cannot be reached yet (refused
+    connections, a server starting up or in recovery), trying again with backoff; 0: fail at
+    once. Admin commands never wait."""
+
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
@@ -71,6 +76,8 @@ class Settings:
             raise ConfigError(f"max_result_bytes must be >= 1, not {self.max_result_bytes}")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
+        if self.connect_timeout < 0:
+            raise ConfigError("connect_timeout must be >= 0")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

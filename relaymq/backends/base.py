@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import json
 import os
 import socket
 import time
@@ -222,6 +223,9 @@ class WorkerInfo:
     started_at: float
     seen_at: float = 0.0
     """Backend clock at the last ``register_worker``."""
+    refused: tuple[tuple[str, str], ...] = ()
+    """(queue, error) for each of ``queues`` that the backend refuses as configured: the
+    worker stopped claiming from it (``Backend.check_queue``)."""
 
     @classmethod
     def for_this_process(
@@ -236,16 +240,22 @@ class WorkerInfo:
         return {
             "id": self.id, "queues": list(self.queues), "concurrency": self.concurrency,
             "host": self.host, "pid": self.pid, "started_at": self.started_at,
+            "refused": [list(pair) for pair in self.refused],
         }  # fmt: skip
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], seen_at: float) -> WorkerInfo:
         """The one place a stored worker becomes a ``WorkerInfo``; raises ``KeyError``,
-        ``TypeError`` or ``ValueError`` for a damaged record (callers skip it)."""
+        ``TypeError`` or ``ValueError`` for a damaged record (callers skip it). ``refused``
+        may be missing (a record of an older relaymq) or JSON text (a SQL column)."""
+        refused = record.get("refused") or {}
+        if isinstance(refused, str | bytes):
+            refused = json.loads(refused)
         return cls(
             str(record["id"]), tuple(str(q) for q in record["queues"]),
             int(record["concurrency"]), str(record["host"]), int(record["pid"]),
             float(record["started_at"]), float(seen_at),
+            tuple((str(q), str(e)) for q, e in dict(refused).items()),
         )  # fmt: skip
 
     def seen(self, at: float) -> WorkerInfo:
@@ -292,6 +302,12 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:
         """Release connections. The backend may not be used afterwards."""
+
+    async def check_queue(self, queue: str) -> None:
+        """Raise ``ConfigError`` when this backend refuses to serve ``queue`` as configured (a
+        broker queue declared with other arguments): a worker checks its queues at start, and
+        again while one is refused. Storage-wide refusals (missing migrations) are
+        ``connect``'s. The default accepts every queue."""
 
     async def migrate(self) -> list[str]:
         """Apply pending storage migrations (without ``connect``); the names applied now.

@@ -16,14 +16,16 @@ from typing import Any
 
 import click
 
-from relaymq.backends import connect, from_url
+from relaymq.backends import from_url
 from relaymq.backends.base import Backend
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.cli.common import (
     LOOPS,
     ConfigProblem,
+    Duration,
     Unreachable,
     backend_option,
+    connect_waiting,
     json_option,
     loop_factory,
     run,
@@ -91,15 +93,21 @@ def _settings_epilog() -> str:
 @click.option("--loop", type=click.Choice(LOOPS), default="auto", envvar="RELAYMQ_LOOP",
               show_default=True, show_envvar=True,
               help="Event loop: uvloop's (faster) when installed, or either one.")  # fmt: skip
+@click.option("--connect-timeout", type=Duration(), envvar="RELAYMQ_CONNECT_TIMEOUT",
+              show_envvar=True,
+              help="Seconds to wait for a backend that cannot be reached yet at start "
+              "(default 60; 0: exit at once).")  # fmt: skip
 @backend_option
 def worker(
     module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
-    metrics_port: int | None, loop: str, backend: str,
+    metrics_port: int | None, loop: str, connect_timeout: float | None, backend: str,
 ) -> None:  # fmt: skip
     """Import MODULE (which defines @task functions, schedules and limits) and work its
     queues, or only those named with -q, until SIGTERM/SIGINT."""
     new_loop = loop_factory(loop)
-    settings = settings_from_env(backend=backend, concurrency=concurrency)
+    settings = settings_from_env(
+        backend=backend, concurrency=concurrency, connect_timeout=connect_timeout
+    )
     for name in queues:
         try:
             validate_queue_name(name)
@@ -167,7 +175,7 @@ def _import_failure(module_name: str, e: Exception) -> str:
 async def _work(
     settings: Settings, queues: list[str], worker_id: str | None, metrics_port: int | None
 ) -> None:
-    backend = await connect(settings.backend)
+    backend = await connect_waiting(settings.backend, settings.connect_timeout)
     try:
         stop_metrics = await _serve_metrics(backend, queues, metrics_port)
     except BaseException:

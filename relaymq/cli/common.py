@@ -19,6 +19,7 @@ from relaymq.errors import BackendUnavailableError, ConfigError, RelayError
 from relaymq.job import JobState
 from relaymq.queue import Queue
 from relaymq.settings import DEFAULT_BACKEND_URL, Settings
+from relaymq.worker.startup import describe, patiently
 
 T = TypeVar("T")
 
@@ -109,6 +110,23 @@ async def with_backend(
         return await fn(backend)
     finally:
         await backend.close()
+
+
+async def connect_waiting(url: str, timeout: float) -> Backend:
+    """The backend at ``url``, connected; a worker's start waits up to ``timeout`` seconds
+    for a server that cannot be reached yet (``relaymq.worker.startup``). Admin commands use
+    ``with_backend``, which fails at once."""
+
+    async def attempt() -> Backend:
+        backend = from_url(url)
+        try:
+            await backend.connect()
+        except BaseException:
+            await backend.close()
+            raise
+        return backend
+
+    return await patiently(attempt, describe(url), timeout)
 
 
 async def known_queue(backend: Backend, name: str) -> Queue:

@@ -149,6 +149,7 @@ def worker_dict(info: WorkerInfo, running: int, now: float) -> dict[str, Any]:
         "id": info.id, "host": info.host, "pid": info.pid, "queues": list(info.queues),
         "concurrency": info.concurrency, "running": running, "started_at": info.started_at,
         "seen_at": info.seen_at, "heartbeat_age": max(0.0, now - info.seen_at),
+        "refused": dict(info.refused),
     }  # fmt: skip
 
 

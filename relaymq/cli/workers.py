@@ -43,18 +43,22 @@ async def collect_workers(backend: Backend) -> list[dict[str, Any]]:
 @backend_option
 @json_option
 def workers(backend: str, as_json: bool) -> None:
-    """The live workers: host, pid, queues, concurrency, running jobs, last heartbeat."""
+    """The live workers: host, pid, queues, concurrency, running jobs, last heartbeat; and the
+    queues a worker does not claim from because the backend refuses them as configured."""
     found = run(lambda: with_backend(backend, collect_workers))
     if as_json:
         emit_json(found)
         return
+    refusals = any(w["refused"] for w in found)
     table = Table("worker", "host", "pid", "queues", "concurrency", "running", "heartbeat",
-                  "up")  # fmt: skip
+                  "up", *(["refused"] if refusals else []))  # fmt: skip
     now = time.time()
     for w in found:
+        refused = "\n".join(f"{q}: {e}" for q, e in sorted(w["refused"].items()))
         table.add_row(w["id"], w["host"], str(w["pid"]), ", ".join(w["queues"]),
                       str(w["concurrency"]), str(w["running"]),
-                      f"{w['heartbeat_age']:.0f}s ago", age(w["started_at"], now))  # fmt: skip
+                      f"{w['heartbeat_age']:.0f}s ago", age(w["started_at"], now),
+                      *([refused] if refusals else []))  # fmt: skip
     console().print(table)
 
 

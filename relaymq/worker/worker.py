@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -45,9 +46,11 @@ from relaymq.worker.execution import Execution
 from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.history import History
 from relaymq.worker.loopwatch import LoopWatch
+from relaymq.worker.refusals import Refusals
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.sandbox import Sandbox
 from relaymq.worker.settling import Settler
+from relaymq.worker.startup import describe, patiently
 from relaymq.worker.threads import ThreadPool
 
 log = logging.getLogger("relaymq.worker")
@@ -122,6 +125,9 @@ class Worker:
         """Plain handlers' threads, one per slot (asyncio's default pool stops at CPU + 4)."""
         self._paused: set[str] = set()
         self._next_pause_check = 0.0
+        self.refusals = Refusals(backend, self.queues)
+        """The queues the backend refuses as configured: not claimed from until it accepts
+        them again (``relaymq.worker.refusals``)."""
         self._settler = (
             Settler(self.ops, self._claims, self._record, self._claim_with_settle, self._handed)
             if backend.capabilities.settle_claims else Settler(self.ops, self._claims, self._record)
@@ -196,11 +202,14 @@ class Worker:
             raise TimeoutError(f"worker {self.id}: no {what} within {within}s") from None
 
     async def run(self) -> None:
-        """Work until ``stop()``; then finish or release running jobs and settle everything."""
-        await self.ops.register_worker(self.info, self._registry_ttl, online=True)
-        for queue in self.queues:  # the limits defined in code (relaymq.limit) hold from now
-            if queue in limits.DEFINED:
-                await self.ops.set_limits(queue, limits.DEFINED[queue])
+        """Work until ``stop()``; then finish or release running jobs and settle everything.
+
+        At start, a backend that cannot be reached is waited for (``connect_timeout``), and
+        every queue is checked: one the backend refuses as configured raises ``ConfigError``
+        at once (the CLI exits 2). A queue refused later is set aside (``refusals``); when no
+        queue is left, the worker stops and ``run`` raises that ``ConfigError``."""
+        where = describe(self.backend.url)
+        await patiently(self._start_up, where, self.settings.connect_timeout)
         async with self.ops.batching():
             helpers = [
                 asyncio.create_task(self._settler.run(), name="relaymq-settle"),
@@ -230,6 +239,17 @@ class Worker:
             await self._maintenance.release_locks()
             await self.ops.unregister_worker(self.info)
         log.info("worker %s stopped", self.id)
+        if self.refusals.all_refused:
+            raise self.refusals.error()
+
+    async def _start_up(self) -> None:
+        """Check every queue (a refusal goes up), register, store the code's limits."""
+        for queue in self.queues:
+            await self.backend.check_queue(queue)
+        await self.ops.register_worker(self.info, self._registry_ttl, online=True)
+        for queue in self.queues:  # the limits defined in code (relaymq.limit) hold from now
+            if queue in limits.DEFINED:
+                await self.ops.set_limits(queue, limits.DEFINED[queue])
 
     async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
         """Give running jobs ``shutdown_timeout`` (less when hurried), stop the rest, wait for
@@ -304,6 +324,30 @@ class Worker:
     async def _renew_registration(self) -> None:
         await self.ops.register_worker(self.info, self._registry_ttl)
 
+    async def _refused(self, e: ConfigError) -> None:
+        """A claim raised ``ConfigError``: set aside the queues the backend refuses (all of
+        them when none can be told apart), record it on this worker's registration, and stop
+        once none is left. Never retried as is: the refused queues are checked again once a
+        minute (``Refusals.recheck``)."""
+        before = len(self.refusals.refused)
+        await self.refusals.refuse_from(e, self.refusals.serving())
+        if len(self.refusals.refused) == before:  # could not tell which (the server is down)
+            await self._until(asyncio.sleep(1.0))
+            return
+        await self._refusals_changed()
+
+    async def _refusals_changed(self) -> None:
+        self.info = dataclasses.replace(self.info, refused=self.refusals.record())
+        if self._watch is not None:
+            self._watch.info = self.info
+        self._maintenance.queues = self.refusals.serving()
+        if self.refusals.all_refused:
+            log.error("no queue left to serve: stopping")
+            self.stop()
+            return
+        with contextlib.suppress(BackendError):  # the heartbeats write it again anyway
+            await self._renew_registration()
+
     # -- claiming ---------------------------------------------------------------------------
 
     def _free(self) -> int:
@@ -314,6 +358,9 @@ class Worker:
         slot_free = self._claims.slot_free
         settler = self._settler
         while not self._stopping.is_set():
+            if self.refusals.due() and await self.refusals.recheck():
+                await self._refusals_changed()
+                continue
             free = self._free()
             if free <= 0:
                 slot_free.clear()
@@ -334,6 +381,9 @@ class Worker:
             self._claims.reserve(free)
             try:
                 batch = await self.ops.claim(self._queue_order(), self.id, free)
+            except ConfigError as e:  # a refusal: never retried as is
+                await self._refused(e)
+                continue
             except Exception as e:  # never the end of the worker: log, back off, try again
                 failures += 1
                 if isinstance(e, BackendError):
@@ -405,7 +455,7 @@ class Worker:
         timeout = min((LIMIT_POLL if t is None else t for t in limited.values()),
                       default=IDLE_WAIT)  # fmt: skip
         timeout = min(IDLE_WAIT, max(timeout, 0.01))
-        open_queues = [q for q in self.queues if q not in limited]
+        open_queues = [q for q in self.refusals.serving() if q not in limited]
         if open_queues:
             await self._until(self.ops.wait(open_queues, timeout))
         else:
@@ -428,11 +478,13 @@ class Worker:
         self._paused -= queues
 
     def _queue_order(self) -> list[str]:
-        """Rotate the queue order on every claim so no queue starves the others."""
-        if len(self.queues) == 1:
-            return self.queues
-        self._rotation = (self._rotation + 1) % len(self.queues)
-        return self.queues[self._rotation :] + self.queues[: self._rotation]
+        """Rotate the queue order on every claim so no queue starves the others (the
+        queues the backend refuses left out)."""
+        queues = self.refusals.serving()
+        if len(queues) == 1:
+            return queues
+        self._rotation = (self._rotation + 1) % len(queues)
+        return queues[self._rotation :] + queues[: self._rotation]
 
     async def _until(
         self, awaitable: Awaitable[Any], *, also: asyncio.Event | None = None,

@@ -72,6 +72,9 @@ class Target:
     """The workers' (heartbeats and recovery scale with it): longer for a slow server."""
     share: float = 1.0
     """The share of a profile's jobs this target runs (a slow test server runs fewer)."""
+    worker_module: str = "tests.soak.worker"
+    """What each worker process runs (``python -m``): the harness's own tests give one that
+    cannot start."""
 
     async def restart(self) -> None:
         assert self.stop is not None and self.start is not None
@@ -94,6 +97,13 @@ class Report:
     kills: int = 0
     freezes: int = 0
     restarts: int = 0
+    worker_exits: list[str] = field(default_factory=list)
+    """Workers that exited on their own (no kill of the chaos): each one fails the soak."""
+    aborted: str = ""
+    """Why the soak stopped before its jobs were done (no worker left), or empty."""
+    waited: int = 0
+    """Workers that started while the server was down and waited for it (their stderr says
+    ``waiting for``) instead of exiting."""
     requeued: list[float] = field(default_factory=list)
     """Seconds from a kill to the recovery that put a job of the killed worker back in line
     (the ``job:stalled`` event's time; events a busy backend dropped have no sample)."""
@@ -102,7 +112,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.unexplained or self.lost or self.stuck or self.stale)
+        return not (self.unexplained or self.lost or self.stuck or self.stale
+                    or self.worker_exits or self.aborted)  # fmt: skip
 
     def summary(self) -> str:
         return (
@@ -110,7 +121,9 @@ class Report:
             f"{self.completed_once}, duplicated with a crash that explains it {self.explained}, "
             f"unexplained {len(self.unexplained)}, lost {len(self.lost)}, stuck "
             f"{len(self.stuck)}, stale writes {len(self.stale)}; {self.kills} kills, "
-            f"{self.freezes} freezes, {self.restarts} server restarts; after a kill "
+            f"{self.freezes} freezes, {self.restarts} server restarts, "
+            f"{len(self.worker_exits)} worker exits ({self.waited} workers waited for the "
+            f"server at start); after a kill "
             f"(stalled_threshold {self.stalled_threshold}s), back in line "
             f"{_percentiles(self.requeued)}, running again {_percentiles(self.recovery)}"
         )
@@ -136,25 +149,104 @@ class Chaos:
     restarts: list[tuple[float, float]] = field(default_factory=list)
 
 
-class Workers:
-    def __init__(self, target: Target, queue: str, ledger: Path) -> None:
-        self.target, self.queue, self.ledger = target, queue, ledger
-        self.procs: list[asyncio.subprocess.Process] = []
+@dataclass(frozen=True)
+class Exit:
+    """A worker process that ended on its own (no kill of the soak's): how, and its last
+    words."""
 
-    async def start(self) -> None:
+    pid: int
+    code: int | None
+    stderr: str
+    """The last ``TAIL`` lines of its stderr file."""
+    path: Path
+
+    def describe(self) -> str:
+        lines = self.stderr.rstrip("\n").splitlines() or ["(nothing on stderr)"]
+        return (f"worker pid {self.pid} exited with code {self.code} ({self.path}); last "
+                "lines of its stderr:\n" + "\n".join(f"    {line}" for line in lines))  # fmt: skip
+
+
+TAIL = 20
+"""Lines of a worker's stderr an unexpected exit reports."""
+
+MAX_REPLACED = 20
+"""Unexpected exits replaced by a fresh worker; past that (a worker that cannot start at all)
+none is started, and the soak ends once no worker is left."""
+
+
+class Workers:
+    """The soak's worker processes, each with its stderr in a file of its own in ``folder``.
+    A worker that exits on its own (not killed by the chaos, not stopped) is recorded in
+    ``exits`` and replaced, so the soak keeps its worker count."""
+
+    def __init__(self, target: Target, queue: str, ledger: Path, folder: Path) -> None:
+        self.target, self.queue, self.ledger, self.folder = target, queue, ledger, folder
+        self.procs: list[asyncio.subprocess.Process] = []
+        self.paths: dict[int, Path] = {}
+        self.exits: list[Exit] = []
+        self.killed: set[int] = set()
+        """Processes the soak killed or stopped: their exits are expected."""
+        self.started = asyncio.Event()
+        """Set at every start (``wait_live`` waits on it)."""
+        self._watches: list[asyncio.Task[None]] = []
+        self._stopping = False
+        folder.mkdir(parents=True, exist_ok=True)
+
+    async def start(self) -> asyncio.subprocess.Process:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_SOAK_LEDGER": str(self.ledger),
-               "RELAYMQ_LOG_LEVEL": "ERROR"}  # fmt: skip
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.soak.worker", self.target.url, self.queue,
-            str(self.target.stalled_threshold), cwd=ROOT, env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+               "RELAYMQ_LOG_LEVEL": "WARNING"}  # fmt: skip
+        path = self.folder / f"worker-{len(self.procs):04d}.stderr"
+        with path.open("wb") as stderr:  # the child holds its own copy of the descriptor
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", self.target.worker_module, self.target.url, self.queue,
+                str(self.target.stalled_threshold), cwd=ROOT, env=env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
+            )  # fmt: skip
         self.procs.append(proc)
+        self.paths[proc.pid] = path
+        self._watches.append(asyncio.create_task(self._watch(proc)))
+        self.started.set()
+        return proc
+
+    def kill(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGKILL ``proc``: an exit the chaos causes."""
+        self.killed.add(proc.pid)
+        proc.kill()
+
+    async def _watch(self, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        if self._stopping or proc.pid in self.killed:
+            return
+        path = self.paths[proc.pid]
+        tail = "\n".join(path.read_text(errors="replace").splitlines()[-TAIL:])
+        gone = Exit(proc.pid, code, tail, path)
+        self.exits.append(gone)
+        print(f"soak: {gone.describe()}", file=sys.stderr, flush=True)
+        if len(self.exits) <= MAX_REPLACED:
+            await self.start()
 
     def live(self) -> list[asyncio.subprocess.Process]:
         return [p for p in self.procs if p.returncode is None]
 
+    def waited(self) -> int:
+        """How many workers logged that they waited for the server at start."""
+        return sum("waiting for" in path.read_text(errors="replace")
+                   for path in self.paths.values())  # fmt: skip
+
+    async def wait_live(self, within: float) -> list[asyncio.subprocess.Process]:
+        """The live workers, once there is one (a replacement may be starting); an empty list
+        when none came within ``within`` seconds."""
+        try:
+            async with asyncio.timeout(within):
+                while not self.live():
+                    self.started.clear()
+                    await self.started.wait()
+        except TimeoutError:
+            return []
+        return self.live()
+
     async def stop(self) -> None:
+        self._stopping = True
         for p in self.live():
             with contextlib.suppress(ProcessLookupError):
                 p.send_signal(signal.SIGCONT)
@@ -165,6 +257,13 @@ class Workers:
             except TimeoutError:
                 p.kill()
                 await p.wait()
+        for w in self._watches:
+            w.cancel()
+        await asyncio.gather(*self._watches, return_exceptions=True)
+
+
+class NoWorkerLeft(Exception):
+    """No worker process was alive for longer than the soak allows."""
 
 
 async def soak(target: Target, profile: Profile, tmp: Path, seed: int | None = None) -> Report:
@@ -176,7 +275,7 @@ async def soak(target: Target, profile: Profile, tmp: Path, seed: int | None = N
     kinds = {f"j{i:06d}": ("flaky" if i % 10 == 0 else "ok") for i in range(profile.jobs)}
     backend = await connect(target.url)
     queue = Queue(queue_name, backend)
-    workers = Workers(target, queue_name, ledger)
+    workers = Workers(target, queue_name, ledger, tmp / "workers")
     chaos = Chaos()
     began = time.monotonic()
     report = Report(target.name, profile.jobs, target.stalled_threshold)
@@ -186,8 +285,13 @@ async def soak(target: Target, profile: Profile, tmp: Path, seed: int | None = N
         for _ in range(profile.workers):
             await workers.start()
         producing = asyncio.create_task(_produce(queue, kinds))
-        await _run_chaos(target, profile, queue, workers, chaos, rng, began)
-        await producing
+        try:
+            await _run_chaos(target, profile, queue, workers, chaos, rng, began)
+        except NoWorkerLeft as e:
+            report.aborted = str(e)
+            producing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await producing
         report.seconds = time.monotonic() - began
     finally:
         await workers.stop()
@@ -197,6 +301,8 @@ async def soak(target: Target, profile: Profile, tmp: Path, seed: int | None = N
     jobs = await _read_all(queue, list(kinds))
     await backend.close()
     _check(report, kinds, jobs, _read_ledger(ledger), chaos, stalls)
+    report.worker_exits = [e.describe() for e in workers.exits]
+    report.waited = workers.waited()
     report.kills, report.freezes = len(chaos.killed), len(chaos.frozen)
     report.restarts = len(chaos.restarts)
     return report
@@ -258,26 +364,37 @@ async def _run_chaos(
         plan += [("restart", (i + 1) / (profile.restarts + 1)) for i in range(profile.restarts)]
     plan.sort(key=lambda p: p[1])
     thaws: list[asyncio.Task[None]] = []
+    patience = NO_WORKER_THRESHOLDS * target.stalled_threshold
+    alone_since: float | None = None
     while True:
         done = await _completed(queue)
         if time.monotonic() - began > profile.deadline:
             break
+        if workers.live():
+            alone_since = None
+        elif alone_since is None:
+            alone_since = time.monotonic()
+        elif time.monotonic() - alone_since > patience:
+            raise NoWorkerLeft(_no_worker(workers, patience))
         # Every disruption whose share is reached goes first, before the check for the end: a
         # fast backend can finish the rest of the jobs during a server restart, and the plan's
         # later kills and freezes must still happen (to the workers left, idle or not).
         while plan and done >= 0 and done >= plan[0][1] * profile.jobs:
             action, _ = plan.pop(0)
             if action == "kill":
-                victim = rng.choice(workers.live())
-                victim.kill()
+                live = await workers.wait_live(patience)
+                if not live:
+                    raise NoWorkerLeft(_no_worker(workers, patience))
+                victim = rng.choice(live)
+                workers.kill(victim)
                 chaos.killed[victim.pid] = time.monotonic()
                 await victim.wait()  # reaped: the next kill cannot pick it again
                 await workers.start()
             elif action == "freeze":
-                fresh = [p for p in workers.live() if p.pid not in chaos.stopped]
-                if not fresh:  # every live worker was frozen once: one more to freeze
-                    await workers.start()
-                    fresh = [workers.procs[-1]]
+                live = await workers.wait_live(patience)
+                fresh = [p for p in live if p.pid not in chaos.stopped]
+                if not fresh:  # every live worker was frozen once (or none is left): one more
+                    fresh = [await workers.start()]
                 victim = rng.choice(fresh)
                 chaos.stopped.add(victim.pid)
                 victim.send_signal(signal.SIGSTOP)
@@ -291,6 +408,16 @@ async def _run_chaos(
         await asyncio.sleep(0.05)  # a pause between two looks at the counts
     for t in thaws:
         await t
+
+
+NO_WORKER_THRESHOLDS = 5
+"""Stalled thresholds the soak goes on without a live worker process before it fails."""
+
+
+def _no_worker(workers: Workers, patience: float) -> str:
+    exits = "\n".join(e.describe() for e in workers.exits[-3:]) or "(no unexpected exits)"
+    return (f"no live worker for {patience:.1f}s ({len(workers.procs)} started, "
+            f"{len(workers.exits)} exited on their own); the last exits:\n{exits}")  # fmt: skip
 
 
 async def _thaw(victim: asyncio.subprocess.Process, chaos: Chaos, stalled: float) -> None:

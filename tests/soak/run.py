@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -24,11 +25,19 @@ async def run(names: list[str], jobs: int, seed: int | None) -> list[Report]:
         if reason:
             print(f"{name}: not soaked: {reason}", flush=True)
             continue
-        with tempfile.TemporaryDirectory(prefix=f"soak-{name}-") as tmp:
-            async with OPENERS[name](Path(tmp)) as target:
-                report = await soak(target, profile, Path(tmp), seed)
+        tmp = Path(tempfile.mkdtemp(prefix=f"soak-{name}-"))
+        async with OPENERS[name](tmp) as target:
+            report = await soak(target, profile, tmp, seed)
         print(report.summary(), flush=True)
+        if report.ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # the workers' stderr files and the ledger, to look into
+            print(f"  kept {tmp}", flush=True)
+        if report.aborted:
+            print(f"  aborted: {report.aborted}", flush=True)
         for problem in report.unexplained[:5] + report.lost[:5] + report.stuck[:5]:
+            print(f"  {problem}", flush=True)
+        for problem in report.stale[:5] + report.worker_exits[:5]:
             print(f"  {problem}", flush=True)
         reports.append(report)
     return reports

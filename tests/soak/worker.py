@@ -1,14 +1,19 @@
 """One soak worker process: ``python -m tests.soak.worker URL QUEUE STALLED_THRESHOLD`` (the
-ledger directory in ``RELAYMQ_SOAK_LEDGER``); runs until SIGTERM, or the soak SIGKILLs it."""
+ledger directory in ``RELAYMQ_SOAK_LEDGER``); runs until SIGTERM, or the soak SIGKILLs it.
+
+It starts as ``relaymq worker`` does: waiting for a server the soak is restarting (within
+``connect_timeout``), and logging warnings to stderr, which the soak keeps in a file."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
 import sys
 
 from relaymq import Settings, Worker
-from relaymq.backends import connect
+from relaymq.cli.common import connect_waiting
 from tests.soak import tasks  # noqa: F401 - registers the task
 
 
@@ -24,8 +29,9 @@ def settings(stalled_threshold: float) -> Settings:
 
 
 async def main(url: str, queue: str, stalled_threshold: float) -> None:
-    backend = await connect(url)
-    worker = Worker(backend, [queue], settings=settings(stalled_threshold))
+    options = settings(stalled_threshold)
+    backend = await connect_waiting(url, options.connect_timeout)
+    worker = Worker(backend, [queue], settings=options)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
     try:
@@ -35,4 +41,11 @@ async def main(url: str, queue: str, stalled_threshold: float) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(
+        level=os.environ.get("RELAYMQ_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # the soak crashes servers on purpose: the drivers' reconnect tracebacks are not news
+    for driver in ("asyncpg", "aio_pika", "aiormq", "pymongo"):
+        logging.getLogger(driver).setLevel(logging.CRITICAL)
     asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3])))

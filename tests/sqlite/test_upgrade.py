@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relaymq.backends.base import Enqueued, StoredSchedule, Tally
+from relaymq.backends.base import Enqueued, StoredSchedule, Tally, WorkerInfo
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
 from relaymq.job import JobState, KeyMode, KeyRule
@@ -55,10 +55,13 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         failed = await backend.get_job(q, "parent")
         assert failed is not None and failed.state is JobState.FAILED
         assert sum(t.failed for t in await backend.tallies(q, 0)) == 1
+        info = WorkerInfo("w", (q,), 1, "h", 1, 0.0, refused=((q, "refused"),))  # schema 8
+        await backend.register_worker(info, 60)
+        assert [w.refused for w in await backend.list_workers()] == [((q, "refused"),)]
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (8,)
     conn.close()
     again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
     await again.connect()

@@ -38,7 +38,7 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 from pymongo import AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from relaymq.backends.base import (
     OUTCOME_STATE,
@@ -63,7 +63,7 @@ from relaymq.backends.base import (
 from relaymq.backends.mongodb import transitions as tx
 from relaymq.backends.mongodb.config import parse
 from relaymq.backends.mongodb.dependencies import NOT_ENDED, Dependencies
-from relaymq.backends.mongodb.errors import translated
+from relaymq.backends.mongodb.errors import refused, translated
 from relaymq.backends.mongodb.eventlog import EventLog, Subscription
 from relaymq.backends.mongodb.indexes import (
     JOB_KEYS,
@@ -91,6 +91,7 @@ from relaymq.backends.mongodb.records import (
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import (
     BackendError,
+    ConfigError,
     CorruptRecordError,
 )
 from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
@@ -171,6 +172,14 @@ class MongoDBBackend(Backend):
         db = client[self.database_name]
         try:
             await ensure_indexes(db)
+        except OperationFailure as e:
+            await client.close()
+            if not refused(e):
+                raise
+            raise ConfigError(
+                f"MongoDB server {self.where} refused this backend's setup: {e} (check the "
+                "user, password and database in the URL, and indexes of the same name)"
+            ) from e
         except BaseException:
             await client.close()
             raise

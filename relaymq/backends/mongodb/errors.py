@@ -48,6 +48,16 @@ def size_error(e: Exception) -> RecordRefusedError:
     )
 
 
+_REFUSED_CODES = (13, 18, 85, 86)
+"""Unauthorized, AuthenticationFailed, IndexOptionsConflict, IndexKeySpecsConflict."""
+
+
+def refused(e: OperationFailure) -> bool:
+    """Whether the server refuses this backend as configured at connect (bad credentials, no
+    permission, an index of the same name with other options): trying again cannot help."""
+    return e.code in _REFUSED_CODES or "authentication failed" in str(e).lower()
+
+
 def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     """Driver errors become ``relaymq.errors`` at the boundary (the cause is kept)."""
 

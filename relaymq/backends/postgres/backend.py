@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -43,7 +44,7 @@ from relaymq.backends.base import (
 from relaymq.backends.corrupt import state_problem
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
-from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
+from relaymq.backends.postgres.errors import DRIVER_ERRORS, refused, translate
 from relaymq.backends.postgres.limits import (
     LimitedQueues,
     claim_delivered_limited,
@@ -137,7 +138,7 @@ class PostgresBackend(Backend, DeliveryStore):
                     command_timeout=self.options.command_timeout,
                 )
             except DRIVER_ERRORS as e:
-                raise translate(e, self.options.where) from e
+                raise refused(e, self.options.where) or translate(e, self.options.where) from e
             try:
                 async with pool.acquire() as con:
                     if self.options.migrate:
@@ -147,7 +148,8 @@ class PostgresBackend(Backend, DeliveryStore):
             except BaseException as e:
                 await pool.close()
                 if isinstance(e, DRIVER_ERRORS):
-                    raise translate(e, self.options.where) from e
+                    where = self.options.where
+                    raise refused(e, where) or translate(e, where) from e
                 raise
             self._pool = pool
 
@@ -546,7 +548,7 @@ class PostgresBackend(Backend, DeliveryStore):
         r = info.to_record()
         await self._execute(
             "register_worker", r["id"], r["queues"], r["concurrency"], r["host"], r["pid"],
-            float(r["started_at"]), float(ttl), self._now(),
+            float(r["started_at"]), float(ttl), self._now(), json.dumps(r["refused"]),
         )  # fmt: skip
 
     async def unregister_worker(self, worker_id: str) -> None:

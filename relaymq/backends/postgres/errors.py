@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncpg
 
-from relaymq.errors import BackendError, BackendUnavailableError
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 
-# SQLSTATE classes and codes that mean "the server is not there right now".
-_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+# SQLSTATE classes and codes that mean "the server is not there right now": connection
+# failures, shutting down, starting up or in recovery (57P03), too many connections, and a
+# write on a server still in recovery (25006: a standby, or a primary not promoted yet).
+_UNAVAILABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300", "25006")
 _NOT_IN_REPERTOIRE = "22021"
 """A text value PostgreSQL cannot hold: in UTF-8, that is a NUL character."""
 
@@ -32,6 +34,23 @@ def translate(e: BaseException, where: str = "") -> BackendError:
                                 f"text with one cannot be written or looked up ({e})")  # fmt: skip
         return BackendError(f"PostgreSQL error {state}: {_reason(e)}")
     return BackendError(f"PostgreSQL driver error: {_reason(e)}")
+
+
+_REFUSED_STATES = ("28", "3D000", "3F000", "42501")
+"""At connect: bad credentials (class 28), no such database or schema, no privilege."""
+
+
+def refused(e: BaseException, where: str = "") -> ConfigError | None:
+    """The ``ConfigError`` for a connection the server refuses as configured (trying again
+    cannot help), or None: only for errors met while connecting."""
+    state = (getattr(e, "sqlstate", "") or "") if isinstance(e, asyncpg.PostgresError) else ""
+    if not state.startswith(_REFUSED_STATES):
+        return None
+    at = f" at {where}" if where else ""
+    return ConfigError(
+        f"PostgreSQL{at} refused this backend's connection (SQLSTATE {state}): {_reason(e)}; "
+        "check the user, password, database and schema in the URL"
+    )
 
 
 def _reason(e: BaseException) -> str:

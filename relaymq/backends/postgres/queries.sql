@@ -590,16 +590,17 @@ ORDER BY name;
 -- name: register_worker
 -- Record or renew a worker until now + ttl; drops lapsed registrations on the way.
 -- in:  $1 id, $2 queues text[], $3 concurrency, $4 host, $5 pid, $6 started_at float8,
---      $7 ttl float8 seconds, $8 now float8|NULL
+--      $7 ttl float8 seconds, $8 now float8|NULL, $9 refused (JSON text: [[queue, error]])
 WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
 lapsed AS (DELETE FROM relaymq_workers w USING t WHERE w.expires_at <= t.now AND w.id <> $1)
 INSERT INTO relaymq_workers AS w (id, queues, concurrency, host, pid, started_at, seen_at,
-                                  expires_at)
-SELECT $1, $2::text[], $3, $4, $5, $6, t.now, t.now + make_interval(secs => $7) FROM t
+                                  expires_at, refused)
+SELECT $1, $2::text[], $3, $4, $5, $6, t.now, t.now + make_interval(secs => $7), $9::jsonb
+FROM t
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, concurrency = excluded.concurrency, host = excluded.host,
     pid = excluded.pid, started_at = excluded.started_at, seen_at = excluded.seen_at,
-    expires_at = excluded.expires_at;
+    expires_at = excluded.expires_at, refused = excluded.refused;
 
 -- name: unregister_worker
 -- in: $1 id.

@@ -109,6 +109,11 @@ class RabbitMQBackend(Backend):
         await self.store.connect()
         await self._broker.open()
 
+    async def check_queue(self, queue: str) -> None:
+        """Declare ``queue``'s broker queue again: one declared with other arguments is the
+        ``ConfigError`` that ``enqueue`` raises."""
+        await self._broker.ready_count(queue)
+
     async def close(self) -> None:
         if self._background:  # transitions whose caller was cancelled: let them publish
             await asyncio.wait(list(self._background), timeout=10)

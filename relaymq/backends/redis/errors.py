@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from redis import exceptions as rex
 
-from relaymq.errors import BackendError, BackendUnavailableError
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 
 UNAVAILABLE = (
     rex.ConnectionError,  # includes BusyLoadingError: a restarted server still reading its AOF
@@ -37,6 +37,35 @@ def translated(what: str) -> Iterator[None]:
         yield
     except (*UNAVAILABLE, rex.RedisError) as e:
         raise (translate(e, what) or e) from e
+
+
+def refused(e: BaseException) -> ConfigError | None:
+    """The ``ConfigError`` for a connection the server refuses as configured (bad
+    credentials, no permission, ``redis+cluster://`` against a server that is not a cluster):
+    trying again cannot help. None for any other error."""
+    text = str(e)
+    if isinstance(e, rex.AuthenticationError | rex.AuthorizationError) or text.startswith(
+        ("WRONGPASS", "NOPERM", "NOAUTH")
+    ):
+        return ConfigError(f"Redis refused the connection: {text} (check the user and "
+                           "password in the URL, and the user's permissions)")  # fmt: skip
+    if isinstance(e, rex.RedisClusterException) and "cluster mode is not enabled" in text.lower():
+        return ConfigError(f"Redis refused the connection: {text} (redis+cluster:// needs a "
+                           "Redis Cluster; use redis:// for a single server)")  # fmt: skip
+    return None
+
+
+@contextlib.contextmanager
+def refusing() -> Iterator[None]:
+    """While connecting: a refusal of the server's becomes a ``ConfigError`` (the driver's
+    exception stays as ``__cause__``); every other exception goes up as it is."""
+    try:
+        yield
+    except Exception as e:
+        config = refused(e)
+        if config is None:
+            raise
+        raise config from e
 
 
 def wrong_type(e: BackendError) -> bool:

@@ -20,7 +20,7 @@ from redis.backoff import ExponentialBackoff
 from relaymq.backends.redis.config import RedisOptions, check_durability, check_eviction_policy
 from relaymq.backends.redis.deadlines import Deadlines, Expired
 from relaymq.backends.redis.direct import Link
-from relaymq.backends.redis.errors import UNAVAILABLE, translated
+from relaymq.backends.redis.errors import UNAVAILABLE, refusing, translated
 from relaymq.backends.redis.errors import translate as _translate
 from relaymq.backends.redis.scripts import Scripts
 from relaymq.errors import BackendError, BackendUnavailableError
@@ -58,7 +58,7 @@ class Transport:
             "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
             **self._client_options,
         }
-        with translated("connect"):
+        with translated("connect"), refusing():
             if o.cluster:
                 if len(o.startup_nodes) > 1:
                     kwargs["startup_nodes"] = [ClusterNode(h, p) for h, p in o.startup_nodes]

@@ -63,7 +63,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SLOW_WRITE = 0.25
 """Seconds a write transaction may take (lock wait included) before recovery discounts it."""
 LOCKED_OUT_MEMORY = 60.0
@@ -90,8 +90,8 @@ def _statements(script: str) -> list[str]:
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
     ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``, 7 the count of
-    dependency failures in ``tallies``), under the write lock and after reading the version
-    again: another process may have just done it."""
+    dependency failures in ``tallies``, 8 ``workers.refused``), under the write lock and after
+    reading the version again: another process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
         (version,) = conn.execute(Q["schema_version"]).fetchone()
@@ -178,6 +178,9 @@ class SQLiteBackend(Backend, DeliveryStore):
             )
         if not self.create_missing and not os.path.exists(self.path):
             raise ConfigError(f"no SQLite database at {os.path.abspath(self.path)}")
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if self.path != ":memory:" and not os.path.isdir(folder):
+            raise ConfigError(f"no folder {folder} for the SQLite database {self.path}")
         conn = sqlite3.connect(
             self.path,
             timeout=self.options.busy_timeout,

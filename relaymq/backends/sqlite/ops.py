@@ -577,6 +577,7 @@ def register_worker(conn: Conn, now: float, info: WorkerInfo, ttl: float) -> Non
     conn.execute(Q["prune_workers"], {"now": now})
     record = info.to_record()
     record["queues"] = json.dumps(record["queues"])
+    record["refused"] = json.dumps(record["refused"])
     conn.execute(Q["register_worker"], {**record, "now": now, "expires_at": now + ttl})
 
 

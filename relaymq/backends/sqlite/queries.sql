@@ -167,6 +167,14 @@ END;
 -- name: set_version_7
 PRAGMA user_version = 7;
 
+-- name: upgrade_to_8
+-- Schema 7 -> 8: the queues a worker's backend refuses as configured, on its registration
+-- (relaymq.worker.refusals): a JSON array of [queue, error] pairs.
+ALTER TABLE workers ADD COLUMN refused TEXT NOT NULL DEFAULT '[]';
+
+-- name: set_version_8
+PRAGMA user_version = 8;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -545,14 +553,15 @@ SELECT queue FROM pauses
 ORDER BY queue;
 
 -- name: register_worker
--- In: :id, :queues (JSON array), :concurrency, :host, :pid, :started_at, :now, :expires_at.
--- Out: nothing.
-INSERT INTO workers (id, queues, concurrency, host, pid, started_at, seen_at, expires_at)
-VALUES (:id, :queues, :concurrency, :host, :pid, :started_at, :now, :expires_at)
+-- In: :id, :queues (JSON array), :concurrency, :host, :pid, :started_at, :now, :expires_at,
+-- :refused (JSON array of [queue, error] pairs). Out: nothing.
+INSERT INTO workers (id, queues, concurrency, host, pid, started_at, seen_at, expires_at,
+                     refused)
+VALUES (:id, :queues, :concurrency, :host, :pid, :started_at, :now, :expires_at, :refused)
 ON CONFLICT (id) DO UPDATE SET
     queues = excluded.queues, concurrency = excluded.concurrency, host = excluded.host,
     pid = excluded.pid, started_at = excluded.started_at, seen_at = excluded.seen_at,
-    expires_at = excluded.expires_at;
+    expires_at = excluded.expires_at, refused = excluded.refused;
 
 -- name: prune_workers
 -- In: :now. Out: nothing. Deletes registrations that lapsed.
@@ -563,8 +572,9 @@ DELETE FROM workers WHERE expires_at <= :now;
 DELETE FROM workers WHERE id = :id;
 
 -- name: list_workers
--- In: :now. Out: (id, queues JSON, concurrency, host, pid, started_at, seen_at) per live worker.
-SELECT id, queues, concurrency, host, pid, started_at, seen_at
+-- In: :now. Out: (id, queues JSON, concurrency, host, pid, started_at, seen_at, refused JSON)
+-- per live worker.
+SELECT id, queues, concurrency, host, pid, started_at, seen_at, refused
 FROM workers WHERE expires_at > :now ORDER BY id;
 
 -- name: insert_event
