@@ -7,12 +7,10 @@ import asyncio
 import html
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-import pytest_asyncio
 from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -30,14 +28,6 @@ from tests.redis.server import PrivateRedis
 from tests.support.jobs import queue_name
 from tests.support.waiting import poll_until
 from tests.tasks import add
-
-
-@pytest_asyncio.fixture
-async def memory() -> AsyncIterator[InMemoryBackend]:
-    b = InMemoryBackend()
-    await b.connect()
-    yield b
-    await b.close()
 
 
 async def test_the_overview_shows_every_queue_with_its_counts_and_history(

@@ -7,12 +7,10 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-import pytest_asyncio
 
 from relaymq import Queue, connect
 from relaymq.backends.memory import InMemoryBackend
@@ -24,14 +22,6 @@ from tests.support.jobs import queue_name
 from tests.support.waiting import poll_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest_asyncio.fixture
-async def memory() -> AsyncIterator[InMemoryBackend]:
-    b = InMemoryBackend()
-    await b.connect()
-    yield b
-    await b.close()
 
 
 @pytest.mark.parametrize("bind", ["127.0.0.1", "localhost", "::1"])

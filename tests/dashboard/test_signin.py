@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import pytest_asyncio
 from click.testing import CliRunner
 
 from relaymq import Queue
@@ -21,14 +19,6 @@ from relaymq.testing import FakeClock
 from tests.dashboard.support import client, csrf, failed
 from tests.support.jobs import queue_name
 from tests.tasks import add
-
-
-@pytest_asyncio.fixture
-async def memory() -> AsyncIterator[InMemoryBackend]:
-    b = InMemoryBackend()
-    await b.connect()
-    yield b
-    await b.close()
 
 
 async def sign_in(c: httpx.AsyncClient, secret: str) -> httpx.Response:
