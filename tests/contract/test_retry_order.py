@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 from relaymq import Queue, Settings, Worker, task
 from relaymq.backends.base import Backend, Outcome, Settle
 from relaymq.job import JobState
+from relaymq.queue import JobHandle
 from tests.conftest import MakeBackend
 from tests.contract.test_keys import claim_exactly, state
 from tests.contract.test_settle_and_claim import the_rest
@@ -39,6 +41,23 @@ async def records(key: str, label: str) -> None:
     STARTS.setdefault(key, []).append(label)
 
 
+async def resume_one_at_a_time(live: Backend, queue: Queue, handles: list[JobHandle[Any]]) -> None:
+    """Start a worker at concurrency 1 on the paused ``queue``, resume it, and wait for every
+    handle's result; the worker is stopped gracefully either way."""
+    worker = Worker(live, [queue.name], settings=FAST, concurrency=1)
+    running = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(10):  # the worker registering and starting to claim
+            await worker.started.wait()
+        await queue.resume()
+        for handle in handles:
+            await handle.result(timeout=10)
+    finally:
+        worker.stop()
+        async with asyncio.timeout(30):  # the worker finishing its graceful shutdown
+            await running
+
+
 async def test_a_job_retried_at_once_runs_before_lower_priority_jobs(
     make_backend: MakeBackend,
 ) -> None:
@@ -53,18 +72,7 @@ async def test_a_job_retried_at_once_runs_before_lower_priority_jobs(
         await queue.add(records.with_options(priority=1).call(key, "A")),
         await queue.add(records.with_options(priority=5).call(key, "B")),
     ]
-    worker = Worker(live, [queue.name], settings=FAST, concurrency=1)
-    running = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(10):  # the worker registering and starting to claim
-            await worker.started.wait()
-        await queue.resume()
-        for handle in handles:
-            await handle.result(timeout=10)
-    finally:
-        worker.stop()
-        async with asyncio.timeout(30):  # the worker finishing its graceful shutdown
-            await running
+    await resume_one_at_a_time(live, queue, handles)
     assert STARTS[key] == ["R", "A", "R", "B"]
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import asyncpg
 
-from relaymq import JobContext, Queue, Settings, Worker, task
+from relaymq import JobContext, Queue, Settings, task
 from relaymq.backends.postgres import PostgresBackend
+from tests.contract.test_retry_order import resume_one_at_a_time
 from tests.support.case_postgres import CASE, DATABASE, SERVER
 from tests.support.jobs import queue_name
 
@@ -75,18 +76,7 @@ async def test_the_next_claim_waits_for_a_retry_still_being_written(
             await queue.add(records.with_options(priority=1).call(key, "A")),
             await queue.add(records.with_options(priority=5).call(key, "B")),
         ]
-        worker = Worker(live, [queue.name], settings=FAST, concurrency=1)
-        running = asyncio.create_task(worker.run())
-        try:
-            async with asyncio.timeout(10):  # the worker registering and starting to claim
-                await worker.started.wait()
-            await queue.resume()
-            for handle in handles:
-                await handle.result(timeout=10)
-        finally:
-            worker.stop()
-            async with asyncio.timeout(30):  # the worker finishing its graceful shutdown
-                await running
+        await resume_one_at_a_time(live, queue, handles)
         assert STARTS[key] == ["R", "A", "R", "B"]
     finally:
         await unlock(key)
