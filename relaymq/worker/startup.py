@@ -4,8 +4,11 @@ A worker often starts before its backend answers (docker compose, Kubernetes, a 
 database restart). ``patiently`` tries a call again while the backend is unreachable (refused
 connections, a server that answers "starting up" or "in recovery": ``BackendUnavailableError``)
 with capped exponential backoff and jitter, one log line per attempt, until ``timeout`` passes;
-then the last error goes up (the CLI exits 3). Nothing else is retried: a ``ConfigError`` (a
-configuration the backend refuses) goes up at once, as every other error does.
+then the last error goes up (the CLI exits 3). A server that answers with an error of its own
+(``BackendError``: a database locked for a moment, a primary being elected) is waited out the
+same way. What cannot succeed on a second try goes up at once: a ``ConfigError`` (a
+configuration the backend refuses), a record it cannot read or refuses to store, and every
+error that is not the backend's.
 """
 
 from __future__ import annotations
@@ -18,7 +21,11 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from relaymq.errors import BackendUnavailableError
+from relaymq.errors import (
+    BackendError,
+    CorruptRecordError,
+    RecordRefusedError,
+)
 
 T = TypeVar("T")
 
@@ -68,27 +75,35 @@ def pause(attempt: int, rng: random.Random | None = None) -> float:
     return base * jitter
 
 
+FOR_GOOD = (CorruptRecordError, RecordRefusedError)
+"""Backend errors that the same call meets again: never waited out."""
+
+
 async def patiently(
     call: Callable[[], Awaitable[T]], what: str, timeout: float,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:  # fmt: skip
-    """``call()``, tried again while it raises ``BackendUnavailableError`` until ``timeout``
-    seconds have passed (0: once). ``what`` names the server in the log lines."""
+    """``call()``, tried again while it raises a ``BackendError`` that may pass (the server
+    unreachable, or answering with an error of its own) until ``timeout`` seconds have passed
+    (0: once). ``what`` names the server in the log lines."""
     deadline = clock() + timeout
     attempt = 0
     while True:
         attempt += 1
         try:
             return await call()
-        except BackendUnavailableError as e:
+        except FOR_GOOD:
+            raise
+        except BackendError as e:
             left = deadline - clock()
             if left <= 0:
                 if timeout > 0:
-                    raise BackendUnavailableError(
+                    raise type(e)(
                         f"{e} (gave up after waiting {timeout:g}s: --connect-timeout, "
                         "RELAYMQ_CONNECT_TIMEOUT)"
                     ) from e
                 raise
             wait = min(pause(attempt), left)
             log.warning("waiting for %s (%s); next try in %.1fs", what, reason(e), wait)
-        await asyncio.sleep(wait)  # the backoff between two attempts to reach the server
+        await sleep(wait)  # the backoff between two attempts to reach the server
