@@ -16,11 +16,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import orjson
-from jinja2 import Environment, PackageLoader, pass_context, select_autoescape
-from jinja2.runtime import Context
+from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
@@ -31,12 +30,22 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from relaymq.backends.base import Backend, CancelResult
-from relaymq.cli.output import decoded, when
+from relaymq.cli.output import when
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
 from relaymq.dashboard.guard import Guard, host_name
 from relaymq.dashboard.live import Hub
 from relaymq.dashboard.security import Access, SessionKey, Throttle, Throttled
+from relaymq.dashboard.views import actions_for, job_view, pretty
+from relaymq.dashboard.web import (
+    client_of,
+    csrf_of,
+    job_href,
+    job_id_of,
+    job_url,
+    page_number,
+    with_csrf,
+)
 from relaymq.errors import (
     BackendError,
     BackendUnavailableError,
@@ -44,30 +53,17 @@ from relaymq.errors import (
     JobNotFoundError,
     ScheduleNotFoundError,
 )
-from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, error_line
+from relaymq.job import DLQ_STATES, Job, JobState, error_line
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
 from relaymq.schedules import Schedules
 
 PAGE_SIZE = 50
-MAX_PAGE = 10_000_000
-"""The highest page number a listing accepts: far past any queue, and its offset still fits
-every backend's integers."""
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
 QUEUE_ACTIONS = ("pause", "resume", "drain")
 SCHEDULE_ACTIONS = ("pause", "resume", "run-now", "remove")
-RETRYABLE = frozenset(DLQ_STATES | {JobState.CANCELLED})
-"""The states whose jobs an operator's retry runs again."""
-CANCELLABLE = frozenset(set(JobState) - TERMINAL)
-"""The states whose jobs a cancel ends."""
-
-
-def actions_for(state: JobState) -> list[str]:
-    """The actions that apply to jobs in ``state``, in the order the buttons show."""
-    return [a for a, ok in (("retry", state in RETRYABLE), ("cancel", state in CANCELLABLE),
-                            ("remove", True)) if ok]  # fmt: skip
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -423,77 +419,6 @@ class Dashboard:
         return Queue(validate_queue_name(request.path_params["queue"]), self.backend)
 
 
-def page_number(text: str) -> int:
-    """A listing's ``?page=``: empty is the first; anything but 1 to ``MAX_PAGE`` is refused."""
-    if not text:
-        return 1
-    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_PAGE))
-    if not digits or not 1 <= int(text) <= MAX_PAGE:
-        raise ConfigError(f"page must be a whole number from 1 to {MAX_PAGE}, not {text!r}")
-    return int(text)
-
-
-def csrf_of(request: Request) -> str:
-    token = getattr(request.state, "csrf", None) or request.cookies.get(security.CSRF_COOKIE)
-    if not token:
-        token = security.new_csrf()
-    request.state.csrf = token
-    return str(token)
-
-
-def with_csrf(request: Request, response: Response) -> Response:
-    """Set the CSRF cookie the page's forms were rendered with, if the browser lacks it."""
-    token = csrf_of(request)
-    if request.cookies.get(security.CSRF_COOKIE) != token:
-        response.set_cookie(security.CSRF_COOKIE, token, httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")  # fmt: skip
-    return response
-
-
-def job_url(request: Request, queue: str, job_id: str) -> str:
-    """The job's page (and, POSTed to, its actions): the id percent-encoded whole, so ids with
-    '/', '?', '#', '%' or spaces stay one path segment. A browser would resolve a segment '.' or
-    '..' (even percent-encoded) away, so those two ids go in the query instead."""
-    if job_id in (".", ".."):
-        return f"{request.url_for('job', queue=queue, job_id='')}?{urlencode({'id': job_id})}"
-    return str(request.url_for("job", queue=queue, job_id=quote(job_id, safe="")))
-
-
-@pass_context
-def job_href(context: Context, queue: str, job_id: str) -> str:
-    """``job_url`` for templates: ``{{ job_href(job.queue, job.id) }}``."""
-    return job_url(context["request"], queue, job_id)
-
-
-def job_id_of(request: Request) -> str:
-    """The job id of a job URL (see ``job_url``): the decoded path, or ``?id=``."""
-    job_id = str(request.path_params["job_id"])
-    if not job_id:
-        job_id = request.query_params.get("id", "")
-    if not job_id:
-        raise ConfigError("no job id in the URL")
-    return job_id
-
-
-def client_of(request: Request) -> str:
-    """Whom the sign-in throttle counts: the client's address (behind a proxy, the address
-    uvicorn's --proxy-headers gives)."""
-    return request.client.host if request.client else "unknown"
-
-
-def job_view(job: Job) -> dict[str, Any]:
-    """What the job page shows, decoded for reading."""
-    payload = decoded(job.payload)
-    args = payload if not isinstance(payload, dict) else {
-        "args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}  # fmt: skip
-    times = [("created", job.created_at), ("run at", job.run_at), ("claimed", job.claimed_at),
-             ("last heartbeat", job.heartbeat_at), ("finished", job.finished_at)]  # fmt: skip
-    return {"arguments": args, "result": decoded(job.result), "progress": decoded(job.progress),
-            "actions": actions_for(job.state),
-            "error_line": error_line(job.error),
-            "times": [(label, when(at)) for label, at in times if at]}  # fmt: skip
-
-
 def create_app(
     backend: Backend,
     *,
@@ -611,12 +536,3 @@ async def backend_error(request: Request, exc: Exception) -> Response:
     else:
         text = f"The backend answered with an error: {exc}"
     return PlainTextResponse(text, status_code=503)
-
-
-def pretty(value: Any) -> str:
-    import orjson
-
-    try:
-        return orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode()
-    except TypeError:
-        return repr(value)
