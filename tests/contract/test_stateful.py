@@ -24,6 +24,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -293,6 +294,7 @@ def machine_for(case: BackendCase, tmp: Path, seen: Counter[str]) -> type[RuleBa
     return Contract
 
 
+@pytest.mark.timeout(300)  # the MongoDB test server needs about a minute for the 40 examples
 def test_random_sequences_match_the_reference_backend(case: BackendCase) -> None:
     seen: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as tmp:
