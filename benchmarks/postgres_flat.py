@@ -18,9 +18,9 @@ import uuid
 
 import asyncpg
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.postgres import PostgresBackend
 from relaymq.job import JobState, NewJob
+from relaymq.records.store import Outcome, Settle
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 CHUNK = 10_000

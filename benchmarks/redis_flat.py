@@ -26,9 +26,9 @@ from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.redis import RedisBackend
 from relaymq.job import JobState, NewJob
+from relaymq.records.store import Outcome, Settle
 
 PAYLOAD = b'{"args":[],"kwargs":{}}'
 

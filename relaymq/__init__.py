@@ -1,7 +1,7 @@
 """relaymq: an at-least-once job queue for asyncio Python."""
 
 from relaymq.backends import connect, set_default_backend
-from relaymq.backends.base import Backend, Capabilities
+from relaymq.backends.base import Backend
 from relaymq.errors import (
     ArgumentValidationError,
     BackendError,
@@ -21,9 +21,11 @@ from relaymq.errors import (
 from relaymq.events import Event
 from relaymq.flows import Flow
 from relaymq.job import TERMINAL, Claim, DependencyPolicy, Job, JobState
-from relaymq.limits import Limits, limit
+from relaymq.limits import limit
 from relaymq.options import Call
 from relaymq.queue import JobHandle, Queue
+from relaymq.records.limits import Limits
+from relaymq.records.store import Capabilities
 from relaymq.retry import exponential, fixed
 from relaymq.schedules import Schedule, Schedules, schedule
 from relaymq.settings import Settings

@@ -27,8 +27,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from relaymq import events
-from relaymq.backends.base import (
-    Backend,
+from relaymq.backends.base import Backend
+from relaymq.errors import BackendError
+from relaymq.job import Job, JobState, NewJob
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
     Beat,
     BeatResult,
     CancelResult,
@@ -41,9 +44,6 @@ from relaymq.backends.base import (
     Tally,
     WorkerInfo,
 )
-from relaymq.errors import BackendError
-from relaymq.job import Job, JobState, NewJob
-from relaymq.limits import Limits
 
 log = logging.getLogger("relaymq.events")
 recovery_log = logging.getLogger("relaymq.recovery")

@@ -11,10 +11,14 @@ stay hashable (``unsafe_hash``).
 from __future__ import annotations
 
 import enum
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
+
+MAX_PRIORITY = 255
+"""The largest priority a job may have (0 runs first); every backend keeps the order of 0 to it."""
 
 
 class JobState(enum.StrEnum):
@@ -90,6 +94,21 @@ class DependencyPolicy(enum.StrEnum):
     """Run it once every dependency has ended; it sees the results of the completed ones."""
     INCLUDE = "include"
     """As IGNORE, and it also sees which dependencies did not complete, and why."""
+
+
+MAX_ERROR_CHARS = 4000
+"""The longest error text stored with a job (``describe``)."""
+
+
+def describe(e: BaseException) -> str:
+    """The stored error: type, message and a trimmed traceback; never fails itself."""
+    try:
+        text = "".join(traceback.format_exception(e))
+    except Exception:
+        text = f"{type(e).__name__}: <unprintable exception>"
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS // 4] + "\n...\n" + text[-MAX_ERROR_CHARS // 2 :]
+    return text
 
 
 def error_line(error: str | None) -> str:

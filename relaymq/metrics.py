@@ -55,9 +55,10 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
         "relaymq.metrics needs prometheus-client: pip install 'relaymq[metrics]'"
     ) from e
 
-from relaymq.backends.base import Backend, Enqueued, Outcome, Recovered, Settle
+from relaymq.backends.base import Backend
 from relaymq.instrumented import Observer, observe, unobserve
 from relaymq.job import Job, JobState, NewJob
+from relaymq.records.store import Enqueued, Outcome, Recovered, Settle
 
 __all__ = ["Metrics", "QueueGauges", "asgi_app", "process_metrics"]
 

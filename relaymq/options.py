@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from relaymq.errors import ConfigError
-from relaymq.job import DependencyPolicy, KeyMode, KeyRule
+from relaymq.job import MAX_PRIORITY, DependencyPolicy, KeyMode, KeyRule
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
     from relaymq.backends.base import Backend
-    from relaymq.task import Task
+    from relaymq.models import Models
 
 R = TypeVar("R")
 
 DEFAULT_QUEUE = "default"
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 """A whole queue name (applied with ``fullmatch``: ``$`` would also pass a final newline)."""
-MAX_PRIORITY = 255
 MAX_ID = 255
 """Most characters in a job id, a throttle, debounce or limit key."""
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -147,11 +146,24 @@ def _shown(value: object) -> str:
     return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
+class Callee(Protocol):
+    """What a ``Call`` needs of its task (``relaymq.task.Task`` is one): its name, its argument
+    check and its models."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def models(self) -> Models | None: ...
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None: ...
+
+
 @dataclass(slots=True)
 class Call(Generic[R]):
     """One invocation of a task, ready to enqueue (``Queue.add`` / ``Queue.add_bulk``)."""
 
-    task: Task[Any, R]
+    task: Callee
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     options: Options

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from relaymq import bulk, events
-from relaymq.backends.base import Backend, CancelResult, Tally, dependent
+from relaymq.backends.base import Backend
 from relaymq.errors import (
     ConfigError,
     JobCancelledError,
@@ -29,9 +29,11 @@ from relaymq.errors import (
 from relaymq.flows import Flow, check_order
 from relaymq.instrumented import Instrumented
 from relaymq.job import DLQ_STATES, TERMINAL, Job, JobState, NewJob
-from relaymq.limits import Limits, make_limits
+from relaymq.limits import make_limits
 from relaymq.models import Models
 from relaymq.options import Call, check_text, validate_queue_name
+from relaymq.records.limits import Limits
+from relaymq.records.store import CancelResult, Tally, dependent
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
 

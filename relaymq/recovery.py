@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from relaymq.backends.base import Recovered
 from relaymq.errors import BackendError, ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL
+from relaymq.records.store import Recovered
 from relaymq.settings import Settings
 
 log = logging.getLogger("relaymq.recovery")

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relaymq import instrumented
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import Job, JobState
+from relaymq.records.store import Outcome, Settle
 from relaymq.settings import Settings
 
 

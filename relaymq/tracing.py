@@ -32,9 +32,9 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installed extras
     raise ImportError("relaymq.tracing needs opentelemetry-api: pip install 'relaymq[otel]'") from e
 
-from relaymq.backends.base import Enqueued, Outcome, Settle
 from relaymq.instrumented import HOOKS, Observer, observe, unobserve
 from relaymq.job import Job, NewJob
+from relaymq.records.store import Enqueued, Outcome, Settle
 
 __all__ = ["Tracing", "instrument", "uninstrument"]
 

@@ -9,8 +9,9 @@ import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError, UnknownBackendError
+from relaymq.records.store import Clock
 from relaymq.settings import Settings
 
 # scheme -> (module, class, extra that installs its driver)

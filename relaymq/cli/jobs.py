@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from relaymq import events
-from relaymq.backends.base import CancelResult
 from relaymq.cli.common import (
     NotFound,
     all_option,
@@ -38,6 +37,7 @@ from relaymq.cli.output import (
 )
 from relaymq.job import Job, JobState
 from relaymq.queue import Queue
+from relaymq.records.store import CancelResult
 
 ALL_STATES = tuple(JobState)
 

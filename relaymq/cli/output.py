@@ -13,9 +13,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from relaymq.backends.base import WorkerInfo
 from relaymq.backends.corrupt import CORRUPT
 from relaymq.job import Job, JobState, error_line
+from relaymq.records.store import WorkerInfo
 from relaymq.serializers import DEFAULT_SERIALIZER
 
 PIPE_WIDTH = 240

@@ -19,8 +19,8 @@ from relaymq.cli.common import (
 )
 from relaymq.cli.output import ask, console, counts_json, counts_table, done, emit_json
 from relaymq.job import TERMINAL, JobState
-from relaymq.limits import Limits
 from relaymq.queue import Queue
+from relaymq.records.limits import Limits
 
 
 @click.group("queue")

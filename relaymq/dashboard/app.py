@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from relaymq.backends.base import Backend, CancelResult
+from relaymq.backends.base import Backend
 from relaymq.cli.output import when
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
@@ -56,6 +56,7 @@ from relaymq.errors import (
 from relaymq.job import DLQ_STATES, Job, JobState, error_line
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
+from relaymq.records.store import CancelResult
 from relaymq.schedules import Schedules
 
 PAGE_SIZE = 50

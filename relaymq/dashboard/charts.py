@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from relaymq.backends.base import Tally
+from relaymq.records.store import Tally
 
 
 @dataclass(frozen=True, slots=True)

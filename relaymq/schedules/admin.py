@@ -7,10 +7,11 @@ import os
 import time
 from dataclasses import dataclass
 
-from relaymq.backends.base import Backend, Clock, StoredSchedule
+from relaymq.backends.base import Backend
 from relaymq.errors import CorruptRecordError, ScheduleNotFoundError
 from relaymq.instrumented import Instrumented
 from relaymq.queue import JobHandle
+from relaymq.records.store import Clock, StoredSchedule
 from relaymq.schedules.spec import Schedule, check_schedule_id
 
 

@@ -15,9 +15,10 @@ import logging
 import time
 from collections.abc import Iterable
 
-from relaymq.backends.base import Backend, Clock, StoredSchedule
+from relaymq.backends.base import Backend
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Clock, StoredSchedule
 from relaymq.schedules.spec import Schedule
 
 log = logging.getLogger("relaymq.scheduler")

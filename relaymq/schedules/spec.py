@@ -24,10 +24,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter  # type: ignore[import-untyped]
 
-from relaymq.backends.base import StoredSchedule
 from relaymq.errors import ConfigError, CorruptRecordError, SerializationError
-from relaymq.job import NewJob
-from relaymq.options import MAX_PRIORITY, check_text, validate_queue_name
+from relaymq.job import MAX_PRIORITY, NewJob
+from relaymq.options import check_text, validate_queue_name
+from relaymq.records.store import StoredSchedule
 from relaymq.serializers import DEFAULT_SERIALIZER
 
 MISSED_POLICIES = ("skip", "once", "all")

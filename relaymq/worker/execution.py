@@ -12,15 +12,14 @@ import contextlib
 import contextvars
 import logging
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
 from relaymq.instrumented import HOOKS, around, tell
-from relaymq.job import DependencyPolicy, Job, JobState, error_line
+from relaymq.job import DependencyPolicy, Job, JobState, describe, error_line
+from relaymq.records.store import Outcome, Settle
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
 from relaymq.settings import Settings
@@ -32,7 +31,6 @@ from relaymq.worker.threads import ThreadPool
 
 log = logging.getLogger("relaymq.worker")
 
-MAX_ERROR_CHARS = 4000
 
 START_CHECK_AFTER = 0.05
 """A handler that starts this many seconds or more after its claim is checked again first
@@ -106,17 +104,6 @@ def after_stop(r: RunningJob) -> Settle | None:
     if r.stop_reason is StopReason.CANCELLED:
         return Settle(r.claim, Outcome.CANCEL, error="cancelled by request")
     return None
-
-
-def describe(e: BaseException) -> str:
-    """The stored error: type, message and a trimmed traceback; never fails itself."""
-    try:
-        text = "".join(traceback.format_exception(e))
-    except Exception:
-        text = f"{type(e).__name__}: <unprintable exception>"
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS // 4] + "\n...\n" + text[-MAX_ERROR_CHARS // 2 :]
-    return text
 
 
 class Execution:

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from relaymq.backends.base import Beat
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Beat
 from relaymq.worker.running import Claims, RunningJob, StopReason
 
 log = logging.getLogger("relaymq.worker")

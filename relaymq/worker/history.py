@@ -10,9 +10,9 @@ import logging
 import time
 from collections import Counter
 
-from relaymq.backends.base import Outcome, Tally
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Outcome, Tally
 
 log = logging.getLogger("relaymq.worker")
 

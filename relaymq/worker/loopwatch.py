@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable
 from types import CodeType, FrameType
 
-from relaymq.backends.base import Backend, Beat, WorkerInfo
+from relaymq.backends.base import Backend
 from relaymq.job import Job
+from relaymq.records.store import Beat, WorkerInfo
 from relaymq.task import REGISTRY
 from relaymq.worker.running import Claims, RunningJob
 

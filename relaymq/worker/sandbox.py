@@ -56,8 +56,8 @@ def child(fd: int) -> None:
     _die_with_parent()
     conn = Connection(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle
+    from relaymq.job import describe
     from relaymq.task import JobContext, import_task
-    from relaymq.worker.execution import describe
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -21,9 +21,9 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from relaymq.backends.base import Beat, Outcome, Settle, SettledClaimed
 from relaymq.errors import BackendError, RecordRefusedError
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Beat, Outcome, Settle, SettledClaimed
 from relaymq.worker.execution import refused
 from relaymq.worker.running import Claims, RunningJob
 

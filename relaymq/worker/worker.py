@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaymq import limits
-from relaymq.backends.base import Backend, ClaimBatch, Outcome, Settle, SettledClaimed, WorkerInfo
+from relaymq.backends.base import Backend
 from relaymq.errors import BackendError, ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job
 from relaymq.options import validate_queue_name
+from relaymq.records.store import ClaimBatch, Outcome, Settle, SettledClaimed, WorkerInfo
 from relaymq.recovery import Maintenance
 from relaymq.schedules import DEFINED, Scheduler
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from relaymq import JobState, Queue, Worker
-from relaymq.backends.base import Outcome, Settle
+from relaymq.records.store import Outcome, Settle
 from tests import tasks
 from tests.chaos.test_kill import THRESHOLDS, _lines, start_worker
 from tests.support.cases import BackendCase

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from relaymq import JobHandle, JobState, Queue, Settings, Worker
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
+from relaymq.records.store import Outcome, Settle
 from tests import tasks
 from tests.support.cases import BackendCase
 from tests.support.jobs import queue_name

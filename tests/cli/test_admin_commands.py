@@ -17,10 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from relaymq import connect
-from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
+from relaymq.backends.base import Backend
 from relaymq.cli import main
 from relaymq.cli.app import cli
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Outcome, Settle, WorkerInfo
 from tests.support.blackhole import black_hole
 from tests.support.jobs import new_job, queue_name
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from relaymq import Queue, connect
-from relaymq.backends.base import Beat, WorkerInfo
 from relaymq.cli import main, output
+from relaymq.records.store import Beat, WorkerInfo
 from tests import tasks
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from relaymq.backends.base import Backend
 from relaymq.cli import main
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
 from tests.cli.test_admin_commands import Capture, cli_json, on, one_error_line
 from tests.support.jobs import queue_name
 

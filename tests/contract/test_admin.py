@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from relaymq.backends import from_url
-from relaymq.backends.base import Backend, CancelResult, Outcome, Settle, WorkerInfo
+from relaymq.backends.base import Backend
 from relaymq.job import JobState
+from relaymq.records.store import CancelResult, Outcome, Settle, WorkerInfo
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.cases import BackendCase

@@ -8,11 +8,12 @@ import asyncio
 import pytest
 
 from relaymq import Queue, events
-from relaymq.backends.base import Backend, Beat, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.bulk import Selection, apply
 from relaymq.errors import ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from relaymq.backends.base import Backend, DeliveryStore, Outcome, Settle
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.job import JobState
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
 

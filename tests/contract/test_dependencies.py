@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import DependencyPolicy, Job, JobState
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.contract.test_keys import claim_exactly, state

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError
 from relaymq.job import JobState
 from relaymq.options import MAX_PRIORITY
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.jobs import new_job

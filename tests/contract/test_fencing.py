@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from relaymq.backends.base import Backend, Beat, BeatResult, CancelResult, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import DLQ_STATES, Claim, Job, JobState
+from relaymq.records.store import Beat, BeatResult, CancelResult, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
 

@@ -9,8 +9,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from relaymq.backends.base import Backend, Beat
+from relaymq.backends.base import Backend
 from relaymq.job import JobState
+from relaymq.records.store import Beat
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from relaymq.backends.base import Backend, Tally
+from relaymq.backends.base import Backend
+from relaymq.records.store import Tally
 from tests.conftest import MakeBackend
 from tests.support.jobs import new_job
 

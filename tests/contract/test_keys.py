@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from relaymq.backends.base import Backend, Enqueued, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import Job, JobState, KeyMode, KeyRule
+from relaymq.records.store import Enqueued, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.jobs import new_job

@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from relaymq.backends.base import Backend, ClaimBatch, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import Job, JobState
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import ClaimBatch, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.contract.test_keys import claim_exactly

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from relaymq.backends.base import Backend, Beat, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import JobState
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.jobs import new_job

@@ -12,9 +12,10 @@ import uuid
 from typing import Any
 
 from relaymq import Queue, Settings, Worker, task
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import JobState
 from relaymq.queue import JobHandle
+from relaymq.records.store import Outcome, Settle
 from tests.conftest import MakeBackend
 from tests.contract.test_keys import claim_exactly, state
 from tests.contract.test_settle_and_claim import the_rest

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from relaymq.backends.base import Backend, StoredSchedule
+from relaymq.backends.base import Backend
 from relaymq.job import JobState
+from relaymq.records.store import StoredSchedule
 from relaymq.schedules import Schedule, Scheduler, Schedules
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import Job, JobState
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import Outcome, Settle
 from tests.contract.test_keys import claim_exactly, state
 from tests.support.jobs import new_job
 

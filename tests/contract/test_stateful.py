@@ -36,10 +36,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from relaymq.backends.base import Backend, Beat, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import JobNotFoundError
 from relaymq.job import Claim, Job, JobState, KeyMode, KeyRule
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.support.cases import BackendCase
 from tests.support.jobs import new_job, queue_name

@@ -3,8 +3,9 @@ read: claims (plain and delayed), listings, lookups, retries; absent, it stays N
 
 from __future__ import annotations
 
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.job import JobState
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.support.jobs import new_job
 

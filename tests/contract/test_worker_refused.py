@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from relaymq.backends.base import Backend, WorkerInfo
+from relaymq.backends.base import Backend
+from relaymq.records.store import WorkerInfo
 from relaymq.testing import FakeClock
 
 

@@ -8,9 +8,10 @@ from typing import Any
 import httpx
 
 from relaymq import Queue
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.dashboard import create_app
 from relaymq.job import Job
+from relaymq.records.store import Outcome, Settle
 from tests.tasks import add
 
 ERROR = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: card declined'

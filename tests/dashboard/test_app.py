@@ -16,11 +16,12 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from relaymq import Queue, Schedules
-from relaymq.backends.base import Backend, Outcome, Settle, Tally
+from relaymq.backends.base import Backend
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.cli.app import cli
 from relaymq.dashboard import Access, create_app, exposure_problem
 from relaymq.job import JobState
+from relaymq.records.store import Outcome, Settle, Tally
 from relaymq.schedules import define
 from relaymq.worker import Worker
 from tests.dashboard.support import ERROR, client, csrf, failed, waiting

@@ -22,10 +22,10 @@ import pytest
 import pytest_asyncio
 
 from relaymq import Queue, Schedules
-from relaymq.backends.base import Tally
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.dashboard import create_app
 from relaymq.job import JobState
+from relaymq.records.store import Tally
 from relaymq.schedules import define
 from relaymq.worker import Worker
 from tests.dashboard.support import failed, waiting

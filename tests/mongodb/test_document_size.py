@@ -10,10 +10,11 @@ import pytest
 import pytest_asyncio
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.backends.mongodb.errors import translated
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import JobState
+from relaymq.records.store import Outcome, Settle
 from tests.conftest import require
 from tests.support import case_mongodb
 from tests.support.jobs import new_job

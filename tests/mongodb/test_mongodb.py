@@ -14,11 +14,11 @@ import pytest_asyncio
 from pymongo import AsyncMongoClient
 
 from relaymq.backends import connect
-from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.mongodb import MongoDBBackend
 from relaymq.backends.mongodb.indexes import INDEXES, JOBS
 from relaymq.errors import BackendUnavailableError, ConfigError, CorruptRecordError
 from relaymq.job import JobState
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import require
 from tests.mongodb.conftest import PYMONGO_SOCKET_LEAK, free_port

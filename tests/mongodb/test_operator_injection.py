@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from relaymq.backends.base import CancelResult
 from relaymq.errors import ConfigError
 from relaymq.job import JobState
+from relaymq.records.store import CancelResult
 from tests.conftest import require
 from tests.support import case_mongodb
 from tests.support.jobs import new_job

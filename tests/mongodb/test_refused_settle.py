@@ -17,8 +17,9 @@ import pytest
 import pytest_asyncio
 
 from relaymq import JobFailedError, JobState, Queue, Worker, task
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Outcome, Settle
 from relaymq.worker.running import Claims, RunningJob
 from relaymq.worker.settling import Settler
 from tests.conftest import require

@@ -15,10 +15,11 @@ from typing import TypeVar
 import pytest
 
 from relaymq import Queue, Settings, Worker
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.backends.mongodb import MongoDBBackend
 from relaymq.errors import BackendUnavailableError
 from relaymq.job import JobState
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.mongodb.conftest import PYMONGO_SOCKET_LEAK, MongoServer

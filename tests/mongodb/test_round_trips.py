@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pymongo import monitoring
 
-from relaymq.backends.base import Beat, Outcome, Settle
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import require
 from tests.support import case_mongodb

@@ -11,12 +11,12 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.postgres import PostgresBackend
 from relaymq.backends.postgres import backend as postgres_backend
 from relaymq.backends.postgres.config import DEFAULT_RETENTION
 from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL, JobState
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.recovery import Maintenance
 from relaymq.settings import Settings
 from relaymq.testing import FakeClock

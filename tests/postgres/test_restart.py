@@ -11,9 +11,9 @@ from collections.abc import Awaitable
 
 import pytest
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.postgres import PostgresBackend
 from relaymq.job import JobState
+from relaymq.records.store import Outcome, Settle
 from tests.postgres.cluster import Cluster
 from tests.support.jobs import new_job
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from relaymq.backends import from_url
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.rabbitmq import RabbitMQBackend
+from relaymq.records.store import Clock
 from tests.support.cases import BackendCase, Damage
 
 AMQP_URL = os.environ.get("RELAYMQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")

@@ -185,7 +185,7 @@ async def test_reconciliation_of_an_incompatible_queue_says_what_to_do(
 
 
 def _beat(job: Any) -> Any:
-    from relaymq.backends.base import Beat
+    from relaymq.records.store import Beat
 
     return Beat(job.claim)
 

@@ -9,8 +9,9 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.redis import RedisBackend
+from relaymq.records.store import Clock
 from tests.support.cases import BOGUS_STATE, Damage
 
 

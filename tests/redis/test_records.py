@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.redis.records import CLAIMED_ORDER, parse_claimed
 from relaymq.errors import CorruptRecordError
 from relaymq.job import Job, JobState, NewJob
+from relaymq.records.store import Outcome, Settle
 from tests.redis import support
 from tests.support.case_redis import URL
 

@@ -17,9 +17,10 @@ import pytest
 from redis.asyncio import Redis
 
 from relaymq import JobState, Queue, Settings, Worker
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.backends.redis import RedisBackend
 from relaymq.errors import BackendUnavailableError
+from relaymq.records.store import Outcome, Settle
 from tests import tasks
 from tests.redis.server import PrivateRedis
 from tests.support.jobs import new_job, queue_name

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.backends.redis import RedisBackend
 from relaymq.errors import BackendError
 from relaymq.job import JobState, NewJob
+from relaymq.records.store import Outcome, Settle
 from tests.redis import support
 from tests.support.case_redis import URL
 

@@ -17,10 +17,10 @@ import json
 import sqlite3
 import sys
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.ops import Q as QUERIES
 from relaymq.job import JobState
+from relaymq.records.store import Outcome, Settle
 from tests.support.jobs import new_job
 
 

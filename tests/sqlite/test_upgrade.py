@@ -6,11 +6,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relaymq.backends.base import Enqueued, StoredSchedule, Tally, WorkerInfo
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
 from relaymq.job import JobState, KeyMode, KeyRule
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import Enqueued, StoredSchedule, Tally, WorkerInfo
 from tests.support.jobs import new_job
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.memory import InMemoryBackend
+from relaymq.records.store import Clock
 from tests.support.cases import BackendCase
 
 _shared: dict[Path, InMemoryBackend] = {}

@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 from bson import Binary
 from pymongo import AsyncMongoClient
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.mongodb import MongoDBBackend
+from relaymq.records.store import Clock
 from tests.support.cases import BOGUS_STATE, BackendCase, Damage
 
 SERVER = os.environ.get("RELAYMQ_MONGODB_URL", "mongodb://127.0.0.1:27017").rstrip("/")

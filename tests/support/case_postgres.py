@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.postgres import PostgresBackend
+from relaymq.records.store import Clock
 from tests.support.cases import BOGUS_STATE, BackendCase, Damage
 
 SERVER = os.environ.get("RELAYMQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")

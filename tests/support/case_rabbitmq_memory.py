@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.memory import InMemoryBackend
+from relaymq.records.store import Clock
 from tests.rabbitmq import support
 from tests.support.cases import BackendCase
 

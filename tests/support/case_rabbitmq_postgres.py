@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
+from relaymq.records.store import Clock
 from tests.rabbitmq import support
 from tests.support import case_postgres
 

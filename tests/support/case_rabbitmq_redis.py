@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
+from relaymq.records.store import Clock
 from tests.rabbitmq import support
 from tests.redis.support import delete_prefix, test_prefix
 from tests.support import case_redis

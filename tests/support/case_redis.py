@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
+from relaymq.records.store import Clock
 from tests.redis import support
 from tests.support.cases import BackendCase, Damage
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
 from relaymq.backends.sqlite import SQLiteBackend
+from relaymq.records.store import Clock
 from tests.support.cases import BOGUS_STATE, BackendCase, Damage
 
 

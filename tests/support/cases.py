@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from relaymq.backends.base import Backend, Clock
+from relaymq.backends.base import Backend
+from relaymq.records.store import Clock
 
 CASE_MODULES = [
     "memory",

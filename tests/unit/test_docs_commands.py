@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from relaymq import Queue, connect
-from relaymq.backends.base import Outcome, Settle
 from relaymq.options import Options
+from relaymq.records.store import Outcome, Settle
 from relaymq.schedules import Schedules, define
 from relaymq.task import Task
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from relaymq.backends.base import Outcome
 from relaymq.errors import BackendUnavailableError
-from relaymq.job import Job, JobState
+from relaymq.job import MAX_ERROR_CHARS, Job, JobState, describe
+from relaymq.records.store import Outcome
 from relaymq.serializers import DEFAULT_SERIALIZER
-from relaymq.worker.execution import MAX_ERROR_CHARS, Execution, describe, failure
+from relaymq.worker.execution import Execution, failure
 from relaymq.worker.running import RunningJob, StopReason
 from relaymq.worker.threads import ThreadPool
 from tests import tasks

@@ -13,10 +13,10 @@ import pytest
 import pytest_asyncio
 
 from relaymq import events, recovery
-from relaymq.backends.base import Beat, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.instrumented import Instrumented
 from relaymq.job import JobState, KeyMode, KeyRule
+from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.recovery import KEY_GRACE, Maintenance
 from relaymq.settings import Settings
 from relaymq.testing import FakeClock

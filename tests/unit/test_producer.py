@@ -27,8 +27,8 @@ from relaymq import (
 )
 from relaymq import queue as queue_module
 from relaymq.backends import default_backend
-from relaymq.backends.base import Beat, CancelResult, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
+from relaymq.records.store import Beat, CancelResult, Outcome, Settle
 from tests import tasks
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import orjson
 
 from relaymq import events
-from relaymq.backends.base import Enqueued, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.job import Claim, JobState
+from relaymq.records.store import Enqueued, Outcome, Settle
 from tests.support.jobs import new_job
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import BackendUnavailableError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from relaymq.worker.running import Claims
 from relaymq.worker.settling import Settler

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import TaskNotFoundError
 from relaymq.job import Job, JobState
+from relaymq.records.store import Outcome, Settle
 from relaymq.serializers import DEFAULT_SERIALIZER
 from relaymq.settings import Settings
 from relaymq.task import REGISTRY, import_task, resolve

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from relaymq import events
-from relaymq.backends.base import Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import BackendUnavailableError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState
+from relaymq.records.store import Outcome, Settle
 from relaymq.task import JobContext
 from relaymq.testing import FakeClock
 from relaymq.worker.heartbeats import Heartbeats

@@ -30,13 +30,14 @@ import pytest
 
 from relaymq import JobFailedError, JobHandle, JobState, Queue, SerializationError, Worker
 from relaymq.backends import connect
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.errors import (
     BackendUnavailableError,
     ConfigError,
     CorruptRecordError,
     PayloadTooLargeError,
 )
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.support.cases import BackendCase

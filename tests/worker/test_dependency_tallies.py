@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from relaymq import Flow, JobFailedError, JobState, Queue
-from relaymq.backends.base import Backend, Tally
+from relaymq.backends.base import Backend
+from relaymq.records.store import Tally
 from tests import tasks
 from tests.worker.conftest import RunWorker
 

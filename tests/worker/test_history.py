@@ -12,9 +12,9 @@ import pytest
 
 from relaymq import Queue
 from relaymq.backends import connect
-from relaymq.backends.base import Outcome, Tally
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
+from relaymq.records.store import Outcome, Tally
 from relaymq.worker.history import History
 from tests import tasks
 from tests.redis.server import PrivateRedis

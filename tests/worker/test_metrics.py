@@ -14,10 +14,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from relaymq import JobFailedError, JobState, Queue
-from relaymq.backends.base import Backend, Outcome, Settle
+from relaymq.backends.base import Backend
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.instrumented import Instrumented
 from relaymq.metrics import Metrics, asgi_app
+from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.conftest import MakeBackend

@@ -13,25 +13,7 @@ import dataclasses
 import time
 from collections.abc import AsyncGenerator, Sequence
 
-from relaymq.backends.base import (
-    OUTCOME_STATE,
-    Backend,
-    Beat,
-    BeatResult,
-    CancelResult,
-    Capabilities,
-    ClaimBatch,
-    Clock,
-    DeliveryStore,
-    Enqueued,
-    Outcome,
-    Recovered,
-    Settle,
-    StoredSchedule,
-    Tally,
-    WorkerInfo,
-    merge_tallies,
-)
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
 from relaymq.backends.wakeup import Wakeup
@@ -46,7 +28,24 @@ from relaymq.job import (
     NewJob,
     dependency_error,
 )
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
+    OUTCOME_STATE,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    StoredSchedule,
+    Tally,
+    WorkerInfo,
+    merge_tallies,
+)
 
 _DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
 

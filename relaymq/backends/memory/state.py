@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, dependency_error
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.records.limits import Limits
 
 _values = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
 

@@ -40,26 +40,7 @@ from pymongo import AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
-from relaymq.backends.base import (
-    OUTCOME_STATE,
-    Backend,
-    Beat,
-    BeatResult,
-    CancelResult,
-    Capabilities,
-    ClaimBatch,
-    Clock,
-    Enqueued,
-    Outcome,
-    Recovered,
-    Settle,
-    StoredSchedule,
-    Tally,
-    WorkerInfo,
-    dependent,
-    keyed,
-    merge_tallies,
-)
+from relaymq.backends.base import Backend
 from relaymq.backends.mongodb import transitions as tx
 from relaymq.backends.mongodb.config import parse
 from relaymq.backends.mongodb.dependencies import NOT_ENDED, Dependencies
@@ -95,7 +76,27 @@ from relaymq.errors import (
     CorruptRecordError,
 )
 from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
+    OUTCOME_STATE,
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    StoredSchedule,
+    Tally,
+    WorkerInfo,
+    dependent,
+    keyed,
+    merge_tallies,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -40,7 +40,7 @@ from bson import Binary
 from relaymq.backends.corrupt import reason, state_problem
 from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import DependencyPolicy, Job, JobState, NewJob
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
 
 Document = dict[str, Any]
 

@@ -18,10 +18,10 @@ from typing import Any, Final
 
 from bson import Binary
 
-from relaymq.backends.base import Beat, Clock, Outcome, Settle
 from relaymq.backends.corrupt import STATES
 from relaymq.backends.mongodb.records import Document, to_date
 from relaymq.job import Claim, JobState
+from relaymq.records.store import Beat, Clock, Outcome, Settle
 
 WAITING: Final = str(JobState.WAITING)
 DELAYED: Final = str(JobState.DELAYED)

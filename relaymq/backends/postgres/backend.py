@@ -20,27 +20,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from relaymq.backends import sqlfile
-from relaymq.backends.base import (
-    Backend,
-    Beat,
-    BeatResult,
-    CancelResult,
-    Capabilities,
-    ClaimBatch,
-    Clock,
-    DeliveryStore,
-    Enqueued,
-    Outcome,
-    Recovered,
-    Settle,
-    SettledClaimed,
-    StoredSchedule,
-    Tally,
-    WorkerInfo,
-    dependent,
-    keyed,
-    merge_tallies,
-)
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.corrupt import state_problem
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.config import Options, parse
@@ -66,7 +46,26 @@ from relaymq.job import (
     NewJob,
     dependency_error,
 )
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    SettledClaimed,
+    StoredSchedule,
+    Tally,
+    WorkerInfo,
+    dependent,
+    keyed,
+    merge_tallies,
+)
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
 T = TypeVar("T")

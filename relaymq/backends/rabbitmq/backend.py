@@ -36,23 +36,7 @@ from typing import Any, TypeVar
 
 import aiormq
 
-from relaymq.backends.base import (
-    Backend,
-    Beat,
-    BeatResult,
-    CancelResult,
-    Capabilities,
-    ClaimBatch,
-    Clock,
-    DeliveryStore,
-    Enqueued,
-    Outcome,
-    Recovered,
-    Settle,
-    StoredSchedule,
-    Tally,
-    WorkerInfo,
-)
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.rabbitmq import config, topology
 from relaymq.backends.rabbitmq.consumer import PARK_MAX, Inbox, Key, QueueDeliveries, ack
 from relaymq.backends.rabbitmq.errors import guarded
@@ -61,7 +45,22 @@ from relaymq.backends.rabbitmq.reconcile import Reconciler, waiting_jobs
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, ConfigError, RelayError
 from relaymq.job import Claim, Job, JobState, NewJob
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    StoredSchedule,
+    Tally,
+    WorkerInfo,
+)
 
 T = TypeVar("T")
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from relaymq.backends.base import Backend, Clock, DeliveryStore
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.rabbitmq.config import Options
 from relaymq.backends.rabbitmq.publisher import Outgoing, Publisher
 from relaymq.job import Job, JobState
+from relaymq.records.store import Clock
 
 PROMOTE_BATCH = 1000
 RECONCILE_PAGE = 100

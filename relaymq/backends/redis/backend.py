@@ -21,27 +21,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from relaymq.backends.base import (
-    Backend,
-    Beat,
-    BeatResult,
-    CancelResult,
-    Capabilities,
-    ClaimBatch,
-    Clock,
-    DeliveryStore,
-    Enqueued,
-    Outcome,
-    Recovered,
-    Settle,
-    SettledClaimed,
-    StoredSchedule,
-    Tally,
-    WorkerInfo,
-    dependent,
-    keyed,
-    merge_tallies,
-)
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import parse_url
 from relaymq.backends.redis.errors import translate, wrong_type
@@ -65,7 +45,26 @@ from relaymq.backends.redis.records import (
 from relaymq.backends.redis.transport import Transport
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Outcome,
+    Recovered,
+    Settle,
+    SettledClaimed,
+    StoredSchedule,
+    Tally,
+    WorkerInfo,
+    dependent,
+    keyed,
+    merge_tallies,
+)
 
 ENQUEUE_CHUNK = 1000
 """Jobs per enqueue script call: bounds how long one call holds the server."""

@@ -8,10 +8,10 @@ from typing import Any
 
 import orjson
 
-from relaymq.backends.base import WorkerInfo
 from relaymq.backends.redis.keys import PRIORITY_LIMIT
 from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import Claim, DependencyPolicy, Job, JobState, NewJob
+from relaymq.records.store import WorkerInfo
 
 Unreadable = tuple[Claim, str]
 """A job that was claimed but whose record cannot be read back, and why: the backend fails it

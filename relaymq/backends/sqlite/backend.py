@@ -32,23 +32,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Concatenate, ParamSpec, TypeVar
 
-from relaymq.backends.base import (
-    Backend,
-    Beat,
-    BeatResult,
-    CancelResult,
-    Capabilities,
-    ClaimBatch,
-    Clock,
-    DeliveryStore,
-    Enqueued,
-    Recovered,
-    Settle,
-    StoredSchedule,
-    Tally,
-    WorkerInfo,
-    merge_tallies,
-)
+from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.sqlfile import read
 from relaymq.backends.sqlite import ops
 from relaymq.backends.sqlite.config import POLL_MIN, Options, parse
@@ -57,7 +41,22 @@ from relaymq.backends.sqlite.ops import Q
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import Job, JobState, NewJob
-from relaymq.limits import Limits
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
+    Beat,
+    BeatResult,
+    CancelResult,
+    Capabilities,
+    ClaimBatch,
+    Clock,
+    Enqueued,
+    Recovered,
+    Settle,
+    StoredSchedule,
+    Tally,
+    WorkerInfo,
+    merge_tallies,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")

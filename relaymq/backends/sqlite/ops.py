@@ -15,8 +15,15 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from relaymq import events
-from relaymq.backends.base import (
+from relaymq.backends.corrupt import state_problem
+from relaymq.backends.sqlfile import named_queries
+from relaymq.backends.sqlite import records
+from relaymq.errors import CorruptRecordError
+from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, KeyMode, NewJob, dependency_error
+from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.records import events
+from relaymq.records.limits import Limits
+from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
     BeatResult,
@@ -32,12 +39,6 @@ from relaymq.backends.base import (
     dependent,
     keyed,
 )
-from relaymq.backends.corrupt import state_problem
-from relaymq.backends.sqlfile import named_queries
-from relaymq.backends.sqlite import records
-from relaymq.errors import CorruptRecordError
-from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, KeyMode, NewJob, dependency_error
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
 
 Conn = sqlite3.Connection
 Q = named_queries(__package__, "queries.sql")
