@@ -1,10 +1,13 @@
 -- Named queries of SQLiteBackend, loaded by sql.py. Each block starts with "-- name: <name>"
 -- and holds ONE statement; the comment lines after the name say what goes in and comes out.
--- Parameters are named (:name). "<job>" below means the job columns in this order:
---   queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
---   timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
---   progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
--- (records.py reads them by position). Writes run inside begin_immediate ... COMMIT.
+-- Parameters are named (:name). "<job>" in a statement stands for the job columns that the
+-- fragment "job" below lists, written once (records.py reads them by position in that order).
+-- Writes run inside begin_immediate ... COMMIT.
+
+-- fragment: job
+queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
+attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested, progress, result,
+error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
 
 -- name: pragma_wal
 -- In: nothing. Out: one row, the journal mode now in force ('wal' expected). Persistent.
@@ -268,10 +271,7 @@ UPDATE jobs SET
     heartbeat_at = :now,
     worker_id = :worker_id
 WHERE rowid IN (SELECT value FROM json_each(:rowids)) AND state = 'waiting'
-RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on,
-          dep_policy, limit_key, rowid;
+RETURNING <job>;
 
 -- name: set_limits
 -- In: :queue, :max_active, :rate, :per, :key_rate, :key_per. Out: nothing. The windows'
@@ -317,9 +317,7 @@ WHERE rowid IN (
     SELECT rowid FROM jobs WHERE queue = :queue AND state = 'waiting'
     ORDER BY priority, seq LIMIT :limit
 )
-RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid;
+RETURNING <job>;
 
 -- name: fail_corrupt
 -- In: :rowid, :error, :now. Out: nothing. Moves an unreadable job out of every line into the DLQ.
@@ -334,9 +332,7 @@ SELECT state FROM counts WHERE queue = :queue AND n > 0;
 -- name: jobs_in_state
 -- In: :queue, :state. Out: <job> rows of the queue in :state, any order. Only for states no
 -- index covers (a state nobody knows, to quarantine it): a scan of the queue's rows.
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND state = :state;
 
 -- name: heartbeat
@@ -397,9 +393,7 @@ SELECT
 -- name: stalled
 -- In: :queue, :cutoff. Out: <job> of each active job whose newer of heartbeat_at and
 -- claimed_at is older than :cutoff (jobs_active).
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs
 WHERE queue = :queue AND state = 'active' AND max(heartbeat_at, claimed_at) < :cutoff;
 
@@ -432,57 +426,43 @@ DELETE FROM locks WHERE name = :name AND owner = :owner;
 
 -- name: get_job
 -- In: :queue, :id. Out: <job>, or no row.
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND id = :id;
 
 -- name: get_jobs
 -- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: list_waiting
 -- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'waiting'
 ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 
 -- name: list_delayed
 -- In: :queue, :limit, :offset. Out: <job> rows by run time (jobs_delayed).
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'delayed'
 ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
 
 -- name: list_blocked
 -- In: :queue, :limit, :offset. Out: <job> rows of blocked jobs, in enqueue order.
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'blocked'
 ORDER BY seq LIMIT :limit OFFSET :offset;
 
 -- name: list_active
 -- In: :queue, :limit, :offset. Out: <job> rows, oldest claim first. The active set is bounded
 -- by the workers' concurrency, so sorting it is cheap.
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'active'
 ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 
 -- name: list_finished
 -- In: :queue, :state (a terminal state), :limit, :offset. Out: <job> rows, oldest finish first
 -- (jobs_finished; ties in insertion order).
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+SELECT <job>
 FROM jobs WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL
 ORDER BY finished_at, rowid LIMIT :limit OFFSET :offset;
 
@@ -601,9 +581,7 @@ UPDATE jobs SET
     state = 'active', token = token + 1, attempts = attempts + 1,
     claimed_at = :now, heartbeat_at = :now, worker_id = :worker_id
 WHERE queue = :queue AND id = :id AND state = 'waiting' AND token = :token
-RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid;
+RETURNING <job>;
 
 -- name: delivery_live
 -- DeliveryStore. In: :queue, :id, :token. Out: one row, its limit_key, while the job waits
@@ -622,9 +600,7 @@ ORDER BY run_at, seq LIMIT :limit;
 -- DeliveryStore. In: :rowid, :seq (a fresh FIFO number). Out: <job> of the promoted job.
 UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq
 WHERE rowid = :rowid AND state = 'delayed'
-RETURNING queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
-          max_attempts, timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls,
-          cancel_requested, progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid;
+RETURNING <job>;
 
 -- name: add_tally
 -- In: :queue, :minute, :completed, :retried, :failed. Adds to the minute's counters.

@@ -12,16 +12,12 @@ import json
 from typing import Any
 
 from relaymq.backends.corrupt import reason, state_problem
+from relaymq.backends.sqlfile import fragments
 from relaymq.errors import CorruptRecordError
 from relaymq.job import DependencyPolicy, Job, JobState
 
-# The column order of "<job>" in queries.sql.
-COLUMNS = (
-    "queue", "id", "task", "payload", "state", "priority", "seq", "created_at", "run_at", "ttl",
-    "max_attempts", "timeout", "attempts", "token", "claimed_at", "heartbeat_at", "worker_id",
-    "stalls", "cancel_requested", "progress", "result", "error", "finished_at", "traceparent",
-    "depends_on", "dep_policy", "limit_key", "rowid",
-)  # fmt: skip
+COLUMNS = tuple(c.strip() for c in fragments(__package__, "queries.sql")["job"].split(","))
+"""The job columns in the order of "<job>" in queries.sql, where they are written once."""
 ROWID = COLUMNS.index("rowid")
 DEPENDS_ON = COLUMNS.index("depends_on")
 DEP_POLICY = COLUMNS.index("dep_policy")
