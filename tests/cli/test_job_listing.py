@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from relaymq import registry
 from relaymq import Queue, connect
 from relaymq.backends.base import Beat, WorkerInfo
 from relaymq.cli import main, output
@@ -102,7 +103,7 @@ def test_a_queue_a_worker_serves_exists_before_it_holds_jobs(
     async def serve() -> None:
         backend = await connect(url)
         try:
-            await backend.register_worker(WorkerInfo.for_this_process("wk-7", ["reports"], 4), 60)
+            await registry.register(backend, WorkerInfo.for_this_process("wk-7", ["reports"], 4), 60)
         finally:
             await backend.close()
 

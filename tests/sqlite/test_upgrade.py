@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from relaymq import registry
+from relaymq.schedules import store
 from relaymq.backends.base import Enqueued, StoredSchedule, Tally, WorkerInfo
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION
@@ -42,8 +44,8 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         await backend.add_tallies([Tally(q, 7, completed=1)])  # schema 3: the history
         assert await backend.tallies(q, 0) == [Tally(q, 7, completed=1)]
         stored = StoredSchedule("s", b"{}", 1000)  # schema 4: schedules
-        assert await backend.save_schedule(stored)
-        assert await backend.list_schedules() == [stored]
+        assert await store.save(backend, stored)
+        assert await store.load(backend) == [stored]
         rule = KeyRule("k", KeyMode.THROTTLE, 60)  # schema 5: throttle and debounce keys
         twice = [new_job(q, "t1", rule=rule), new_job(q, "t2", rule=rule)]
         assert await backend.enqueue(twice) == [Enqueued("t1"), Enqueued("t1", duplicate=True)]
@@ -56,8 +58,8 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert failed is not None and failed.state is JobState.FAILED
         assert sum(t.failed for t in await backend.tallies(q, 0)) == 1
         info = WorkerInfo("w", (q,), 1, "h", 1, 0.0, refused=((q, "refused"),))  # schema 8
-        await backend.register_worker(info, 60)
-        assert [w.refused for w in await backend.list_workers()] == [((q, "refused"),)]
+        await registry.register(backend, info, 60)
+        assert [w.refused for w in await registry.list_workers(backend)] == [((q, "refused"),)]
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
