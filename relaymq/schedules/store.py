@@ -65,7 +65,9 @@ async def remove(store: MetaStore, schedule_id: str) -> bool:
     return await store.meta_delete(PREFIX + schedule_id)
 
 
-async def pause(store: MetaStore, schedule_id: str, paused: bool, next_ms: int | None = None) -> bool:
+async def pause(
+    store: MetaStore, schedule_id: str, paused: bool, next_ms: int | None = None
+) -> bool:
     """Set a schedule's ``paused`` flag, and its ``next_ms`` unless None; False when absent."""
     key = PREFIX + schedule_id
     while True:

@@ -16,8 +16,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from relaymq import registry
-from relaymq import connect
+from relaymq import connect, registry
 from relaymq.backends.base import Backend, Outcome, Settle, WorkerInfo
 from relaymq.cli import main
 from relaymq.cli.app import cli

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from relaymq.schedules import store
 from relaymq.backends.base import Backend
 from relaymq.cli import main
 from relaymq.cli.app import cli
 from relaymq.job import JobState
+from relaymq.schedules import store
 from tests.cli.test_admin_commands import Capture, cli_json, on, one_error_line
 from tests.support.jobs import queue_name
 

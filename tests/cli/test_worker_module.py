@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from relaymq.schedules import store
 from relaymq import Queue, connect
 from relaymq.cli import main
 from relaymq.options import Options
+from relaymq.schedules import store
 from relaymq.task import REGISTRY, Task
 from tests.support.jobs import queue_name
 

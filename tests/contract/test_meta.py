@@ -43,7 +43,9 @@ async def test_swap_writes_only_from_the_version_read(backend: Backend, q: str) 
     assert await backend.meta_get(f"t:{q}:none") is None
 
 
-async def test_one_of_concurrent_swaps_wins(make_backend: MakeBackend, clock: FakeClock, q: str) -> None:
+async def test_one_of_concurrent_swaps_wins(
+    make_backend: MakeBackend, clock: FakeClock, q: str
+) -> None:
     handles = [await make_backend(clock) for _ in range(4)]
     key = f"t:{q}:race"
     created = await asyncio.gather(*(h.meta_swap(key, None, b"%d" % i)

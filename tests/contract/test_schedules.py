@@ -11,10 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from relaymq.schedules import store
 from relaymq.backends.base import Backend, StoredSchedule
 from relaymq.job import JobState
-from relaymq.schedules import Schedule, Scheduler, Schedules
+from relaymq.schedules import Schedule, Scheduler, Schedules, store
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.jobs import queue_name

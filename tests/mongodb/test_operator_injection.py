@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from relaymq.schedules import store
 from relaymq.backends.base import CancelResult
 from relaymq.errors import ConfigError
 from relaymq.job import JobState
+from relaymq.schedules import store
 from tests.conftest import require
 from tests.support import case_mongodb
 from tests.support.jobs import new_job

@@ -9,7 +9,6 @@ base.py's order.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncGenerator, Sequence
 
@@ -31,8 +30,8 @@ from relaymq.backends.base import (
     merge_tallies,
 )
 from relaymq.backends.fanout import Fanout
-from relaymq.backends.meta import MetaRecord, by_key
 from relaymq.backends.memory.state import QueueState, Row
+from relaymq.backends.meta import MetaRecord, by_key
 from relaymq.backends.wakeup import Wakeup
 from relaymq.job import (
     PENDING,
