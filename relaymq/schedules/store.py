@@ -11,9 +11,15 @@ import orjson
 
 from relaymq.backends.base import StoredSchedule
 from relaymq.backends.meta import MetaRecord, MetaStore
-from relaymq.errors import CorruptRecordError
+from relaymq.errors import ConfigError, CorruptRecordError
 
 PREFIX = "schedule:"
+
+
+def _key(schedule_id: str) -> str:
+    if not isinstance(schedule_id, str):  # never a document a store could read as a query
+        raise ConfigError(f"schedule id must be a str, got {type(schedule_id).__name__}")
+    return PREFIX + schedule_id
 
 
 def encode(schedule: StoredSchedule) -> bytes:
@@ -37,7 +43,7 @@ async def save(store: MetaStore, schedule: StoredSchedule) -> bool:
     stored, it is kept as it is (its ``next_ms`` and ``paused`` win); a changed ``spec``
     replaces the stored one and its ``next_ms`` but keeps ``paused``. True when something was
     written."""
-    key = PREFIX + schedule.id
+    key = _key(schedule.id)
     while True:
         record = await store.meta_get(key)
         if record is None:
@@ -62,14 +68,14 @@ async def load(store: MetaStore) -> list[StoredSchedule]:
 
 async def remove(store: MetaStore, schedule_id: str) -> bool:
     """Delete a schedule; False when absent."""
-    return await store.meta_delete(PREFIX + schedule_id)
+    return await store.meta_delete(_key(schedule_id))
 
 
 async def pause(
     store: MetaStore, schedule_id: str, paused: bool, next_ms: int | None = None
 ) -> bool:
     """Set a schedule's ``paused`` flag, and its ``next_ms`` unless None; False when absent."""
-    key = PREFIX + schedule_id
+    key = _key(schedule_id)
     while True:
         record = await store.meta_get(key)
         if record is None:
@@ -83,7 +89,7 @@ async def pause(
 async def advance(store: MetaStore, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
     """Move a schedule's ``next_ms`` from ``expected_ms`` to ``next_ms``, only while it is
     still ``expected_ms`` (compare and set): True when this call moved it."""
-    key = PREFIX + schedule_id
+    key = _key(schedule_id)
     while True:
         record = await store.meta_get(key)
         if record is None:
