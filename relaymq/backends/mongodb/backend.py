@@ -67,6 +67,7 @@ from relaymq.backends.mongodb.eventlog import EventLog, Subscription
 from relaymq.backends.mongodb.indexes import (
     JOB_KEYS,
     JOBS,
+    LOCKS,
     META,
     QUEUES,
     TALLIES,
@@ -185,6 +186,7 @@ class MongoDBBackend(Backend):
         self._queues: AsyncCollection[Document] = db[QUEUES]
         self._tallies: AsyncCollection[Document] = db[TALLIES]
         self._meta = MetaCollection(db[META], self._now)
+        self._locks: AsyncCollection[Document] = db[LOCKS]
         self._keys: AsyncCollection[Document] = db[JOB_KEYS]
         self._deps = Dependencies(self._jobs, self._now, self._tallies)
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
@@ -428,7 +430,7 @@ class MongoDBBackend(Backend):
         A claimer that outlives its lease (paused for that long mid-claim) could exceed the
         cap by its own batch; docs/guarantees.md says so."""
         name, owner = f"limits:{queue}", uuid.uuid4().hex
-        if not await self.lock(name, owner, LIMITS_LEASE):
+        if not await self._limits_lease(name, owner):
             return [], Allowance(0, 0, 0, None), None  # another claim of this queue is on
         try:
             doc = await self._queues.find_one_and_update(
@@ -463,6 +465,19 @@ class MongoDBBackend(Backend):
             return jobs, a, held
         finally:
             await self._locks.delete_one({"_id": name, "owner": owner})
+
+    async def _limits_lease(self, name: str, owner: str) -> bool:
+        """Take the lease ``name`` of the ``locks`` collection for ``LIMITS_LEASE`` seconds,
+        in one write: a step of a limited claim, so not the meta store's two-step ``lease``."""
+        try:
+            await self._locks.update_one(
+                tx.lock_filter(name, owner, self._now),
+                tx.lock_update(owner, LIMITS_LEASE, self._now),
+                upsert=True,
+            )
+        except DuplicateKeyError:  # held by another owner and not lapsed: the upsert collided
+            return False
+        return True
 
     async def _read_claimed(self, claim_id: str, order: list[Any]) -> list[Job]:
         """The jobs one claim took, in candidate order; unreadable ones are failed, not lost."""

@@ -13,6 +13,9 @@ Collections of one database (the URL path names it):
     when the queue has limits, ``limits: {max_active, rate, per, key_rate, key_per}`` with
     ``win``, ``used`` (the current rate window and the starts counted in it) and
     ``key_window``, ``key_used`` (the current key window and ``[key, starts]`` pairs).
+``locks``
+    The leases that make the claims of a queue with limits take turns: ``{_id: name, owner,
+    expires_at}``; ``_id`` makes them unique.
 ``meta``
     The meta store (schedules, the worker registry, leases; ``meta.py``): ``{_id: key,
     value, version, expires}``; ``_id`` makes each key unique.
@@ -35,6 +38,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 JOBS: Final = "jobs"
 QUEUES: Final = "queues"
+LOCKS: Final = "locks"
 META: Final = "meta"
 EVENTS: Final = "events"
 COUNTERS: Final = "counters"
