@@ -62,8 +62,10 @@ async def save(store: MetaStore, schedule: StoredSchedule) -> bool:
 async def load(store: MetaStore) -> list[StoredSchedule]:
     """Every stored schedule, by id. One whose header cannot be read is listed with an
     empty ``spec``, which does not decode: it shows as unreadable and never fires."""
-    return [_readable(r) or StoredSchedule(r.key.removeprefix(PREFIX), b"", 0)
-            for r in await store.meta_list(PREFIX)]  # fmt: skip
+    return [
+        _readable(r) or StoredSchedule(r.key.removeprefix(PREFIX), b"", 0)
+        for r in await store.meta_list(PREFIX)
+    ]
 
 
 async def remove(store: MetaStore, schedule_id: str) -> bool:

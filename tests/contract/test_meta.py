@@ -48,13 +48,15 @@ async def test_one_of_concurrent_swaps_wins(
 ) -> None:
     handles = [await make_backend(clock) for _ in range(4)]
     key = f"t:{q}:race"
-    created = await asyncio.gather(*(h.meta_swap(key, None, b"%d" % i)
-                                     for i, h in enumerate(handles * 4)))  # fmt: skip
+    created = await asyncio.gather(
+        *(h.meta_swap(key, None, b"%d" % i) for i, h in enumerate(handles * 4))
+    )
     assert created.count(True) == 1
     record = await handles[1].meta_get(key)
     assert record is not None
-    moved = await asyncio.gather(*(h.meta_swap(key, record.version, b"m%d" % i)
-                                   for i, h in enumerate(handles * 4)))  # fmt: skip
+    moved = await asyncio.gather(
+        *(h.meta_swap(key, record.version, b"m%d" % i) for i, h in enumerate(handles * 4))
+    )
     assert moved.count(True) == 1
     final = await handles[2].meta_get(key)
     assert final is not None and final.value == b"m%d" % moved.index(True)
@@ -93,6 +95,7 @@ async def test_a_lease_is_exclusive_renewed_and_given_up(
     assert not await b.lease(name, "B", 10)
     assert not await a.lease(name, "A", 0)  # given up
     assert await b.lease(name, "B", 10)
-    taken = await asyncio.gather(*(h.lease(f"{name}-race", f"o{i}", 10)
-                                   for i, h in enumerate([a, b] * 4)))  # fmt: skip
+    taken = await asyncio.gather(
+        *(h.lease(f"{name}-race", f"o{i}", 10) for i, h in enumerate([a, b] * 4))
+    )
     assert taken.count(True) == 1

@@ -84,11 +84,15 @@ def schema_8_file(path: Path) -> None:
         for statement in _statements(Q[f"upgrade_to_{step}"]):
             conn.execute(statement)
         conn.execute(Q[f"set_version_{step}"])
-    conn.execute("INSERT INTO schedules (id, spec, next_ms, paused) VALUES "
-                 "('nightly', x'7b2276223a317d', 1700000000000, 1)")  # fmt: skip
-    conn.execute("INSERT INTO workers (id, queues, concurrency, host, pid, started_at, seen_at, "
-                 "expires_at, refused) VALUES ('w1', '[\"a\",\"b\"]', 4, 'h', 7, 1.0, 100.0, "
-                 "160.0, '[[\"b\",\"why\"]]')")  # fmt: skip
+    conn.execute(
+        "INSERT INTO schedules (id, spec, next_ms, paused) VALUES "
+        "('nightly', x'7b2276223a317d', 1700000000000, 1)"
+    )
+    conn.execute(
+        "INSERT INTO workers (id, queues, concurrency, host, pid, started_at, seen_at, "
+        "expires_at, refused) VALUES ('w1', '[\"a\",\"b\"]', 4, 'h', 7, 1.0, 100.0, "
+        '160.0, \'[["b","why"]]\')'
+    )
     conn.close()
 
 

@@ -86,6 +86,7 @@ from relaymq.backends.mongodb.records import (
     to_job_lenient,
     to_limits,
 )
+from relaymq.backends.mongodb.upgrade import OLD_SCHEDULES, carry_schedules
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import (
     BackendError,
@@ -170,6 +171,7 @@ class MongoDBBackend(Backend):
         db = client[self.database_name]
         try:
             await ensure_indexes(db)
+            await carry_schedules(db[OLD_SCHEDULES], MetaCollection(db[META], self._now))
         except OperationFailure as e:
             await client.close()
             if not refused(e):

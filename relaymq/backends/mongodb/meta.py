@@ -44,22 +44,25 @@ class MetaCollection:
         return None if doc is None else _record(doc)
 
     async def put(self, key: str, value: bytes, ttl: float | None) -> None:
-        await self._c.update_one({"_id": text(key, "meta key")}, self._write(value, ttl),
-                                 upsert=True)  # fmt: skip
+        await self._c.update_one(
+            {"_id": text(key, "meta key")}, self._write(value, ttl), upsert=True
+        )
 
     async def swap(self, key: str, expected: int | None, value: bytes, ttl: float | None) -> bool:
         text(key, "meta key")
         if expected is None:
             try:  # a live record does not match, and the insert collides with it on _id
-                await self._c.update_one({"_id": key, **self._lapsed()}, self._write(value, ttl),
-                                         upsert=True)  # fmt: skip
+                await self._c.update_one(
+                    {"_id": key, **self._lapsed()}, self._write(value, ttl), upsert=True
+                )
             except DuplicateKeyError:
                 return False
             return True
         if not isinstance(expected, int):
             raise TypeError(f"expected version must be an int, got {type(expected).__name__}")
-        found = await self._c.update_one({"_id": key, "version": expected, **self._live()},
-                                         self._write(value, ttl))  # fmt: skip
+        found = await self._c.update_one(
+            {"_id": key, "version": expected, **self._live()}, self._write(value, ttl)
+        )
         return found.matched_count == 1
 
     async def list(self, prefix: str) -> list[MetaRecord]:
@@ -67,8 +70,11 @@ class MetaCollection:
         keys = {"$gte": prefix, "$lt": prefix + TOP}
         await self._c.delete_many({"_id": keys, **self._lapsed()})
         query = {"_id": keys, **self._live()}
-        return [_record(d) async for d in self._c.find(query).sort("_id")
-                if str(d["_id"]).startswith(prefix)]  # fmt: skip
+        return [
+            _record(d)
+            async for d in self._c.find(query).sort("_id")
+            if str(d["_id"]).startswith(prefix)
+        ]
 
     async def delete(self, key: str) -> bool:
         text(key, "meta key")
@@ -81,5 +87,9 @@ class MetaCollection:
 
 def _record(doc: Any) -> MetaRecord:
     expires = doc.get("expires")
-    return MetaRecord(str(doc["_id"]), bytes(doc["value"]), int(doc["version"]),
-                      None if expires is None else to_seconds(as_date(expires)))  # fmt: skip
+    return MetaRecord(
+        str(doc["_id"]),
+        bytes(doc["value"]),
+        int(doc["version"]),
+        None if expires is None else to_seconds(as_date(expires)),
+    )

@@ -61,6 +61,7 @@ from relaymq.backends.redis.records import (
     rule_arg,
 )
 from relaymq.backends.redis.transport import Transport
+from relaymq.backends.redis.upgrade import carry_schedules
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 from relaymq.limits import Limits
@@ -117,6 +118,7 @@ class RedisBackend(Backend, DeliveryStore):
         await self._t.open()
         if self._t.durable is False:  # appendonly no: this server keeps nothing on a restart
             self.capabilities = dataclasses.replace(self.capabilities, durable=False)
+        await carry_schedules(self._t, self._keys.prefix, lambda k, v: self.meta_swap(k, None, v))
 
     async def close(self) -> None:
         await self._t.close()
@@ -592,8 +594,11 @@ class RedisBackend(Backend, DeliveryStore):
 
     async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
         k = self._keys
-        await self._script("meta_put", [k.meta_index, k.meta_record(key)],
-                           [self._now(), key, value, *self._lapse(ttl)])  # fmt: skip
+        await self._script(
+            "meta_put",
+            [k.meta_index, k.meta_record(key)],
+            [self._now(), key, value, *self._lapse(ttl)],
+        )
 
     async def meta_swap(
         self, key: str, expected: int | None, value: bytes, ttl: float | None = None
@@ -604,15 +609,20 @@ class RedisBackend(Backend, DeliveryStore):
 
     async def meta_list(self, prefix: str) -> list[MetaRecord]:
         k = self._keys
-        reply = await self._script("meta_list", [k.meta_index, k.meta_prefix],
-                                   [self._now(), prefix])  # fmt: skip
-        return [meta_record(reply[i].decode(), *reply[i + 1 : i + 4])
-                for i in range(0, len(reply), 4)]  # fmt: skip
+        reply = await self._script(
+            "meta_list", [k.meta_index, k.meta_prefix], [self._now(), prefix]
+        )
+        return [
+            meta_record(reply[i].decode(), *reply[i + 1 : i + 4]) for i in range(0, len(reply), 4)
+        ]
 
     async def meta_delete(self, key: str) -> bool:
         k = self._keys
-        return bool(await self._script("meta_delete", [k.meta_index, k.meta_record(key)],
-                                       [self._now(), key]))  # fmt: skip
+        return bool(
+            await self._script(
+                "meta_delete", [k.meta_index, k.meta_record(key)], [self._now(), key]
+            )
+        )
 
     async def _adopt_days(self, queues: Sequence[str]) -> None:
         """The days a dependency cascade counted in (each queue's ``cascade_days``: a per-queue
