@@ -26,11 +26,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
-from relaymq import events
+from relaymq import events, registry
 from relaymq.backends.base import Backend
+from relaymq.backends.meta import MetaStore
 from relaymq.errors import BackendError
 from relaymq.job import Job, JobState, NewJob
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -176,8 +178,10 @@ def claim_lost(job: Job) -> None:
         tell(lambda o: o.claim_lost(job))
 
 
-class Instrumented:
-    """A backend, instrumented. Methods keep the backend's names and return its answers."""
+class Instrumented(MetaStore):
+    """A backend, instrumented. Methods keep the backend's names and return its answers. It is
+    a meta store too, so what is written on the meta store (``relaymq.registry``,
+    ``relaymq.schedules.store``, leases) goes through it."""
 
     def __init__(self, backend: Backend, *, window: float = EVENT_WINDOW) -> None:
         self.backend = backend
@@ -324,14 +328,6 @@ class Instrumented:
         await self.flush()  # at once; a failed publish is logged, never raised: recovery goes on
         return found
 
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        with self._call("lock"):
-            return await self.backend.lock(name, owner, ttl)
-
-    async def unlock(self, name: str, owner: str) -> None:
-        with self._call("unlock"):
-            await self.backend.unlock(name, owner)
-
     async def prune_keys(self, queue: str, older_than: float) -> int:
         with self._call("prune_keys"):
             return await self.backend.prune_keys(queue, older_than)
@@ -408,15 +404,42 @@ class Instrumented:
 
     async def register_worker(self, info: WorkerInfo, ttl: float, *, online: bool = False) -> None:
         """Register or renew ``info``; ``online=True`` the first time announces the worker."""
-        with self._call("register_worker"):
-            await self.backend.register_worker(info, ttl)
+        await registry.register(self, info, ttl)
         if online:
             await self._announce([self._worker_event(events.WORKER_ONLINE, info)])
 
     async def unregister_worker(self, info: WorkerInfo) -> None:
-        with self._call("unregister_worker"):
-            await self.backend.unregister_worker(info.id)
+        await registry.unregister(self, info.id)
         await self._announce([self._worker_event(events.WORKER_OFFLINE, info)])
+
+    # -- meta -------------------------------------------------------------------------------
+
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        with self._call("meta_get"):
+            return await self.backend.meta_get(key)
+
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        with self._call("meta_put"):
+            await self.backend.meta_put(key, value, ttl)
+
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
+    ) -> bool:
+        with self._call("meta_swap"):
+            return await self.backend.meta_swap(key, expected, value, ttl)
+
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        with self._call("meta_list"):
+            return await self.backend.meta_list(prefix)
+
+    async def meta_delete(self, key: str) -> bool:
+        with self._call("meta_delete"):
+            return await self.backend.meta_delete(key)
+
+    async def lease(self, name: str, owner: str, ttl: float) -> bool:
+        """The backend's lease (a backend may take it in one step of its own)."""
+        with self._call("lease"):
+            return await self.backend.lease(name, owner, ttl)
 
     # -- history ----------------------------------------------------------------------------
 

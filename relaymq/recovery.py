@@ -97,7 +97,7 @@ class Maintenance:
 
     async def _lead(self, queue: str) -> bool:
         ttl = self.settings.stalled_check_interval * 3
-        if await self.ops.lock(lock_name(queue), self.owner, ttl):
+        if await self.ops.lease(lock_name(queue), self.owner, ttl):
             self._held.add(queue)
             return True
         self._held.discard(queue)
@@ -123,5 +123,5 @@ class Maintenance:
 
     async def release_locks(self) -> None:
         for queue in self._held:
-            await self.ops.unlock(lock_name(queue), self.owner)
+            await self.ops.lease(lock_name(queue), self.owner, 0)
         self._held.clear()

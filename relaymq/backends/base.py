@@ -22,6 +22,7 @@ import abc
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Self
 
+from relaymq.backends.meta import MetaStore
 from relaymq.job import Job, JobState, NewJob
 from relaymq.records import events
 from relaymq.records.limits import Limits
@@ -35,14 +36,13 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     SettledClaimed,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
 )
 
 
-class Backend(abc.ABC):
-    """Base class of every backend. Subclasses implement every abstract method, in this order."""
+class Backend(MetaStore):
+    """Base class of every backend. Subclasses implement every abstract method, in this order,
+    then the meta store's (``relaymq.backends.meta``: schedules, workers and leases live there)."""
 
     capabilities: Capabilities
     url: str = ""
@@ -225,17 +225,6 @@ class Backend(abc.ABC):
         is not active; one unreadable job does not stop the pass.
         """
 
-    @abc.abstractmethod
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        """Take or renew a lease named ``name`` for ``owner`` for ``ttl`` seconds.
-
-        True when ``owner`` holds it afterwards. Shared by every process of the backend.
-        """
-
-    @abc.abstractmethod
-    async def unlock(self, name: str, owner: str) -> None:
-        """Give up a lease if ``owner`` holds it."""
-
     # -- admin and observation --------------------------------------------------------------
 
     @abc.abstractmethod
@@ -340,18 +329,6 @@ class Backend(abc.ABC):
     async def list_queues(self) -> list[str]:
         """Names of the queues that hold jobs or are paused, sorted."""
 
-    @abc.abstractmethod
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        """Record (or renew) a worker; it is listed until ``ttl`` seconds pass without renewal."""
-
-    @abc.abstractmethod
-    async def unregister_worker(self, worker_id: str) -> None:
-        """Remove a worker from the registry."""
-
-    @abc.abstractmethod
-    async def list_workers(self) -> list[WorkerInfo]:
-        """Workers whose registration has not lapsed."""
-
     # -- history ----------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -368,35 +345,6 @@ class Backend(abc.ABC):
     async def prune_tallies(self, before: int) -> None:
         """Forget every queue's minutes before ``before`` (a backend may keep up to a day
         more, when it stores a day as one record); ``obliterate`` forgets a queue's."""
-
-    # -- schedules --------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        """Create or update a schedule, atomically. When one with the same id and the same
-        ``spec`` is stored, it is kept as it is (its ``next_ms`` and ``paused`` win); a changed
-        ``spec`` replaces the stored one and its ``next_ms`` but keeps ``paused``. True when
-        something was written."""
-
-    @abc.abstractmethod
-    async def list_schedules(self) -> list[StoredSchedule]:
-        """Every stored schedule, by id."""
-
-    @abc.abstractmethod
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        """Delete a schedule; False when absent."""
-
-    @abc.abstractmethod
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
-    ) -> bool:
-        """Set a schedule's ``paused`` flag, and its ``next_ms`` unless None; False when
-        absent."""
-
-    @abc.abstractmethod
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        """Move a schedule's ``next_ms`` from ``expected_ms`` to ``next_ms``, only while it is
-        still ``expected_ms`` (compare and set): True when this call moved it."""
 
     # -- events -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from relaymq import registry
 from relaymq.backends import from_url
 from relaymq.backends.base import Backend
 from relaymq.errors import BackendUnavailableError, ConfigError, RelayError
@@ -134,7 +135,8 @@ async def known_queue(backend: Backend, name: str) -> Queue:
     worker serves it (so a mistyped name changes nothing)."""
     queue = Queue(name, backend)  # validates the name first: a bad one is a usage error
     names = await backend.list_queues()
-    if name not in names and not any(name in w.queues for w in await backend.list_workers()):
+    served = name in names or any(name in w.queues for w in await registry.list_workers(backend))
+    if not served:
         known = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
         raise NotFound(f"no queue {name!r}" + (f" (queues: {known})" if names else ""))
     return queue

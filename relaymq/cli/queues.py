@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from relaymq import registry
 from relaymq.backends.base import Backend
 from relaymq.cli.common import (
     backend_option,
@@ -57,7 +58,7 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
 
     async def collect(q: Queue) -> dict[str, Any]:
         counts, paused = await q.counts(), await q.is_paused()
-        workers = [w for w in await q.backend.list_workers() if q.name in w.queues]
+        workers = [w for w in await registry.list_workers(q.backend) if q.name in w.queues]
         return {
             "queue": q.name, **counts_json(counts, paused),
             "limits": limits_json(await q.limits()),

@@ -12,6 +12,7 @@ import click
 from rich.live import Live
 from rich.table import Table
 
+from relaymq import registry
 from relaymq.backends.base import Backend
 from relaymq.cli.common import backend_option, json_option, run, with_backend
 from relaymq.cli.output import age, console, counts_json, counts_table, emit_json, worker_dict
@@ -25,7 +26,7 @@ bounded by the workers' concurrency)."""
 
 async def collect_workers(backend: Backend) -> list[dict[str, Any]]:
     """Every live worker with the number of jobs it is running now."""
-    workers = await backend.list_workers()
+    workers = await registry.list_workers(backend)
     running: Counter[str] = Counter()
     for name in sorted({q for w in workers for q in w.queues}):
         queue, offset = Queue(name, backend), 0

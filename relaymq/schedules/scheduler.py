@@ -19,6 +19,7 @@ from relaymq.backends.base import Backend
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.instrumented import Instrumented
 from relaymq.records.store import Clock, StoredSchedule
+from relaymq.schedules import store
 from relaymq.schedules.spec import Schedule
 
 log = logging.getLogger("relaymq.scheduler")
@@ -61,7 +62,7 @@ class Scheduler:
         new or changed."""
         written = 0
         for s in schedules:
-            if await self.backend.save_schedule(s.stored(self.now_ms())):
+            if await store.save(self.ops, s.stored(self.now_ms())):
                 log.info("schedule %s stored: %s, task %s", s.id, s.describe(), s.task)
                 written += 1
         return written
@@ -83,7 +84,7 @@ class Scheduler:
 
     async def _release(self) -> None:
         try:
-            await self.ops.unlock(self.lease, self.owner)
+            await self.ops.lease(self.lease, self.owner, 0)
         except BackendError as e:
             log.warning("could not give up the scheduler lease: %s", e)
         self.leading = False
@@ -92,7 +93,7 @@ class Scheduler:
         """One pass, when this process holds (or takes) the lease: the ids of the jobs it
         enqueued (not those answered as duplicates)."""
         was_leading = self.leading
-        self.leading = await self.ops.lock(self.lease, self.owner, self.lease_ttl)
+        self.leading = await self.ops.lease(self.lease, self.owner, self.lease_ttl)
         if self.leading != was_leading:
             log.info(
                 "scheduler %s: %s",
@@ -103,7 +104,7 @@ class Scheduler:
             return []
         now_ms = self.now_ms()
         fired: list[str] = []
-        for stored in await self.backend.list_schedules():
+        for stored in await store.load(self.ops):
             if stored.paused or stored.next_ms > now_ms:
                 continue
             try:
@@ -131,6 +132,6 @@ class Scheduler:
         if plan.dropped:
             log.warning("schedule %s let %d ticks go, missed while no scheduler ran "
                         "(missed=%s)", schedule.id, plan.dropped, schedule.missed)  # fmt: skip
-        if not await self.backend.advance_schedule(stored.id, stored.next_ms, plan.next_ms):
+        if not await store.advance(self.ops, stored.id, stored.next_ms, plan.next_ms):
             log.info("schedule %s changed during the pass; its new state stands", stored.id)
         return fired

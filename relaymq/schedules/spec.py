@@ -109,7 +109,7 @@ class Schedule:
 
     def encode(self) -> bytes:
         """The stored ``spec``: the same bytes for the same schedule, so saving an unchanged
-        schedule again changes nothing (``Backend.save_schedule``)."""
+        schedule again changes nothing (``relaymq.schedules.store.save``)."""
         record = dataclasses.asdict(self)
         del record["id"]
         record["args"] = list(self.args)
@@ -117,7 +117,7 @@ class Schedule:
         return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
 
     def stored(self, now_ms: int) -> StoredSchedule:
-        """This schedule as ``Backend.save_schedule`` takes it: due at its first tick after
+        """This schedule as ``relaymq.schedules.store.save`` takes it: due at its first tick after
         ``now_ms`` (when it is new or changed; an unchanged one keeps its stored state)."""
         return StoredSchedule(self.id, self.encode(), self.next_after(now_ms))
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from types import CodeType, FrameType
 
+from relaymq import registry
 from relaymq.backends.base import Backend
 from relaymq.job import Job
 from relaymq.records.store import Beat, WorkerInfo
@@ -178,7 +179,7 @@ class LoopWatch:
             if held:
                 await self._handle.heartbeat([Beat(c) for c in held])
                 self.renewed += len(held)
-            await self._handle.register_worker(self.info, self.registry_ttl)
+            await registry.register(self._handle, self.info, self.registry_ttl)
         except Exception as e:  # the next check tries again
             log.warning("heartbeat from the watching thread failed (%s)", e)
 

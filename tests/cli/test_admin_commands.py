@@ -16,7 +16,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from relaymq import connect
+from relaymq import connect, registry
 from relaymq.backends.base import Backend
 from relaymq.cli import main
 from relaymq.cli.app import cli
@@ -205,7 +205,7 @@ def test_workers_shows_heartbeat_age_and_running_jobs(url: str, capsys: Capture)
 
     async def prepare(b: Backend) -> None:
         await seed(b, q)
-        await b.register_worker(WorkerInfo("wk-1", (q,), 8, "hostA", 4242, 1.0), ttl=60)
+        await registry.register(b, WorkerInfo("wk-1", (q,), 8, "hostA", 4242, 1.0), ttl=60)
 
     on(url, prepare)
     [worker] = [w for w in cli_json(["workers", "--backend", url], capsys) if w["id"] == "wk-1"]

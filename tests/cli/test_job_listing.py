@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from relaymq import Queue, connect
+from relaymq import Queue, connect, registry
 from relaymq.cli import main, output
 from relaymq.records.store import Beat, WorkerInfo
 from tests import tasks
@@ -102,7 +102,8 @@ def test_a_queue_a_worker_serves_exists_before_it_holds_jobs(
     async def serve() -> None:
         backend = await connect(url)
         try:
-            await backend.register_worker(WorkerInfo.for_this_process("wk-7", ["reports"], 4), 60)
+            info = WorkerInfo.for_this_process("wk-7", ["reports"], 4)
+            await registry.register(backend, info, 60)
         finally:
             await backend.close()
 

@@ -15,6 +15,7 @@ import pytest
 from relaymq import Queue, connect
 from relaymq.cli import main
 from relaymq.options import Options
+from relaymq.schedules import store
 from relaymq.task import REGISTRY, Task
 from tests.support.jobs import queue_name
 
@@ -56,7 +57,7 @@ async def test_with_q_the_module_is_imported_its_tasks_schedules_and_limits_stor
         handle = await Queue(q, backend).add(charge.call(21))
         assert await handle.result(timeout=30) == 42
         assert await Queue(q, backend).limits() is not None
-        stored = [s.id for s in await backend.list_schedules()]
+        stored = [s.id for s in await store.load(backend)]
         assert "billing.sweep" in stored
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from relaymq import registry
 from relaymq.backends import from_url
 from relaymq.backends.base import Backend
 from relaymq.job import JobState
@@ -141,14 +142,14 @@ async def test_list_queues(backend: Backend, q: str) -> None:
 
 async def test_worker_registry(backend: Backend, clock: FakeClock, q: str) -> None:
     info = WorkerInfo(f"wk-{q}", (q,), 4, "host", 123, clock())
-    await backend.register_worker(info, ttl=30)
-    listed = {w.id: w for w in await backend.list_workers()}
+    await registry.register(backend, info, ttl=30)
+    listed = {w.id: w for w in await registry.list_workers(backend)}
     assert listed[info.id].queues == (q,) and listed[info.id].concurrency == 4
     clock.advance(31)
-    assert info.id not in {w.id for w in await backend.list_workers()}
-    await backend.register_worker(info, ttl=30)
-    await backend.unregister_worker(info.id)
-    assert info.id not in {w.id for w in await backend.list_workers()}
+    assert info.id not in {w.id for w in await registry.list_workers(backend)}
+    await registry.register(backend, info, ttl=30)
+    await registry.unregister(backend, info.id)
+    assert info.id not in {w.id for w in await registry.list_workers(backend)}
 
 
 async def test_events_reach_every_subscriber(make_backend: MakeBackend) -> None:

@@ -116,16 +116,16 @@ async def test_lock_is_exclusive_until_it_lapses(
 ) -> None:
     a, b = await make_backend(clock), await make_backend(clock)
     name = f"maintenance:{q}"
-    assert await a.lock(name, "A", ttl=10)
-    assert not await b.lock(name, "B", ttl=10)
-    assert await a.lock(name, "A", ttl=10)  # renewal by the holder
+    assert await a.lease(name, "A", ttl=10)
+    assert not await b.lease(name, "B", ttl=10)
+    assert await a.lease(name, "A", ttl=10)  # renewal by the holder
     clock.advance(11)
-    assert await b.lock(name, "B", ttl=10)  # lapsed: B takes over
-    assert not await a.lock(name, "A", ttl=10)
-    await a.unlock(name, "A")  # not the holder: no effect
-    assert not await a.lock(name, "A", ttl=10)
-    await b.unlock(name, "B")
-    assert await a.lock(name, "A", ttl=10)
+    assert await b.lease(name, "B", ttl=10)  # lapsed: B takes over
+    assert not await a.lease(name, "A", ttl=10)
+    await a.lease(name, "A", 0)  # not the holder: no effect
+    assert not await a.lease(name, "A", ttl=10)
+    await b.lease(name, "B", 0)
+    assert await a.lease(name, "A", ttl=10)
 
 
 async def test_f8_recovery_never_touches_a_live_claim(

@@ -14,7 +14,7 @@ import pytest_asyncio
 from relaymq.backends.base import Backend
 from relaymq.job import JobState
 from relaymq.records.store import StoredSchedule
-from relaymq.schedules import Schedule, Scheduler, Schedules
+from relaymq.schedules import Schedule, Scheduler, Schedules, store
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.jobs import queue_name
@@ -25,9 +25,9 @@ async def sid(backend: Backend, q: str) -> AsyncIterator[str]:
     """A schedule id prefix no other test uses; this test's schedules are removed after it
     (the schedules of a shared backend are global, not per queue)."""
     yield q
-    for s in await backend.list_schedules():
+    for s in await store.load(backend):
         if s.id.startswith(q):
-            await backend.remove_schedule(s.id)
+            await store.remove(backend, s.id)
 
 
 def mine(schedules: list[StoredSchedule], prefix: str) -> list[StoredSchedule]:
@@ -38,30 +38,30 @@ async def test_saving_creates_and_an_unchanged_spec_keeps_its_state(
     backend: Backend, sid: str
 ) -> None:
     a = StoredSchedule(f"{sid}-a", b'{"v":1}', 1000)
-    assert await backend.save_schedule(a) is True
-    assert await backend.save_schedule(StoredSchedule(f"{sid}-b", b'{"v":2}', 5, True)) is True
-    assert mine(await backend.list_schedules(), sid) == [
+    assert await store.save(backend, a) is True
+    assert await store.save(backend, StoredSchedule(f"{sid}-b", b'{"v":2}', 5, True)) is True
+    assert mine(await store.load(backend), sid) == [
         a, StoredSchedule(f"{sid}-b", b'{"v":2}', 5, True),
     ]  # fmt: skip
-    assert await backend.advance_schedule(a.id, 1000, 2000) is True
-    assert await backend.pause_schedule(a.id, True) is True
+    assert await store.advance(backend, a.id, 1000, 2000) is True
+    assert await store.pause(backend, a.id, True) is True
     # The same spec again (a worker restarting): the stored tick and pause stand.
-    assert await backend.save_schedule(StoredSchedule(a.id, a.spec, 1000)) is False
-    [stored, _] = mine(await backend.list_schedules(), sid)
+    assert await store.save(backend, StoredSchedule(a.id, a.spec, 1000)) is False
+    [stored, _] = mine(await store.load(backend), sid)
     assert (stored.next_ms, stored.paused) == (2000, True)
     # A changed spec replaces the spec and the tick, and keeps the pause.
-    assert await backend.save_schedule(StoredSchedule(a.id, b'{"v":3}', 7000)) is True
-    [stored, _] = mine(await backend.list_schedules(), sid)
+    assert await store.save(backend, StoredSchedule(a.id, b'{"v":3}', 7000)) is True
+    [stored, _] = mine(await store.load(backend), sid)
     assert stored == StoredSchedule(a.id, b'{"v":3}', 7000, True)
 
 
 async def test_advance_is_a_compare_and_set(backend: Backend, sid: str) -> None:
     s = StoredSchedule(f"{sid}-a", b"{}", 1_700_000_000_000)
-    await backend.save_schedule(s)
-    assert await backend.advance_schedule(s.id, s.next_ms, s.next_ms + 60_000) is True
-    assert await backend.advance_schedule(s.id, s.next_ms, s.next_ms + 120_000) is False  # stale
-    assert await backend.advance_schedule(f"{sid}-none", 0, 1) is False
-    [stored] = mine(await backend.list_schedules(), sid)
+    await store.save(backend, s)
+    assert await store.advance(backend, s.id, s.next_ms, s.next_ms + 60_000) is True
+    assert await store.advance(backend, s.id, s.next_ms, s.next_ms + 120_000) is False  # stale
+    assert await store.advance(backend, f"{sid}-none", 0, 1) is False
+    [stored] = mine(await store.load(backend), sid)
     assert stored.next_ms == s.next_ms + 60_000
 
 
@@ -70,27 +70,27 @@ async def test_concurrent_advances_of_one_tick_let_exactly_one_through(
 ) -> None:
     handles = [await make_backend() for _ in range(3)]
     s = StoredSchedule(f"{sid}-a", b"{}", 1000)
-    await handles[0].save_schedule(s)
+    await store.save(handles[0], s)
     answers = await asyncio.gather(
-        *(h.advance_schedule(s.id, 1000, 2000 + i) for i, h in enumerate(handles * 4))
+        *(store.advance(h, s.id, 1000, 2000 + i) for i, h in enumerate(handles * 4))
     )
     assert answers.count(True) == 1
-    [stored] = mine(await handles[1].list_schedules(), sid)
+    [stored] = mine(await store.load(handles[1]), sid)
     assert stored.next_ms == 2000 + answers.index(True) % 3
 
 
 async def test_pause_resume_and_remove(backend: Backend, sid: str) -> None:
     s = StoredSchedule(f"{sid}-a", b"{}", 1000)
-    await backend.save_schedule(s)
-    assert await backend.pause_schedule(s.id, True) is True
-    assert mine(await backend.list_schedules(), sid) == [StoredSchedule(s.id, b"{}", 1000, True)]
-    assert await backend.pause_schedule(s.id, False, 9000) is True
-    assert mine(await backend.list_schedules(), sid) == [StoredSchedule(s.id, b"{}", 9000)]
-    assert await backend.pause_schedule(f"{sid}-none", True) is False
-    assert await backend.remove_schedule(s.id) is True
-    assert await backend.remove_schedule(s.id) is False
-    assert mine(await backend.list_schedules(), sid) == []
-    assert await backend.pause_schedule(s.id, True) is False  # nothing is created
+    await store.save(backend, s)
+    assert await store.pause(backend, s.id, True) is True
+    assert mine(await store.load(backend), sid) == [StoredSchedule(s.id, b"{}", 1000, True)]
+    assert await store.pause(backend, s.id, False, 9000) is True
+    assert mine(await store.load(backend), sid) == [StoredSchedule(s.id, b"{}", 9000)]
+    assert await store.pause(backend, f"{sid}-none", True) is False
+    assert await store.remove(backend, s.id) is True
+    assert await store.remove(backend, s.id) is False
+    assert mine(await store.load(backend), sid) == []
+    assert await store.pause(backend, s.id, True) is False  # nothing is created
 
 
 # -- the scheduler over each backend --------------------------------------------------------
@@ -146,7 +146,7 @@ async def test_a_tick_enqueued_before_a_crash_is_not_enqueued_twice(
     scheduler = Scheduler(backend, "next", clock=clock, lease=f"scheduler-{sid}")
     assert await scheduler.run_once() == []  # fired again: answered as a duplicate
     assert await ids_in(backend, q) == [tick]
-    [stored] = mine(await backend.list_schedules(), sid)
+    [stored] = mine(await store.load(backend), sid)
     assert stored.next_ms == 1_800_000_120_000  # and moved past it this time
 
 

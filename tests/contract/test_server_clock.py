@@ -59,15 +59,15 @@ async def test_a_lease_expires_after_its_ttl(live: Backend) -> None:
     loop = asyncio.get_running_loop()
     name = f"lease-{id(live)}-{loop.time()}"
     started = loop.time()
-    assert await live.lock(name, "a", SHORT)
-    assert not await live.lock(name, "b", SHORT)  # held by a
+    assert await live.lease(name, "a", SHORT)
+    assert not await live.lease(name, "b", SHORT)  # held by a
 
     async def taken_over() -> bool:
-        return await live.lock(name, "b", SHORT)
+        return await live.lease(name, "b", SHORT)
 
     await poll_until(taken_over, "the lease to expire on the server clock", every=0.05)
     assert loop.time() - started >= SHORT - 0.05
-    assert not await live.lock(name, "a", SHORT)  # b holds it now
+    assert not await live.lease(name, "a", SHORT)  # b holds it now
 
 
 async def test_a_ttl_runs_out_on_the_server_clock(live: Backend, q: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from relaymq import registry
 from relaymq.backends.base import Backend
 from relaymq.records.store import WorkerInfo
 from relaymq.testing import FakeClock
@@ -15,10 +16,10 @@ async def test_a_worker_record_shows_its_refused_queues(
 ) -> None:
     why = "the RabbitMQ queue 'relaymq.x' already exists with arguments that differ"
     info = WorkerInfo(f"wk-{q}", (q, q + "-x"), 4, "host", 123, clock(), refused=((q + "-x", why),))
-    await backend.register_worker(info, ttl=30)
-    listed = {w.id: w for w in await backend.list_workers()}
+    await registry.register(backend, info, ttl=30)
+    listed = {w.id: w for w in await registry.list_workers(backend)}
     assert listed[info.id].refused == ((q + "-x", why),)
-    await backend.register_worker(dataclasses.replace(info, refused=()), ttl=30)
-    listed = {w.id: w for w in await backend.list_workers()}
+    await registry.register(backend, dataclasses.replace(info, refused=()), ttl=30)
+    listed = {w.id: w for w in await registry.list_workers(backend)}
     assert listed[info.id].refused == ()
-    await backend.unregister_worker(info.id)
+    await registry.unregister(backend, info.id)

@@ -131,11 +131,11 @@ async def test_server_clock_decides_due_jobs_and_leases(make: Make) -> None:
     await asyncio.wait_for(backend.wait([q], 5), 5)  # returns when the job falls due
     [job] = (await backend.claim([q], "w", 1)).jobs
     assert job.id == "soon"
-    assert await backend.lock("lease", "A", ttl=0.2)
-    assert not await backend.lock("lease", "B", ttl=0.2)
+    assert await backend.lease("lease", "A", ttl=0.2)
+    assert not await backend.lease("lease", "B", ttl=0.2)
 
     async def taken_over() -> bool:
-        return await backend.lock("lease", "B", ttl=5)
+        return await backend.lease("lease", "B", ttl=5)
 
     await poll_until(taken_over, "the lease to lapse on the server's clock", every=0.05)
 

@@ -13,6 +13,7 @@ import pytest
 from relaymq.errors import ConfigError
 from relaymq.job import JobState
 from relaymq.records.store import CancelResult
+from relaymq.schedules import store
 from tests.conftest import require
 from tests.support import case_mongodb
 from tests.support.jobs import new_job
@@ -43,9 +44,9 @@ async def test_operator_documents_never_reach_a_query(tmp_path: Path) -> None:
             ("queue", lambda bad: b.is_paused(bad)),
             ("queue", lambda bad: b.list_jobs(bad, JobState.WAITING)),
             ("queue", lambda bad: b.claim([bad], "w", 5)),
-            ("schedule id", lambda bad: b.remove_schedule(bad)),
-            ("schedule id", lambda bad: b.pause_schedule(bad, True)),
-            ("schedule id", lambda bad: b.advance_schedule(bad, 0, 1)),
+            ("schedule id", lambda bad: store.remove(b, bad)),
+            ("schedule id", lambda bad: store.pause(b, bad, True)),
+            ("schedule id", lambda bad: store.advance(b, bad, 0, 1)),
             ("job_id", lambda bad: b.enqueue([new_job(q, bad)])),
             ("task", lambda bad: b.enqueue([new_job(q, "x", task=bad)])),
         ]

@@ -105,3 +105,46 @@ async def test_relaymq_migrate_command(schema: str, capsys: pytest.CaptureFixtur
     assert "applied 0001_initial" in capsys.readouterr().out
     assert await asyncio.to_thread(main, ["migrate", "--backend", url(schema)]) == 0
     assert "schema is up to date" in capsys.readouterr().out
+
+
+async def test_0011_carries_schedules_and_workers_into_the_meta_store(schema: str) -> None:
+    from relaymq import registry
+    from relaymq.backends.postgres import migrations as m
+    from relaymq.records.store import StoredSchedule, WorkerInfo
+    from relaymq.schedules import store
+    from relaymq.testing import FakeClock
+
+    con = await asyncpg.connect(f"{SERVER}/{DATABASE}", server_settings={"search_path": schema})
+    try:  # a schema as relaymq left it at 0010, holding one schedule and one worker
+        await con.execute(f'CREATE SCHEMA "{schema}"')
+        await con.execute(m.Q["migrations_table"])
+        for name, sql in migrations()[:-1]:
+            assert name != "0011_meta"
+            await con.execute(sql)
+            await con.execute(m.Q["migration_record"], name)
+        await con.execute(
+            "INSERT INTO relaymq_schedules VALUES "
+            "('nightly', '{\"v\":1}'::bytea, 1700000000000, true)"
+        )
+        await con.execute(
+            "INSERT INTO relaymq_workers VALUES ('w1', '{a,b}', 4, 'h', 7, 1.0, to_timestamp(100), "
+            'to_timestamp(160), \'[["b", "why"]]\')'
+        )
+    finally:
+        await con.close()
+    assert await migrate(url(schema)) == ["0011_meta"]
+    clock = FakeClock(130.0)
+    backend = PostgresBackend(url(schema), clock=clock)
+    await backend.connect()
+    try:
+        assert await store.load(backend) == [
+            StoredSchedule("nightly", b'{"v":1}', 1_700_000_000_000, paused=True)
+        ]
+        assert await store.advance(backend, "nightly", 1_700_000_000_000, 1_700_000_060_000)
+        assert await registry.list_workers(backend) == [
+            WorkerInfo("w1", ("a", "b"), 4, "h", 7, 1.0, 100.0, refused=(("b", "why"),))
+        ]
+        clock.advance(31)  # its registration lapses as it would have
+        assert await registry.list_workers(backend) == []
+    finally:
+        await backend.close()

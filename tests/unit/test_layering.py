@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("seams", ("backends.base", "backends.meta", "backends.notifier", "backends.corrupt",
                "backends.sqlfile")),
     ("backends", ("backends",)),
+    ("above the seam", ("registry", "schedules.store")),
     ("facade", ("instrumented", "events")),
     ("features", ("options", "limits", "flows", "bulk", "queue", "task", "schedules",
                   "recovery", "metrics", "tracing", "app")),

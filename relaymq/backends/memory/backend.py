@@ -9,13 +9,13 @@ base.py's order.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncGenerator, Sequence
 
 from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
+from relaymq.backends.meta import by_key
 from relaymq.backends.wakeup import Wakeup
 from relaymq.job import (
     PENDING,
@@ -29,6 +29,7 @@ from relaymq.job import (
     dependency_error,
 )
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
@@ -41,9 +42,7 @@ from relaymq.records.store import (
     Outcome,
     Recovered,
     Settle,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
     merge_tallies,
 )
 
@@ -62,10 +61,8 @@ class InMemoryBackend(Backend, DeliveryStore):
         self.url = url
         self._now = clock or time.time
         self._queues: dict[str, QueueState] = {}
-        self._locks: dict[str, tuple[str, float]] = {}
-        self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._tallies: dict[str, dict[int, Tally]] = {}
-        self._schedules: dict[str, StoredSchedule] = {}
+        self._meta: dict[str, MetaRecord] = {}
         self._fanout = Fanout()
         self._wakeup = Wakeup()
 
@@ -282,19 +279,6 @@ class InMemoryBackend(Backend, DeliveryStore):
             self._wakeup.notify()
         return result
 
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        now = self._now()
-        held = self._locks.get(name)
-        if held is not None and held[0] != owner and held[1] > now:
-            return False
-        self._locks[name] = (owner, now + ttl)
-        return True
-
-    async def unlock(self, name: str, owner: str) -> None:
-        held = self._locks.get(name)
-        if held is not None and held[0] == owner:
-            del self._locks[name]
-
     # -- admin and observation --------------------------------------------------------------
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
@@ -412,17 +396,6 @@ class InMemoryBackend(Backend, DeliveryStore):
     async def list_queues(self) -> list[str]:
         return sorted(n for n, q in self._queues.items() if q.jobs or q.paused)
 
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        now = self._now()
-        self._workers[info.id] = (info.seen(now), now + ttl)
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        self._workers.pop(worker_id, None)
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        now = self._now()
-        return [info for info, until in self._workers.values() if until > now]
-
     # -- history ----------------------------------------------------------------------------
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
@@ -441,38 +414,46 @@ class InMemoryBackend(Backend, DeliveryStore):
             for m in [m for m in minutes if m < before]:
                 del minutes[m]
 
-    # -- schedules --------------------------------------------------------------------------
+    # -- meta -------------------------------------------------------------------------------
 
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        old = self._schedules.get(schedule.id)
-        if old is not None and old.spec == schedule.spec:
-            return False
-        paused = schedule.paused if old is None else old.paused
-        self._schedules[schedule.id] = dataclasses.replace(schedule, paused=paused)
-        return True
+    def _meta_live(self, key: str, now: float) -> MetaRecord | None:
+        record = self._meta.get(key)
+        if record is not None and record.expires is not None and record.expires <= now:
+            return None
+        return record
 
-    async def list_schedules(self) -> list[StoredSchedule]:
-        return [self._schedules[i] for i in sorted(self._schedules)]
+    def _meta_write(self, key: str, value: bytes, ttl: float | None, now: float) -> None:
+        old = self._meta.get(key)
+        expires = None if ttl is None else now + ttl
+        self._meta[key] = MetaRecord(key, value, 1 if old is None else old.version + 1, expires)
 
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        return self._schedules.pop(schedule_id, None) is not None
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        return self._meta_live(key, self._now())
 
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        self._meta_write(key, value, ttl, self._now())
+
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        old = self._schedules.get(schedule_id)
-        if old is None:
+        now = self._now()
+        live = self._meta_live(key, now)
+        if (None if live is None else live.version) != expected:
             return False
-        next_ms = old.next_ms if next_ms is None else next_ms
-        self._schedules[schedule_id] = dataclasses.replace(old, paused=paused, next_ms=next_ms)
+        self._meta_write(key, value, ttl, now)
         return True
 
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        old = self._schedules.get(schedule_id)
-        if old is None or old.next_ms != expected_ms:
-            return False
-        self._schedules[schedule_id] = dataclasses.replace(old, next_ms=next_ms)
-        return True
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        now = self._now()
+        for key in [k for k in self._meta if k.startswith(prefix)]:
+            if self._meta_live(key, now) is None:
+                del self._meta[key]
+        return by_key([r for k, r in self._meta.items() if k.startswith(prefix)])
+
+    async def meta_delete(self, key: str) -> bool:
+        live = self._meta_live(key, self._now())
+        self._meta.pop(key, None)
+        return live is not None
 
     # -- events -----------------------------------------------------------------------------
 

@@ -50,12 +50,12 @@ from relaymq.backends.mongodb.indexes import (
     JOB_KEYS,
     JOBS,
     LOCKS,
+    META,
     QUEUES,
-    SCHEDULES,
     TALLIES,
-    WORKERS,
     ensure_indexes,
 )
+from relaymq.backends.mongodb.meta import MetaCollection
 from relaymq.backends.mongodb.records import (
     Document,
     check_new,
@@ -67,8 +67,8 @@ from relaymq.backends.mongodb.records import (
     to_job,
     to_job_lenient,
     to_limits,
-    to_seconds,
 )
+from relaymq.backends.mongodb.upgrade import OLD_SCHEDULES, carry_schedules
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import (
     BackendError,
@@ -78,6 +78,7 @@ from relaymq.errors import (
 from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
 from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
@@ -90,9 +91,7 @@ from relaymq.records.store import (
     Outcome,
     Recovered,
     Settle,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
     dependent,
     keyed,
     merge_tallies,
@@ -173,6 +172,7 @@ class MongoDBBackend(Backend):
         db = client[self.database_name]
         try:
             await ensure_indexes(db)
+            await carry_schedules(db[OLD_SCHEDULES], MetaCollection(db[META], self._now))
         except OperationFailure as e:
             await client.close()
             if not refused(e):
@@ -187,10 +187,9 @@ class MongoDBBackend(Backend):
         self._client = client
         self._jobs: AsyncCollection[Document] = db[JOBS]
         self._queues: AsyncCollection[Document] = db[QUEUES]
-        self._locks: AsyncCollection[Document] = db[LOCKS]
-        self._workers: AsyncCollection[Document] = db[WORKERS]
         self._tallies: AsyncCollection[Document] = db[TALLIES]
-        self._schedules: AsyncCollection[Document] = db[SCHEDULES]
+        self._meta = MetaCollection(db[META], self._now)
+        self._locks: AsyncCollection[Document] = db[LOCKS]
         self._keys: AsyncCollection[Document] = db[JOB_KEYS]
         self._deps = Dependencies(self._jobs, self._now, self._tallies)
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
@@ -434,7 +433,7 @@ class MongoDBBackend(Backend):
         A claimer that outlives its lease (paused for that long mid-claim) could exceed the
         cap by its own batch; docs/guarantees.md says so."""
         name, owner = f"limits:{queue}", uuid.uuid4().hex
-        if not await self.lock(name, owner, LIMITS_LEASE):
+        if not await self._limits_lease(name, owner):
             return [], Allowance(0, 0, 0, None), None  # another claim of this queue is on
         try:
             doc = await self._queues.find_one_and_update(
@@ -469,6 +468,19 @@ class MongoDBBackend(Backend):
             return jobs, a, held
         finally:
             await self._locks.delete_one({"_id": name, "owner": owner})
+
+    async def _limits_lease(self, name: str, owner: str) -> bool:
+        """Take the lease ``name`` of the ``locks`` collection for ``LIMITS_LEASE`` seconds,
+        in one write: a step of a limited claim, so not the meta store's two-step ``lease``."""
+        try:
+            await self._locks.update_one(
+                tx.lock_filter(name, owner, self._now),
+                tx.lock_update(owner, LIMITS_LEASE, self._now),
+                upsert=True,
+            )
+        except DuplicateKeyError:  # held by another owner and not lapsed: the upsert collided
+            return False
+        return True
 
     async def _read_claimed(self, claim_id: str, order: list[Any]) -> list[Job]:
         """The jobs one claim took, in candidate order; unreadable ones are failed, not lost."""
@@ -643,25 +655,6 @@ class MongoDBBackend(Backend):
         if result.requeued:
             self._wakeup.notify()
         return result
-
-    @translated
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        text(name, "lock name")
-        text(owner, "lock owner")
-        try:
-            await self._locks.update_one(
-                tx.lock_filter(name, owner, self._now),
-                tx.lock_update(owner, ttl, self._now),
-                upsert=True,
-            )
-        except DuplicateKeyError:  # held by another owner and not lapsed: the upsert collided
-            return False
-        return True
-
-    @translated
-    async def unlock(self, name: str, owner: str) -> None:
-        await self._locks.delete_one({"_id": text(name, "lock name"),
-                                      "owner": text(owner, "lock owner")})  # fmt: skip
 
     # -- admin and observation --------------------------------------------------------------
 
@@ -906,30 +899,6 @@ class MongoDBBackend(Backend):
         names |= {doc["_id"] async for doc in self._queues.find({"paused": True}, {"_id": 1})}
         return sorted(n for n in names if isinstance(n, str))
 
-    @translated
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        text(info.id, "worker id")
-        fields = info.to_record()
-        del fields["id"]  # the document's _id
-        await self._workers.update_one(
-            {"_id": info.id}, tx.register_update(fields, ttl, self._now), upsert=True
-        )
-
-    @translated
-    async def unregister_worker(self, worker_id: str) -> None:
-        await self._workers.delete_one({"_id": text(worker_id, "worker id")})
-
-    @translated
-    async def list_workers(self) -> list[WorkerInfo]:
-        workers = []
-        async for doc in self._workers.find(self._now.compare("expires_at", "$gt")):
-            try:
-                seen_at = to_seconds(tx.as_date(doc["seen_at"]))
-                workers.append(WorkerInfo.from_record({**doc, "id": doc["_id"]}, seen_at))
-            except (KeyError, TypeError, ValueError):
-                continue  # an unreadable registration is not a live worker
-        return workers
-
     # -- history ----------------------------------------------------------------------------
 
     @translated
@@ -962,56 +931,29 @@ class MongoDBBackend(Backend):
     async def prune_tallies(self, before: int) -> None:
         await self._tallies.delete_many({"minute": {"$lt": before}})
 
-    # -- schedules --------------------------------------------------------------------------
+    # -- meta (meta.py) ---------------------------------------------------------------------
 
     @translated
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        s = schedule
-        text(s.id, "schedule id")
-        try:  # matches only a different spec; the same one makes the upsert collide on _id
-            await self._schedules.update_one(
-                {"_id": s.id, "spec": {"$ne": s.spec}},
-                {"$set": {"spec": s.spec, "next_ms": s.next_ms},
-                 "$setOnInsert": {"paused": s.paused}},
-                upsert=True,
-            )  # fmt: skip
-        except DuplicateKeyError:
-            return False
-        return True
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        return await self._meta.get(key)
 
     @translated
-    async def list_schedules(self) -> list[StoredSchedule]:
-        out = []
-        async for d in self._schedules.find().sort("_id"):
-            spec, next_ms, paused = d.get("spec"), d.get("next_ms"), bool(d.get("paused"))
-            if isinstance(spec, bytes) and isinstance(next_ms, int):
-                out.append(StoredSchedule(str(d["_id"]), spec, next_ms, paused))
-            else:  # damaged: listed, and read as unreadable by the core
-                out.append(StoredSchedule(str(d["_id"]), b"", 0, paused))
-        return out
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        await self._meta.put(key, value, ttl)
 
     @translated
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        found = await self._schedules.delete_one({"_id": text(schedule_id, "schedule id")})
-        return found.deleted_count == 1
-
-    @translated
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        change: dict[str, Any] = {"paused": paused}
-        if next_ms is not None:
-            change["next_ms"] = next_ms
-        found = await self._schedules.update_one({"_id": text(schedule_id, "schedule id")},
-                                                 {"$set": change})  # fmt: skip
-        return found.matched_count == 1
+        return await self._meta.swap(key, expected, value, ttl)
 
     @translated
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        moved = await self._schedules.update_one({"_id": text(schedule_id, "schedule id"),
-                                                  "next_ms": expected_ms},
-                                                 {"$set": {"next_ms": next_ms}})  # fmt: skip
-        return moved.modified_count == 1
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        return await self._meta.list(prefix)
+
+    @translated
+    async def meta_delete(self, key: str) -> bool:
+        return await self._meta.delete(key)
 
     # -- events -----------------------------------------------------------------------------
 

@@ -14,9 +14,11 @@ Collections of one database (the URL path names it):
     ``win``, ``used`` (the current rate window and the starts counted in it) and
     ``key_window``, ``key_used`` (the current key window and ``[key, starts]`` pairs).
 ``locks``
-    Leases: ``{_id: name, owner, expires_at}``; ``_id`` makes them unique.
-``workers``
-    The worker registry: ``{_id: worker id, ..., seen_at, expires_at}``.
+    The leases that make the claims of a queue with limits take turns: ``{_id: name, owner,
+    expires_at}``; ``_id`` makes them unique.
+``meta``
+    The meta store (schedules, the worker registry, leases; ``meta.py``): ``{_id: key,
+    value, version, expires}``; ``_id`` makes each key unique.
 ``events``
     The event log tailed by subscribers: ``{_id: <dense increasing int>, body, at}``; trimmed
     to the newest events on publish. ``counters`` holds its id allocator.
@@ -37,16 +39,13 @@ from pymongo.asynchronous.database import AsyncDatabase
 JOBS: Final = "jobs"
 QUEUES: Final = "queues"
 LOCKS: Final = "locks"
-WORKERS: Final = "workers"
+META: Final = "meta"
 EVENTS: Final = "events"
 COUNTERS: Final = "counters"
 TALLIES: Final = "tallies"
-SCHEDULES: Final = "schedules"
-"""One document per schedule: ``_id`` its id, ``spec`` (binary), ``next_ms``, ``paused``."""
 JOB_KEYS: Final = "job_keys"
 """Throttle and debounce keys: ``_id`` "<queue>|<key>", ``queue``, ``holder`` (a job id),
 ``until`` (the end of a throttle window, a date) and ``v`` (a version for compare-and-set)."""
-"""One document per schedule: ``_id`` its id, ``spec`` (binary), ``next_ms``, ``paused``."""
 
 INDEXES: Final[dict[str, list[IndexModel]]] = {
     JOBS: [
@@ -81,7 +80,8 @@ INDEXES: Final[dict[str, list[IndexModel]]] = {
         # Reading back the documents of one batch claim or one batched write.
         IndexModel([("claim_id", ASCENDING)], name="claim_id", sparse=True),
     ],
-    WORKERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
+    # Forgetting lapsed meta records (workers that stopped without unregistering).
+    META: [IndexModel([("expires", ASCENDING)], name="expires")],
     # A queue's history in minute order; pruning every queue's old minutes.
     # Pruning a queue's ended keys.
     JOB_KEYS: [IndexModel([("queue", ASCENDING), ("until", ASCENDING)], name="queue_until")],

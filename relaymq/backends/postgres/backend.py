@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -47,6 +46,7 @@ from relaymq.job import (
     dependency_error,
 )
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -59,9 +59,7 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     SettledClaimed,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
     dependent,
     keyed,
     merge_tallies,
@@ -78,9 +76,17 @@ STORED_EVENTS_KEEP = 3600.0
 """Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
 _READS = frozenset(
     {"get_job", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
-     "is_paused", "list_queues", "list_workers", "wait_check", "fetch_event"}
+     "is_paused", "list_queues", "meta_get", "meta_list", "wait_check", "fetch_event"}
 )  # fmt: skip
 """Statements that change nothing: retried once when a pooled connection turns out dead."""
+
+
+def _meta(row: asyncpg.Record) -> MetaRecord:
+    return MetaRecord(row["key"], bytes(row["value"]), row["version"], row["expires"])
+
+
+def _seconds(ttl: float | None) -> float | None:
+    return None if ttl is None else float(ttl)
 
 
 class _Connection(asyncpg.Connection):  # type: ignore[misc]
@@ -414,13 +420,6 @@ class PostgresBackend(Backend, DeliveryStore):
             result.errors.extend(failed)
         return result
 
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        row = await self._fetchrow("lock", name, owner, float(ttl), self._now())
-        return row is not None
-
-    async def unlock(self, name: str, owner: str) -> None:
-        await self._execute("unlock", name, owner)
-
     # -- admin and observation --------------------------------------------------------------
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
@@ -543,23 +542,6 @@ class PostgresBackend(Backend, DeliveryStore):
     async def list_queues(self) -> list[str]:
         return [r["name"] for r in await self._fetch("list_queues")]
 
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        r = info.to_record()
-        await self._execute(
-            "register_worker", r["id"], r["queues"], r["concurrency"], r["host"], r["pid"],
-            float(r["started_at"]), float(ttl), self._now(), json.dumps(r["refused"]),
-        )  # fmt: skip
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        await self._execute("unregister_worker", worker_id)
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        out: list[WorkerInfo] = []
-        for r in await self._fetch("list_workers", self._now()):
-            with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged row is skipped
-                out.append(WorkerInfo.from_record(r, r["seen_at"].timestamp()))
-        return out
-
     # -- history ----------------------------------------------------------------------------
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
@@ -577,27 +559,32 @@ class PostgresBackend(Backend, DeliveryStore):
     async def prune_tallies(self, before: int) -> None:
         await self._execute("prune_tallies", before)
 
-    # -- schedules --------------------------------------------------------------------------
+    # -- meta -------------------------------------------------------------------------------
 
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        s = schedule
-        return await self._fetchrow("save_schedule", s.id, s.spec, s.next_ms, s.paused) is not None
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        row = await self._fetchrow("meta_get", key, self._now())
+        return None if row is None else _meta(row)
 
-    async def list_schedules(self) -> list[StoredSchedule]:
-        return [StoredSchedule(r["id"], bytes(r["spec"]), r["next_ms"], r["paused"])
-                for r in await self._fetch("list_schedules")]  # fmt: skip
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        await self._execute("meta_put", key, value, _seconds(ttl), self._now())
 
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        return await self._fetchrow("remove_schedule", schedule_id) is not None
-
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        return await self._fetchrow("pause_schedule", schedule_id, paused, next_ms) is not None
+        if expected is None:
+            row = await self._fetchrow("meta_create", key, value, _seconds(ttl), self._now())
+        else:
+            row = await self._fetchrow(
+                "meta_swap", key, expected, value, _seconds(ttl), self._now()
+            )
+        return row is not None
 
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        found = await self._fetchrow("advance_schedule", schedule_id, expected_ms, next_ms)
-        return found is not None
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        return [_meta(r) for r in await self._fetch("meta_list", prefix, self._now())]
+
+    async def meta_delete(self, key: str) -> bool:
+        row = await self._fetchrow("meta_delete", key, self._now())
+        return row is not None and bool(row["live"])
 
     # -- events -----------------------------------------------------------------------------
 

@@ -404,20 +404,6 @@ WHERE j.queue = s.queue AND j.id = s.id AND j.state = 'active' AND j.token = s.t
   AND greatest(j.heartbeat_at, j.claimed_at) < t.now - make_interval(secs => $2)
 RETURNING j.id, j.state;
 
--- name: lock
--- Take or renew a lease: succeeds when it is free, lapsed, or already held by the owner.
--- in:  $1 name text, $2 owner text, $3 ttl float8 seconds, $4 now float8|NULL
--- out: one row (owner) when $2 holds the lease afterwards, none otherwise.
-INSERT INTO relaymq_leases AS l (name, owner, expires_at)
-VALUES ($1, $2, coalesce(to_timestamp($4::float8), now()) + make_interval(secs => $3))
-ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
-WHERE l.owner = excluded.owner OR l.expires_at <= coalesce(to_timestamp($4::float8), now())
-RETURNING l.owner;
-
--- name: unlock
--- in: $1 name text, $2 owner text. Removes the lease only if $2 holds it.
-DELETE FROM relaymq_leases WHERE name = $1 AND owner = $2;
-
 -- name: get_job
 -- in: $1 queue, $2 id. out: every column of the job, or no row.
 SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = $2;
@@ -587,31 +573,6 @@ UNION
 SELECT name FROM relaymq_queues
 ORDER BY name;
 
--- name: register_worker
--- Record or renew a worker until now + ttl; drops lapsed registrations on the way.
--- in:  $1 id, $2 queues text[], $3 concurrency, $4 host, $5 pid, $6 started_at float8,
---      $7 ttl float8 seconds, $8 now float8|NULL, $9 refused (JSON text: [[queue, error]])
-WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
-lapsed AS (DELETE FROM relaymq_workers w USING t WHERE w.expires_at <= t.now AND w.id <> $1)
-INSERT INTO relaymq_workers AS w (id, queues, concurrency, host, pid, started_at, seen_at,
-                                  expires_at, refused)
-SELECT $1, $2::text[], $3, $4, $5, $6, t.now, t.now + make_interval(secs => $7), $9::jsonb
-FROM t
-ON CONFLICT (id) DO UPDATE
-SET queues = excluded.queues, concurrency = excluded.concurrency, host = excluded.host,
-    pid = excluded.pid, started_at = excluded.started_at, seen_at = excluded.seen_at,
-    expires_at = excluded.expires_at, refused = excluded.refused;
-
--- name: unregister_worker
--- in: $1 id.
-DELETE FROM relaymq_workers WHERE id = $1;
-
--- name: list_workers
--- in: $1 now float8|NULL. out: every column of each worker whose registration has not lapsed.
-SELECT * FROM relaymq_workers
-WHERE expires_at > coalesce(to_timestamp($1::float8), now())
-ORDER BY id;
-
 -- name: claim_delivered
 -- DeliveryStore: claim each delivered (id, token) of queue $1 only while that job is waiting
 -- with exactly that token and the queue is not paused; the claim is the ordinary one. A
@@ -718,32 +679,60 @@ WHERE queue = $1 AND minute >= $2 ORDER BY minute;
 -- in: $1 minute: every queue's minutes before it.
 DELETE FROM relaymq_tallies WHERE minute < $1;
 
--- name: save_schedule
--- in:  $1 id, $2 spec bytea, $3 next_ms bigint, $4 paused (for a new one).
--- out: one row when the schedule is new or its spec changed (then next_ms is replaced and
---      paused kept); none when the same spec was stored (nothing changes).
-INSERT INTO relaymq_schedules AS s (id, spec, next_ms, paused) VALUES ($1, $2, $3, $4)
-ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms
-WHERE s.spec IS DISTINCT FROM excluded.spec
-RETURNING s.id;
+-- name: meta_get
+-- in:  $1 key text, $2 now float8|NULL.
+-- out: key, value, version, expires of the record, unless it is absent or lapsed.
+SELECT key, value, version, expires FROM relaymq_meta
+WHERE key = $1
+  AND (expires IS NULL OR expires > coalesce($2::float8, extract(epoch FROM now())::float8));
 
--- name: list_schedules
--- out: id, spec, next_ms, paused of every schedule, by id.
-SELECT id, spec, next_ms, paused FROM relaymq_schedules ORDER BY id;
+-- name: meta_put
+-- Write the record whatever is there, with a new version; forgets lapsed records on the way.
+-- in:  $1 key text, $2 value bytea, $3 ttl float8 seconds|NULL (never lapses),
+--      $4 now float8|NULL.
+WITH t AS (SELECT coalesce($4::float8, extract(epoch FROM now())::float8) AS now),
+lapsed AS (DELETE FROM relaymq_meta m USING t WHERE m.expires <= t.now AND m.key <> $1)
+INSERT INTO relaymq_meta AS m (key, value, version, expires)
+SELECT $1, $2, 1, t.now + $3::float8 FROM t
+ON CONFLICT (key) DO UPDATE
+SET value = excluded.value, version = m.version + 1, expires = excluded.expires;
 
--- name: remove_schedule
--- in: $1 id. out: one row when it was deleted.
-DELETE FROM relaymq_schedules WHERE id = $1 RETURNING id;
+-- name: meta_create
+-- Write the record only while there is none, or it has lapsed.
+-- in:  $1 key text, $2 value bytea, $3 ttl float8|NULL, $4 now float8|NULL.
+-- out: one row when this call wrote it.
+INSERT INTO relaymq_meta AS m (key, value, version, expires)
+VALUES ($1, $2, 1, coalesce($4::float8, extract(epoch FROM now())::float8) + $3::float8)
+ON CONFLICT (key) DO UPDATE
+SET value = excluded.value, version = m.version + 1, expires = excluded.expires
+WHERE m.expires <= coalesce($4::float8, extract(epoch FROM now())::float8)
+RETURNING m.version;
 
--- name: pause_schedule
--- in: $1 id, $2 paused, $3 next_ms (NULL keeps it). out: one row when it exists.
-UPDATE relaymq_schedules SET paused = $2, next_ms = coalesce($3, next_ms) WHERE id = $1
-RETURNING id;
+-- name: meta_swap
+-- Compare and set: write the record only while it is live with version $2.
+-- in:  $1 key text, $2 expected version bigint, $3 value bytea, $4 ttl float8|NULL,
+--      $5 now float8|NULL.
+-- out: one row when this call wrote it.
+WITH t AS (SELECT coalesce($5::float8, extract(epoch FROM now())::float8) AS now)
+UPDATE relaymq_meta AS m SET value = $3, version = m.version + 1, expires = t.now + $4::float8
+FROM t
+WHERE m.key = $1 AND m.version = $2 AND (m.expires IS NULL OR m.expires > t.now)
+RETURNING m.version;
 
--- name: advance_schedule
--- in: $1 id, $2 expected_ms, $3 next_ms. out: one row when next_ms was $2 and is now $3
--- (compare and set: one scheduler moves a schedule past a tick).
-UPDATE relaymq_schedules SET next_ms = $3 WHERE id = $1 AND next_ms = $2 RETURNING id;
+-- name: meta_list
+-- in:  $1 prefix text, $2 now float8|NULL.
+-- out: key, value, version, expires of each live record whose key starts with $1, by key.
+SELECT key, value, version, expires FROM relaymq_meta
+WHERE starts_with(key, $1)
+  AND (expires IS NULL OR expires > coalesce($2::float8, extract(epoch FROM now())::float8))
+ORDER BY key COLLATE "C";
+
+-- name: meta_delete
+-- in:  $1 key text, $2 now float8|NULL.
+-- out: one row when a record was deleted: live, whether it had not lapsed.
+DELETE FROM relaymq_meta WHERE key = $1
+RETURNING
+    expires IS NULL OR expires > coalesce($2::float8, extract(epoch FROM now())::float8) AS live;
 
 -- name: lock_key
 -- The first step of a keyed enqueue (relaymq.job.KeyRule), in its transaction: wait for any

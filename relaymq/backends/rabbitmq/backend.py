@@ -46,6 +46,7 @@ from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, ConfigError, RelayError
 from relaymq.job import Claim, Job, JobState, NewJob
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -57,9 +58,7 @@ from relaymq.records.store import (
     Outcome,
     Recovered,
     Settle,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
 )
 
 T = TypeVar("T")
@@ -302,12 +301,6 @@ class RabbitMQBackend(Backend):
             raise problem
         return found  # what the store did is reported (job:stalled events) in any case
 
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        return await self.store.lock(name, owner, ttl)
-
-    async def unlock(self, name: str, owner: str) -> None:
-        await self.store.unlock(name, owner)
-
     # -- admin and observation --------------------------------------------------------------
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
@@ -400,15 +393,6 @@ class RabbitMQBackend(Backend):
     async def list_queues(self) -> list[str]:
         return await self.store.list_queues()
 
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        await self.store.register_worker(info, ttl)
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        await self.store.unregister_worker(worker_id)
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        return await self.store.list_workers()
-
     # -- history (the store's) ----------------------------------------------------------------
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
@@ -420,24 +404,27 @@ class RabbitMQBackend(Backend):
     async def prune_tallies(self, before: int) -> None:
         await self.store.prune_tallies(before)
 
-    # -- schedules: kept by the metadata store ----------------------------------------------
+    # -- meta: kept by the metadata store ---------------------------------------------------
 
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        return await self.store.save_schedule(schedule)
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        return await self.store.meta_get(key)
 
-    async def list_schedules(self) -> list[StoredSchedule]:
-        return await self.store.list_schedules()
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        await self.store.meta_put(key, value, ttl)
 
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        return await self.store.remove_schedule(schedule_id)
-
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        return await self.store.pause_schedule(schedule_id, paused, next_ms)
+        return await self.store.meta_swap(key, expected, value, ttl)
 
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        return await self.store.advance_schedule(schedule_id, expected_ms, next_ms)
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        return await self.store.meta_list(prefix)
+
+    async def meta_delete(self, key: str) -> bool:
+        return await self.store.meta_delete(key)
+
+    async def lease(self, name: str, owner: str, ttl: float) -> bool:
+        return await self.store.lease(name, owner, ttl)
 
     # -- events -----------------------------------------------------------------------------
 

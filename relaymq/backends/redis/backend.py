@@ -34,18 +34,19 @@ from relaymq.backends.redis.records import (
     deps_arg,
     enqueue_head,
     held_back,
+    meta_record,
     num,
     opt,
     parse_job,
     promoted_jobs,
     rule_arg,
-    worker_infos,
-    worker_record,
 )
 from relaymq.backends.redis.transport import Transport
+from relaymq.backends.redis.upgrade import carry_schedules
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -58,9 +59,7 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     SettledClaimed,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
     dependent,
     keyed,
     merge_tallies,
@@ -118,6 +117,7 @@ class RedisBackend(Backend, DeliveryStore):
         await self._t.open()
         if self._t.durable is False:  # appendonly no: this server keeps nothing on a restart
             self.capabilities = dataclasses.replace(self.capabilities, durable=False)
+        await carry_schedules(self._t, self._keys.prefix, lambda k, v: self.meta_swap(k, None, v))
 
     async def close(self) -> None:
         await self._t.close()
@@ -333,17 +333,6 @@ class RedisBackend(Backend, DeliveryStore):
             if examined < SCAN_CHUNK:
                 return result
 
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        # The lease is decided by the stored `until`; the key's own expiry only cleans up.
-        expire_ms = math.ceil(max(ttl, 86_400.0 if self._clock else ttl) * 1000) + 1000
-        got = await self._script(
-            "lock", [self._keys.lock(name)], [self._now(), owner, num(ttl), expire_ms]
-        )
-        return bool(got)
-
-    async def unlock(self, name: str, owner: str) -> None:
-        await self._script("unlock", [self._keys.lock(name)], [owner])
-
     # -- admin and observation --------------------------------------------------------------
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
@@ -543,26 +532,6 @@ class RedisBackend(Backend, DeliveryStore):
         found = await self._run(probes, "list_queues")
         return [q for q, n in zip(names, found, strict=True) if n]
 
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        expire_ms = math.ceil(max(ttl, 86_400.0 if self._clock else ttl) * 1000) + 1000
-        await self._script(
-            "register_worker",
-            [self._keys.workers, self._keys.worker(info.id)],
-            [self._now(), info.id, num(ttl), worker_record(info), expire_ms],
-        )
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        await self._run(
-            [("ZREM", self._keys.workers, worker_id), ("DEL", self._keys.worker(worker_id))],
-            "unregister_worker",
-        )
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        reply = await self._script(
-            "list_workers", [self._keys.workers], [self._now(), self._keys.worker_prefix]
-        )
-        return worker_infos(reply)
-
     # -- history ----------------------------------------------------------------------------
     # A hash per queue and day (keys.py); the global ``tallied`` set lists the days kept, so
     # reading and pruning never scan keys.
@@ -607,45 +576,52 @@ class RedisBackend(Backend, DeliveryStore):
                              ("SREM", k.tallied, *(m for _, _, m in gone))],
                             "prune_tallies")  # fmt: skip
 
-    # -- schedules --------------------------------------------------------------------------
-    # A hash per schedule and the set of their ids, all in the global slot (keys.py).
+    # -- meta -------------------------------------------------------------------------------
+    # A hash per record and an index of their keys, in the meta slot (keys.py).
 
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        s, k = schedule, self._keys
-        return bool(await self._script("save_schedule", [k.schedule(s.id), k.schedules],
-                                       [s.id, s.spec, s.next_ms, int(s.paused)]))  # fmt: skip
+    def _lapse(self, ttl: float | None) -> tuple[str, str]:
+        """The ``ttl`` and clean-up expiry (ms) arguments of a meta write. Under a test clock
+        the hash outlives its lapse by a day: the server's own clock does not follow it."""
+        if ttl is None:
+            return "", ""
+        keep = max(ttl, 86_400.0) if self._clock is not None else ttl
+        return num(ttl), str(max(math.ceil(keep * 1000) + 1000, 1000))
 
-    async def list_schedules(self) -> list[StoredSchedule]:
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        reply = await self._script("meta_get", [self._keys.meta_record(key)], [self._now()])
+        return None if reply is None else meta_record(key, *reply)
+
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
         k = self._keys
-        [ids] = await self._run([("SMEMBERS", k.schedules)], "list_schedules")
-        names = sorted(i.decode() for i in ids)
-        if not names:
-            return []
-        rows = await self._run([("HMGET", k.schedule(n), "spec", "next_ms", "paused")
-                                for n in names], "list_schedules")  # fmt: skip
-        out = []
-        for name, (spec, next_ms, paused) in zip(names, rows, strict=True):
-            if spec is None and next_ms is None:
-                continue  # removed between the two reads
-            readable = spec is not None and next_ms is not None and next_ms.isdigit()
-            out.append(StoredSchedule(name, spec if readable else b"",
-                                      int(next_ms) if readable else 0, paused == b"1"))  # fmt: skip
-        return out
+        await self._script(
+            "meta_put",
+            [k.meta_index, k.meta_record(key)],
+            [self._now(), key, value, *self._lapse(ttl)],
+        )
 
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        k = self._keys
-        return bool(await self._script("remove_schedule", [k.schedule(schedule_id), k.schedules],
-                                       [schedule_id]))  # fmt: skip
-
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        args = [int(paused), "" if next_ms is None else next_ms]
-        return bool(await self._script("pause_schedule", [self._keys.schedule(schedule_id)], args))
+        k = self._keys
+        args = [self._now(), key, "" if expected is None else expected, value, *self._lapse(ttl)]
+        return bool(await self._script("meta_swap", [k.meta_index, k.meta_record(key)], args))
 
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        return bool(await self._script("advance_schedule", [self._keys.schedule(schedule_id)],
-                                       [expected_ms, next_ms]))  # fmt: skip
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        k = self._keys
+        reply = await self._script(
+            "meta_list", [k.meta_index, k.meta_prefix], [self._now(), prefix]
+        )
+        return [
+            meta_record(reply[i].decode(), *reply[i + 1 : i + 4]) for i in range(0, len(reply), 4)
+        ]
+
+    async def meta_delete(self, key: str) -> bool:
+        k = self._keys
+        return bool(
+            await self._script(
+                "meta_delete", [k.meta_index, k.meta_record(key)], [self._now(), key]
+            )
+        )
 
     async def _adopt_days(self, queues: Sequence[str]) -> None:
         """The days a dependency cascade counted in (each queue's ``cascade_days``: a per-queue

@@ -43,13 +43,16 @@ and nowhere else: ``counts`` is eight ``ZCARD`` (O(1)) and can never drift from 
 Global keys (few, in their own slot ``{<prefix>:global}``; no per-queue script touches them):
 
 ``<prefix>:{<prefix>:global}:queues``          set   names of queues ever enqueued or paused
-``<prefix>:{<prefix>:global}:workers``         zset  worker id, score = registration expiry
-``<prefix>:{<prefix>:global}:worker:<id>``     hash  ``info`` (JSON), ``seen_at``
 ``<prefix>:{<prefix>:global}:tallied``         set   ``<day>|<queue>`` of every history day kept
-``<prefix>:{<prefix>:global}:schedules``       set   ids of the stored schedules
-``<prefix>:{<prefix>:global}:schedule:<id>``   hash  ``spec``, ``next_ms``, ``paused`` ('1'/'0')
-``<prefix>:lock:<name>``                       hash  ``owner``, ``until`` (a lease)
 ``<prefix>:events``                            pub/sub channel of framed event batches
+
+The meta store (``relaymq.backends.meta``: schedules, workers, leases) has a slot of its own,
+``{<prefix>:meta}``, so each of its scripts touches one slot:
+
+``<prefix>:{<prefix>:meta}:index``     zset  every record's key, all scores 0 (ZRANGEBYLEX
+                                             lists a prefix)
+``<prefix>:{<prefix>:meta}:r:<key>``   hash  ``value``, ``version``, ``expires`` ('' = never;
+                                             the backend's clock)
 
 No code path uses KEYS or SCAN: every read is a member of a set above or a range of one.
 
@@ -95,11 +98,10 @@ class Keys:
         self.prefix = prefix
         g = f"{prefix}:{{{prefix}:global}}"
         self.queues = g + ":queues"
-        self.workers = g + ":workers"
-        self.worker_prefix = g + ":worker:"
         self.tallied = g + ":tallied"
-        self.schedules = g + ":schedules"
-        self.schedule_prefix = g + ":schedule:"
+        m = f"{prefix}:{{{prefix}:meta}}"
+        self.meta_index = m + ":index"
+        self.meta_prefix = m + ":r:"
         self.events = f"{prefix}:events"
 
     def base(self, queue: str) -> str:
@@ -135,14 +137,8 @@ class Keys:
     def cascade_days(self, queue: str) -> str:
         return f"{self.base(queue)}:tallied"
 
-    def schedule(self, schedule_id: str) -> str:
-        return self.schedule_prefix + schedule_id
-
-    def worker(self, worker_id: str) -> str:
-        return self.worker_prefix + worker_id
-
-    def lock(self, name: str) -> str:
-        return f"{self.prefix}:lock:{name}"
+    def meta_record(self, key: str) -> str:
+        return self.meta_prefix + key
 
     def slot(self, queue: str) -> int:
         """The cluster slot every key of ``queue`` lives in."""

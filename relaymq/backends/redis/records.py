@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ import orjson
 from relaymq.backends.redis.keys import PRIORITY_LIMIT
 from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import Claim, DependencyPolicy, Job, JobState, NewJob
-from relaymq.records.store import WorkerInfo
+from relaymq.records.meta import MetaRecord
 
 Unreadable = tuple[Claim, str]
 """A job that was claimed but whose record cannot be read back, and why: the backend fails it
@@ -229,20 +228,6 @@ def promoted_jobs(queue: str, reply: list[Any]) -> list[Job]:
     return [parse_job(queue, reply[at].decode(), reply[at + 1]) for at in range(0, len(reply), 2)]
 
 
-def worker_infos(reply: list[Any]) -> list[WorkerInfo]:
-    """The workers of a ``list_workers.lua`` reply; a damaged registration is left out."""
-    workers: list[WorkerInfo] = []
-    for at in range(0, len(reply), 2):
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            workers.append(WorkerInfo.from_record(orjson.loads(reply[at]), reply[at + 1]))
-    return workers
-
-
-def worker_record(info: WorkerInfo) -> bytes:
-    """A worker's registration as stored (``info`` of its hash)."""
-    return orjson.dumps(info.to_record())
-
-
 def deps_arg(j: NewJob) -> str:
     """A job's dependencies as ``enqueue.lua`` reads them ('' for none)."""
     if not j.depends_on:
@@ -272,3 +257,8 @@ def enqueue_head(j: NewJob) -> str:
     limit_key = "-" if j.limit_key is None else "=" + j.limit_key
     return (f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {traceparent} "
             f"{limit_key} ")  # fmt: skip
+
+
+def meta_record(key: str, value: bytes, version: bytes, expires: bytes) -> MetaRecord:
+    """A meta record from a meta script's reply (``expires`` empty: never)."""
+    return MetaRecord(key, bytes(value), int(version), float(expires) if expires else None)

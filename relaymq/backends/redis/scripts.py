@@ -11,11 +11,10 @@ import hashlib
 from importlib.resources import files
 
 NAMES = (
-    "enqueue", "claim", "heartbeat", "settle", "wait_check", "recover", "lock", "unlock",
-    "page", "cancel_jobs", "retry_jobs", "remove_jobs",
-    "purge", "register_worker", "list_workers",
-    "claim_delivered", "promote_due",
-    "save_schedule", "pause_schedule", "advance_schedule", "remove_schedule", "prune_keys",
+    "enqueue", "claim", "heartbeat", "settle", "wait_check", "recover",
+    "page", "cancel_jobs", "retry_jobs", "remove_jobs", "purge",
+    "claim_delivered", "promote_due", "prune_keys",
+    "meta_get", "meta_put", "meta_swap", "meta_list", "meta_delete",
 )  # fmt: skip
 
 

@@ -42,6 +42,7 @@ from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import Job, JobState, NewJob
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -52,9 +53,7 @@ from relaymq.records.store import (
     Enqueued,
     Recovered,
     Settle,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
     merge_tallies,
 )
 
@@ -62,7 +61,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 SLOW_WRITE = 0.25
 """Seconds a write transaction may take (lock wait included) before recovery discounts it."""
 LOCKED_OUT_MEMORY = 60.0
@@ -89,7 +88,8 @@ def _statements(script: str) -> list[str]:
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
     ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``, 7 the count of
-    dependency failures in ``tallies``, 8 ``workers.refused``), under the write lock and after
+    dependency failures in ``tallies``, 8 ``workers.refused``, 9 the ``meta`` table that
+    takes over schedules, workers and leases), under the write lock and after
     reading the version again: another process may have just done it."""
     conn.execute(Q["begin_immediate"])
     try:
@@ -361,12 +361,6 @@ class SQLiteBackend(Backend, DeliveryStore):
             self._wakeup.notify()
         return result
 
-    async def lock(self, name: str, owner: str, ttl: float) -> bool:
-        return await self._write(ops.lock, name, owner, ttl)
-
-    async def unlock(self, name: str, owner: str) -> None:
-        await self._write(ops.unlock, name, owner)
-
     # -- admin and observation --------------------------------------------------------------
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
@@ -446,15 +440,6 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def list_queues(self) -> list[str]:
         return await self._read(ops.list_queues)
 
-    async def register_worker(self, info: WorkerInfo, ttl: float) -> None:
-        await self._write(ops.register_worker, info, ttl)
-
-    async def unregister_worker(self, worker_id: str) -> None:
-        await self._write(ops.unregister_worker, worker_id)
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        return await self._read(ops.list_workers)
-
     # -- history ----------------------------------------------------------------------------
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
@@ -468,24 +453,24 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def prune_tallies(self, before: int) -> None:
         await self._write(ops.prune_tallies, before)
 
-    # -- schedules --------------------------------------------------------------------------
+    # -- meta -------------------------------------------------------------------------------
 
-    async def save_schedule(self, schedule: StoredSchedule) -> bool:
-        return await self._write(ops.save_schedule, schedule)
+    async def meta_get(self, key: str) -> MetaRecord | None:
+        return await self._read(ops.meta_get, key)
 
-    async def list_schedules(self) -> list[StoredSchedule]:
-        return await self._read(ops.list_schedules)
+    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        await self._write(ops.meta_put, key, value, ttl)
 
-    async def remove_schedule(self, schedule_id: str) -> bool:
-        return await self._write(ops.remove_schedule, schedule_id)
-
-    async def pause_schedule(
-        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    async def meta_swap(
+        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        return await self._write(ops.pause_schedule, schedule_id, paused, next_ms)
+        return await self._write(ops.meta_swap, key, expected, value, ttl)
 
-    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
-        return await self._write(ops.advance_schedule, schedule_id, expected_ms, next_ms)
+    async def meta_list(self, prefix: str) -> list[MetaRecord]:
+        return await self._read(ops.meta_list, prefix)
+
+    async def meta_delete(self, key: str) -> bool:
+        return await self._write(ops.meta_delete, key)
 
     # -- delivery store (the metadata of a broker's deliveries) -------------------------------
 

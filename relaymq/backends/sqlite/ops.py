@@ -8,7 +8,6 @@ Functions are in the order of ``relaymq.backends.base``. No SQL here: see querie
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -23,6 +22,7 @@ from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, KeyMode, NewJ
 from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
 from relaymq.records import events
 from relaymq.records.limits import Limits
+from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
@@ -33,9 +33,7 @@ from relaymq.records.store import (
     Outcome,
     Recovered,
     Settle,
-    StoredSchedule,
     Tally,
-    WorkerInfo,
     dependent,
     keyed,
 )
@@ -425,15 +423,6 @@ def _recover_one(
             result.requeued.append(job.id)
 
 
-def lock(conn: Conn, now: float, name: str, owner: str, ttl: float) -> bool:
-    p = {"name": name, "owner": owner, "expires_at": now + ttl, "now": now}
-    return conn.execute(Q["lock_take"], p).fetchone() is not None
-
-
-def unlock(conn: Conn, now: float, name: str, owner: str) -> None:
-    conn.execute(Q["lock_release"], {"name": name, "owner": owner})
-
-
 # -- admin and observation ------------------------------------------------------------------
 
 
@@ -574,30 +563,6 @@ def list_queues(conn: Conn, now: float) -> list[str]:
     return [r[0] for r in conn.execute(Q["list_queues"])]
 
 
-def register_worker(conn: Conn, now: float, info: WorkerInfo, ttl: float) -> None:
-    conn.execute(Q["prune_workers"], {"now": now})
-    record = info.to_record()
-    record["queues"] = json.dumps(record["queues"])
-    record["refused"] = json.dumps(record["refused"])
-    conn.execute(Q["register_worker"], {**record, "now": now, "expires_at": now + ttl})
-
-
-def unregister_worker(conn: Conn, now: float, worker_id: str) -> None:
-    conn.execute(Q["unregister_worker"], {"id": worker_id})
-
-
-def list_workers(conn: Conn, now: float) -> list[WorkerInfo]:
-    cursor = conn.execute(Q["list_workers"], {"now": now})
-    names = [column[0] for column in cursor.description]
-    out: list[WorkerInfo] = []
-    for values in cursor:
-        record = dict(zip(names, values, strict=True))
-        with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged row is skipped
-            record["queues"] = json.loads(record["queues"])
-            out.append(WorkerInfo.from_record(record, record["seen_at"]))
-    return out
-
-
 # -- events ---------------------------------------------------------------------------------
 
 
@@ -646,42 +611,45 @@ def prune_tallies(conn: Conn, now: float, before: int) -> None:
     conn.execute(Q["prune_tallies"], {"before": before})
 
 
-# -- schedules ------------------------------------------------------------------------------
+# -- meta -----------------------------------------------------------------------------------
 
 
-def save_schedule(conn: Conn, now: float, s: StoredSchedule) -> bool:
-    p = {"id": s.id, "spec": s.spec, "next_ms": s.next_ms, "paused": int(s.paused)}
-    return conn.execute(Q["save_schedule"], p).rowcount == 1
+def _record(row: Any) -> MetaRecord:
+    key, value, version, expires = row
+    value = value.encode() if isinstance(value, str) else bytes(value)  # written as text by hand
+    return MetaRecord(key, value, version, expires)
 
 
-def list_schedules(conn: Conn, now: float) -> list[StoredSchedule]:
-    return [_schedule(*row) for row in conn.execute(Q["list_schedules"])]
+def _expires(now: float, ttl: float | None) -> float | None:
+    return None if ttl is None else now + ttl
 
 
-def _schedule(schedule_id: Any, spec: Any, next_ms: Any, paused: Any) -> StoredSchedule:
-    """A row as a ``StoredSchedule``; a damaged one keeps its id, and its spec reads as
-    unreadable (``b""``) so that the core reports it instead of this listing failing."""
-    if not isinstance(spec, bytes) or not isinstance(next_ms, int):
-        return StoredSchedule(str(schedule_id), b"", 0, bool(paused))
-    return StoredSchedule(str(schedule_id), spec, next_ms, bool(paused))
+def meta_get(conn: Conn, now: float, key: str) -> MetaRecord | None:
+    row = conn.execute(Q["meta_get"], {"key": key, "now": now}).fetchone()
+    return None if row is None else _record(row)
 
 
-def remove_schedule(conn: Conn, now: float, schedule_id: str) -> bool:
-    return conn.execute(Q["remove_schedule"], {"id": schedule_id}).rowcount == 1
+def meta_put(conn: Conn, now: float, key: str, value: bytes, ttl: float | None) -> None:
+    conn.execute(Q["meta_prune"], {"now": now})
+    conn.execute(Q["meta_put"], {"key": key, "value": value, "expires": _expires(now, ttl)})
 
 
-def pause_schedule(
-    conn: Conn, now: float, schedule_id: str, paused: bool, next_ms: int | None
+def meta_swap(
+    conn: Conn, now: float, key: str, expected: int | None, value: bytes, ttl: float | None
 ) -> bool:
-    p = {"id": schedule_id, "paused": int(paused), "next_ms": next_ms}
-    return conn.execute(Q["pause_schedule"], p).rowcount == 1
+    p = {"key": key, "value": value, "expires": _expires(now, ttl), "now": now}
+    if expected is None:
+        return conn.execute(Q["meta_create"], p).rowcount == 1
+    return conn.execute(Q["meta_swap"], {**p, "expected": expected}).rowcount == 1
 
 
-def advance_schedule(
-    conn: Conn, now: float, schedule_id: str, expected_ms: int, next_ms: int
-) -> bool:
-    p = {"id": schedule_id, "expected_ms": expected_ms, "next_ms": next_ms}
-    return conn.execute(Q["advance_schedule"], p).rowcount == 1
+def meta_list(conn: Conn, now: float, prefix: str) -> list[MetaRecord]:
+    return [_record(row) for row in conn.execute(Q["meta_list"], {"prefix": prefix, "now": now})]
+
+
+def meta_delete(conn: Conn, now: float, key: str) -> bool:
+    row = conn.execute(Q["meta_delete"], {"key": key}).fetchone()
+    return row is not None and (row[0] is None or row[0] > now)
 
 
 # -- delivery store -------------------------------------------------------------------------

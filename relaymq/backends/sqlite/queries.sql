@@ -178,6 +178,38 @@ ALTER TABLE workers ADD COLUMN refused TEXT NOT NULL DEFAULT '[]';
 -- name: set_version_8
 PRAGMA user_version = 8;
 
+-- name: upgrade_to_9
+-- Schema 8 -> 9: the meta store (relaymq.backends.meta): small records under a key, with a
+-- version that every write raises and an optional expiry (seconds since the epoch, the
+-- backend's clock; NULL: never). Schedules and registered workers move into it in the form
+-- relaymq.schedules.store and relaymq.registry write; leases start afresh.
+CREATE TABLE IF NOT EXISTS meta (
+    key     TEXT    NOT NULL PRIMARY KEY,
+    value   BLOB    NOT NULL,
+    version INTEGER NOT NULL,
+    expires REAL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS meta_expires ON meta (expires) WHERE expires IS NOT NULL;
+INSERT OR IGNORE INTO meta (key, value, version, expires)
+SELECT 'schedule:' || id,
+       CAST(json_object('next_ms', next_ms, 'paused', json(CASE WHEN paused THEN 'true'
+                        ELSE 'false' END)) || char(10) || spec AS BLOB),
+       1, NULL
+FROM schedules;
+INSERT OR IGNORE INTO meta (key, value, version, expires)
+SELECT 'worker:' || id,
+       CAST(json_object('id', id, 'queues', json(queues), 'concurrency', concurrency,
+                        'host', host, 'pid', pid, 'started_at', started_at,
+                        'refused', json(refused), 'ttl', expires_at - seen_at) AS BLOB),
+       1, expires_at
+FROM workers;
+DROP TABLE schedules;
+DROP TABLE workers;
+DROP TABLE locks;
+
+-- name: set_version_9
+PRAGMA user_version = 9;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -412,18 +444,6 @@ UPDATE jobs SET state = 'failed', error = :error, finished_at = :now, worker_id 
 WHERE rowid = :rowid AND state = 'active' AND token = :token
   AND max(heartbeat_at, claimed_at) < :cutoff;
 
--- name: lock_take
--- In: :name, :owner, :expires_at, :now. Out: one row when :owner holds the lease afterwards
--- (taken, renewed or taken over after it lapsed), none when another owner holds it.
-INSERT INTO locks (name, owner, expires_at) VALUES (:name, :owner, :expires_at)
-ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
-    WHERE locks.owner = excluded.owner OR locks.expires_at <= :now
-RETURNING owner;
-
--- name: lock_release
--- In: :name, :owner. Out: nothing. Only the holder can give a lease up.
-DELETE FROM locks WHERE name = :name AND owner = :owner;
-
 -- name: get_job
 -- In: :queue, :id. Out: <job>, or no row.
 SELECT <job>
@@ -532,31 +552,6 @@ UNION
 SELECT queue FROM pauses
 ORDER BY queue;
 
--- name: register_worker
--- In: :id, :queues (JSON array), :concurrency, :host, :pid, :started_at, :now, :expires_at,
--- :refused (JSON array of [queue, error] pairs). Out: nothing.
-INSERT INTO workers (id, queues, concurrency, host, pid, started_at, seen_at, expires_at,
-                     refused)
-VALUES (:id, :queues, :concurrency, :host, :pid, :started_at, :now, :expires_at, :refused)
-ON CONFLICT (id) DO UPDATE SET
-    queues = excluded.queues, concurrency = excluded.concurrency, host = excluded.host,
-    pid = excluded.pid, started_at = excluded.started_at, seen_at = excluded.seen_at,
-    expires_at = excluded.expires_at, refused = excluded.refused;
-
--- name: prune_workers
--- In: :now. Out: nothing. Deletes registrations that lapsed.
-DELETE FROM workers WHERE expires_at <= :now;
-
--- name: unregister_worker
--- In: :id. Out: nothing.
-DELETE FROM workers WHERE id = :id;
-
--- name: list_workers
--- In: :now. Out: (id, queues JSON, concurrency, host, pid, started_at, seen_at, refused JSON)
--- per live worker.
-SELECT id, queues, concurrency, host, pid, started_at, seen_at, refused
-FROM workers WHERE expires_at > :now ORDER BY id;
-
 -- name: insert_event
 -- In: :body. Out: nothing.
 INSERT INTO events (body) VALUES (:body);
@@ -649,26 +644,43 @@ WHERE k.queue = :queue AND k.key = :key;
 INSERT INTO job_keys (queue, key, job_id, until) VALUES (:queue, :key, :job_id, :until)
 ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, until = excluded.until;
 
--- name: save_schedule
--- In: :id, :spec, :next_ms, :paused. Out: nothing; changes() is 1 when the schedule is new or
--- its spec changed (then next_ms is replaced and paused kept), 0 when the same spec was stored.
-INSERT INTO schedules (id, spec, next_ms, paused) VALUES (:id, :spec, :next_ms, :paused)
-ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms
-WHERE schedules.spec IS NOT excluded.spec;
+-- name: meta_get
+-- In: :key, :now. Out: key, value, version, expires of the record, unless absent or lapsed.
+SELECT key, value, version, expires FROM meta
+WHERE key = :key AND (expires IS NULL OR expires > :now);
 
--- name: list_schedules
--- In: nothing. Out: id, spec, next_ms, paused of every schedule, by id.
-SELECT id, spec, next_ms, paused FROM schedules ORDER BY id;
+-- name: meta_prune
+-- In: :now. Out: nothing. Forgets every lapsed record (meta_expires finds them).
+DELETE FROM meta WHERE expires <= :now;
 
--- name: remove_schedule
--- In: :id. Out: nothing; changes() is 1 when it was deleted.
-DELETE FROM schedules WHERE id = :id;
+-- name: meta_put
+-- In: :key, :value, :expires. Out: nothing. Writes the record whatever is there.
+INSERT INTO meta (key, value, version, expires) VALUES (:key, :value, 1, :expires)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = meta.version + 1,
+    expires = excluded.expires;
 
--- name: pause_schedule
--- In: :id, :paused, :next_ms (NULL keeps it). Out: nothing; changes() is 1 when it exists.
-UPDATE schedules SET paused = :paused, next_ms = coalesce(:next_ms, next_ms) WHERE id = :id;
+-- name: meta_create
+-- In: :key, :value, :expires, :now. Out: nothing; changes() is 1 when there was no record or
+-- it had lapsed (then it is written), 0 when a live one is there.
+INSERT INTO meta (key, value, version, expires) VALUES (:key, :value, 1, :expires)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = meta.version + 1,
+    expires = excluded.expires
+WHERE meta.expires IS NOT NULL AND meta.expires <= :now;
 
--- name: advance_schedule
--- In: :id, :expected_ms, :next_ms. Out: nothing; changes() is 1 when next_ms was :expected_ms
--- and is now :next_ms (compare and set: one scheduler moves a schedule past a tick).
-UPDATE schedules SET next_ms = :next_ms WHERE id = :id AND next_ms = :expected_ms;
+-- name: meta_swap
+-- In: :key, :expected, :value, :expires, :now. Out: nothing; changes() is 1 when the live
+-- record had version :expected (compare and set), 0 otherwise.
+UPDATE meta SET value = :value, version = version + 1, expires = :expires
+WHERE key = :key AND version = :expected AND (expires IS NULL OR expires > :now);
+
+-- name: meta_list
+-- In: :prefix, :now. Out: key, value, version, expires of each live record whose key starts
+-- with :prefix, by key.
+SELECT key, value, version, expires FROM meta
+WHERE key >= :prefix AND substr(key, 1, length(:prefix)) = :prefix
+  AND (expires IS NULL OR expires > :now)
+ORDER BY key;
+
+-- name: meta_delete
+-- In: :key. Out: one row, the expiry of the record deleted, when there was one.
+DELETE FROM meta WHERE key = :key RETURNING expires;

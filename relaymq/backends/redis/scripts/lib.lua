@@ -277,3 +277,31 @@ local function promote(base, now, max)
   return moved
 end
 
+
+-- The meta store (meta_*.lua; relaymq.backends.meta): a record is a hash with `value`,
+-- `version` (HINCRBY on every write) and `expires` ('' = never), and its key is a member of
+-- the meta index. The version of the record when it is live at `now`, else nil.
+local function meta_live(record, now)
+  local m = redis.call('HMGET', record, 'version', 'expires')
+  if not m[1] or (m[2] and m[2] ~= '' and tonumber(m[2]) <= now) then
+    return nil
+  end
+  return m[1]
+end
+
+-- Write a meta record with a new version; `ttl` '' never lapses, `expire_ms` '' keeps the
+-- hash for good (else its own expiry, a clean-up only: `expires` decides the lapse).
+local function meta_write(index, record, now, key, value, ttl, expire_ms)
+  local expires = ''
+  if ttl ~= '' then
+    expires = fmt(now + tonumber(ttl))
+  end
+  redis.call('HINCRBY', record, 'version', 1)
+  redis.call('HSET', record, 'value', value, 'expires', expires)
+  redis.call('ZADD', index, 0, key)
+  if expire_ms ~= '' then
+    redis.call('PEXPIRE', record, expire_ms)
+  else
+    redis.call('PERSIST', record)
+  end
+end
