@@ -1,5 +1,6 @@
 """The worker: ``Worker`` runs jobs; see ``relaymq.worker.worker`` for how it is put together."""
 
-from relaymq.worker.worker import Worker, WorkerStats
+from relaymq.worker.stats import WorkerStats
+from relaymq.worker.worker import Worker
 
 __all__ = ["Worker", "WorkerStats"]

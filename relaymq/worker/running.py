@@ -89,8 +89,6 @@ class Claims:
     def __init__(self) -> None:
         self._held: dict[tuple[str, str, int], RunningJob] = {}
         self.running = 0
-        self.reserved = 0
-        """Slots promised to claims in flight: the claim loop's, or one made with a settle."""
         self.slot_free = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -102,15 +100,6 @@ class Claims:
         self.running += 1
         self.idle.clear()
         return r
-
-    def reserve(self, n: int) -> None:
-        """Promise ``n`` slots to a claim about to be made."""
-        self.reserved += n
-
-    def unreserve(self, n: int) -> None:
-        """The claim came back (its jobs were added) or failed: the promise ends."""
-        self.reserved -= n
-        self.slot_free.set()
 
     def handler_ended(self, r: RunningJob) -> None:
         """The job gives back its slot; its claim stays held until it is settled."""

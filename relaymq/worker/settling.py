@@ -1,36 +1,40 @@
-"""Batched settling: every finished job's outcome, written in one fenced backend call.
+"""Settling and claiming: the one object between a worker and its backend's job writes.
 
-On a backend that can (``capabilities.settle_claims``), the same call may claim jobs for the
-worker's free slots: ``ask`` says what to claim, if anything (and reserves the slots), ``took``
-gets the answer. The worker asks for that only while its queues run dry, and its claim loop
-then leaves the claiming to the settle on its way (``will_claim``).
+Every finished job's outcome goes in (``add``) and is written with the others in one fenced
+call; the claim loop asks for jobs (``claim``) and gets them back with the claim's answers.
+The ``Settler`` decides how the two share round trips, so the worker never hears from it but
+through ``claim``'s return:
 
-An outcome that puts its job back in line (a release, a retry without delay) must be written
-before the worker's next claim, where that job competes at its priority (RELIABILITY.md I10):
-``lined_up`` is clear until it is, unless settling fails (the worker's claims then go on: one
-outcome that cannot be written must not stop the others' jobs).
+- while the queues run dry (the last claim came back short), on a backend that settles and
+  claims in one round trip (``capabilities.settle_claims``), a claim asked for while outcomes
+  wait is made by their settle: one round trip instead of two. Under a backlog (the last claim
+  took all it asked for) claims are made beside the settles, the two round trips overlapping;
+- an outcome that puts its job back in line (a release, a retry without delay) is written
+  before the next claim, where that job competes at its priority (RELIABILITY.md I10):
+  ``lined_up`` is clear until it is, unless settling fails (claims then go on: one outcome that
+  cannot be written must not stop the others' jobs).
 
 A failed write is kept and tried again, except a refusal for good (``RecordRefusedError``):
 that outcome is replaced by a failed attempt naming the refusal. Error texts are made storable
-on every backend first (``storable``)."""
+on every backend first (``storable``). What is noted per settled job (counts, history, a log
+line) is the ``Bookkeeping``'s; the facade reports events and metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from relaymq.errors import BackendError, RecordRefusedError
 from relaymq.instrumented import Instrumented
-from relaymq.records.store import Beat, Outcome, Settle, SettledClaimed
+from relaymq.records.store import Beat, ClaimBatch, Outcome, Settle, SettledClaimed
 from relaymq.worker.execution import refused
 from relaymq.worker.running import Claims, RunningJob
 
 log = logging.getLogger("relaymq.worker")
-
-Ask = tuple[list[str], str, int]
-"""What a settle claims: queues, worker id, limit."""
 
 RETRY_PAUSE = 0.5
 """Seconds between tries when a settle call fails."""
@@ -50,28 +54,23 @@ def storable(text: str) -> str:
 
 
 class Settler:
-    """Collects outcomes and writes them together; a failed write is kept and tried again."""
+    """Collects outcomes and writes them together; a failed write is kept and tried again.
+    Makes the worker's claims, alone or with a settle (``claim``)."""
 
     def __init__(
-        self,
-        ops: Instrumented,
-        claims: Claims,
-        record: Callable[[RunningJob, Settle, bool], None],
-        ask: Callable[[], Ask | None] | None = None,
-        took: Callable[[SettledClaimed | None, int], None] | None = None,
+        self, ops: Instrumented, claims: Claims, books: Books, *, coalesce: bool = False
     ) -> None:
         self.ops = ops
         self.claims = claims
-        self.record = record
-        self.ask = ask
-        """What to claim with the next settle (queues, worker id, limit), slots reserved; None
-        for nothing. Unset: settles never claim."""
-        self.took = took
-        """Gets the answer of a settle that claimed (None: the call failed) and its limit."""
-        self.flushed = asyncio.Event()
-        """Set after every flush, whether it wrote, claimed or failed."""
+        self.books = books
+        self.coalesce = coalesce
+        """Claims may go with settles (the backend makes the two in one round trip)."""
         self._failing = False
-        self._claiming = False
+        self._backlog = False
+        """The last claim took every job it asked for: claim beside the settles."""
+        self._asked: _Asked | None = None
+        """A claim waiting for the next settle to make it."""
+        self._closed = asyncio.Event()
         self.lock = asyncio.Lock()
         """Held while a settle is in flight: shutdown never cancels the loop inside one."""
         self._outbox: list[tuple[RunningJob, Settle]] = []
@@ -89,10 +88,81 @@ class Settler:
     def __len__(self) -> int:
         return len(self._outbox)
 
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def claim(self, queues: list[str], worker_id: str, limit: int) -> ClaimBatch | None:
+        """Claim up to ``limit`` jobs from ``queues`` (in that order) for ``worker_id``.
+
+        Waits first for an outcome going back in line to be written (I10), unless the settle
+        that writes it makes this claim. Raises what a claim raises (``ConfigError`` for a
+        queue the backend refuses), also when made with a settle. None once ``close`` was
+        called: nothing is claimed from then on, and the jobs that a claim in flight still
+        brings are given back (released with the next settle)."""
+        while not self._closed.is_set():
+            if self._carries:
+                answer = await self._with_next_settle(queues, worker_id, limit)
+                if answer is not None and answer.claim_error is not None:
+                    raise answer.claim_error
+                if answer is not None and answer.batch is not None:
+                    return self._took(answer.batch, limit)
+                continue  # that settle made no claim (it failed, or wrote outcomes alone)
+            if not self.lined_up.is_set():
+                await self._unless_closed(self.lined_up.wait())
+                continue
+            return self._took(await self.ops.claim(queues, worker_id, limit), limit)
+        return None
+
+    def close(self) -> None:
+        """Claim nothing more: a claim waiting returns None, and one in flight gives back what
+        it takes. Outcomes are still written (``flush``)."""
+        self._closed.set()
+
     @property
-    def will_claim(self) -> bool:
-        """A settle that claims is on its way (outcomes wait, or one is in flight)."""
-        return self.ask is not None and not self._failing and (bool(self._outbox) or self._claiming)
+    def _carries(self) -> bool:
+        """The next claim goes with the next settle: the queues run dry and outcomes wait."""
+        ready = self.coalesce and not self._backlog and not self._failing
+        return ready and not self._alone and bool(self._outbox)
+
+    async def _with_next_settle(
+        self, queues: list[str], worker_id: str, limit: int
+    ) -> SettledClaimed | None:
+        """Leave the claim to the next settle; its answer, or None when it made no claim (the
+        settle wrote outcomes alone, failed, or the settler was closed meanwhile)."""
+        asked = _Asked(queues, worker_id, limit, asyncio.get_running_loop().create_future())
+        self._asked = asked
+        try:
+            await self._unless_closed(asked.answer)  # closed first: the answer is cancelled
+        finally:
+            if self._asked is asked:
+                self._asked = None
+        return None if asked.answer.cancelled() else asked.answer.result()
+
+    def _took(self, batch: ClaimBatch, limit: int) -> ClaimBatch | None:
+        self._backlog = len(batch.jobs) >= limit
+        self.books.claimed(len(batch.jobs))
+        if self._closed.is_set():  # claimed as the worker stops: give back
+            self._give_back(batch)
+            return None
+        return batch
+
+    def _give_back(self, batch: ClaimBatch) -> None:
+        """Release jobs claimed for a worker that will not start them, with the next settle."""
+        for job in batch.jobs:
+            r = self.claims.add(job)
+            self.claims.handler_ended(r)
+            self.add(r, Settle(job.claim, Outcome.RELEASE))
+
+    async def _unless_closed(self, waited: Awaitable[Any]) -> None:
+        """Await ``waited`` unless the settler is closed first (``waited`` is then cancelled)."""
+        inner = asyncio.ensure_future(waited)
+        closed = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait({inner, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            inner.cancel()
+
+    # -- settling ---------------------------------------------------------------------------
 
     def add(self, r: RunningJob, settle: Settle) -> None:
         """Queue ``settle`` for the next write; its error made storable (``storable``)."""
@@ -139,7 +209,7 @@ class Settler:
                 self._wanted.set()
 
     async def flush(self) -> None:
-        """Settle every pending outcome in one call (claiming with it when ``ask`` says so).
+        """Settle every pending outcome in one call (making the claim waiting for it, if any).
 
         An outcome the backend refuses for good (``RecordRefusedError``: writing it again
         cannot help) is not kept for the next try: the refused batch's outcomes are written one
@@ -159,33 +229,50 @@ class Settler:
                 self._alone -= 1
 
     async def _write(self, n: int, *, claim: bool) -> None:
-        """Settle the first ``n`` pending outcomes in one call; on failure they stay first."""
+        """Settle the first ``n`` pending outcomes in one call; on failure they stay first.
+        With ``claim``, the claim waiting for a settle is made in the same call."""
         batch, self._outbox = self._outbox[:n], self._outbox[n:]
-        ask = self.ask() if self.ask is not None and claim else None
-        self._claiming = ask is not None
+        asked = self._asked if claim and not self._closed.is_set() else None
+        if asked is not None:
+            self._asked = None
+        answer = None
         try:
             await self._store_progress(batch)
             outcomes = [(r.job, s) for r, s in batch]
-            answer = None
-            if ask is None:
+            if asked is None:
                 applied = await self.ops.settle(outcomes)
             else:
-                answer = await self.ops.settle_and_claim(outcomes, *ask)
+                answer = await self.ops.settle_and_claim(
+                    outcomes, asked.queues, asked.worker_id, asked.limit
+                )
                 applied = answer.applied
         except BaseException:
             self._outbox[:0] = batch  # keep them for the next try
             self._failing = True
             self._line_up()
-            self._answer(ask, None)
             raise
+        finally:
+            if asked is not None:
+                self._answer(asked, answer)
+            if self._asked is not None:  # a claim this settle did not make: it decides again
+                self._answer(self._asked, None)
+                self._asked = None
         self._failing = False
         self._requeues -= sum(back_in_line(s) for _, s in batch)
         self._line_up()
         for (r, s), ok in zip(batch, applied, strict=True):
             self._replaced.discard(r)
             self.claims.drop(r)
-            self.record(r, s, ok)
-        self._answer(ask, answer)
+            self.books.settled(r, s, ok)
+
+    def _answer(self, asked: _Asked, answer: SettledClaimed | None) -> None:
+        """Hand the claim's answer (None: the call failed) to the claim waiting for it; the
+        jobs of one that left (the settler was closed) are given back."""
+        if not asked.answer.done():
+            asked.answer.set_result(answer)
+        elif answer is not None and answer.batch is not None:
+            self.books.claimed(len(answer.batch.jobs))
+            self._give_back(answer.batch)
 
     def _refused(self, n: int, e: RecordRefusedError) -> None:
         """The first ``n`` pending outcomes were refused for good: find the one that was (write
@@ -217,11 +304,23 @@ class Settler:
         self._requeues += back_in_line(instead) - back_in_line(s)
         self._line_up()
 
-    def _answer(self, ask: Ask | None, answer: SettledClaimed | None) -> None:
-        self._claiming = False
-        if ask is not None and self.took is not None:
-            self.took(answer, ask[2])
-        self.flushed.set()
+
+@dataclass(slots=True)
+class _Asked:
+    """A claim left to the next settle, and where its answer goes."""
+
+    queues: list[str]
+    worker_id: str
+    limit: int
+    answer: asyncio.Future[SettledClaimed | None]
+
+
+class Books(Protocol):
+    """What the settler notes once the backend answered (``bookkeeping.Bookkeeping``)."""
+
+    def claimed(self, n: int) -> None: ...
+
+    def settled(self, r: RunningJob, s: Settle, applied: bool) -> None: ...
 
 
 def back_in_line(settle: Settle) -> bool:

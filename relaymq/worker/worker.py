@@ -6,11 +6,11 @@ The pieces, each in its own module:
   as there are free slots in one call, or waits;
 - ``running``: one ``RunningJob`` per claim, and ``Claims``, the rule linking slots and claims;
 - ``execution``: one attempt of one job, ending in the ``Settle`` to write (or nothing);
-- ``settling``: every finished job's outcome in one batched, fenced call. On a backend that
-  can (``capabilities.settle_claims``), while the queues run dry (the last claim came back
-  short), that call also claims jobs for the free slots in the same round trip, and the claim
-  loop waits for it instead of claiming beside it. A settle that puts a job back in line is
-  always waited for: that job competes in the next claim;
+- ``settling``: the ``Settler``, which writes every finished job's outcome in one batched,
+  fenced call and makes the claim loop's claims (``Settler.claim``): with a settle, in the same
+  round trip, while the queues run dry; beside the settles under a backlog; always after a
+  settle that puts a job back in line, so that job competes in the next claim;
+- ``bookkeeping``: what is noted once the backend answered (``WorkerStats``, history, logs);
 - ``heartbeats``: one batched renewal of every held claim on its own timer, stopping handlers
   whose claim was lost or whose job was cancelled.
 
@@ -29,7 +29,6 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from relaymq import limits
@@ -38,11 +37,12 @@ from relaymq.errors import BackendError, ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job
 from relaymq.options import validate_queue_name
-from relaymq.records.store import ClaimBatch, Outcome, Settle, SettledClaimed, WorkerInfo
+from relaymq.records.store import ClaimBatch, WorkerInfo
 from relaymq.recovery import Maintenance
 from relaymq.schedules import DEFINED, Scheduler
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
+from relaymq.worker.bookkeeping import Bookkeeping
 from relaymq.worker.execution import Execution
 from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.history import History
@@ -52,6 +52,7 @@ from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.sandbox import Sandbox
 from relaymq.worker.settling import Settler
 from relaymq.worker.startup import describe, patiently
+from relaymq.worker.stats import Counts, WorkerStats
 from relaymq.worker.threads import ThreadPool
 
 log = logging.getLogger("relaymq.worker")
@@ -64,28 +65,6 @@ PAUSE_CHECK_INTERVAL = 5.0
 
 LIMIT_POLL = 0.25
 """Seconds between claims of a queue whose ``max_active`` jobs are all active."""
-
-_OUTCOME_COUNTER = {
-    Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
-    Outcome.EXPIRE: "expired", Outcome.CANCEL: "cancelled", Outcome.RELEASE: "released",
-}  # fmt: skip
-"""The ``WorkerStats`` field each outcome counts in."""
-
-
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    completed: int = 0
-    retried: int = 0
-    failed: int = 0
-    expired: int = 0
-    cancelled: int = 0
-    released: int = 0
-    lost: int = 0
-    empty_claims: int = 0
-    """Claims that found nothing to do (the worker then waits)."""
-    loop_blocked: int = 0
-    """Times a handler blocked the event loop for half a heartbeat interval or more."""
 
 
 class Worker:
@@ -113,14 +92,14 @@ class Worker:
         self.queues = list(dict.fromkeys(queues))
         self.serializer = serializer
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.stats = WorkerStats()
+        self._counts = Counts(self.id)
+        self.stats: WorkerStats = self._counts.stats
         self.started = asyncio.Event()
         """Set once the worker is registered and claiming."""
         self.ops = Instrumented(backend)
         self.info = WorkerInfo.for_this_process(self.id, self.queues, self.settings.concurrency)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._changed = asyncio.Event()
         self._claims = Claims()
         self._pool = ThreadPool(self.settings.concurrency)
         """Plain handlers' threads, one per slot (asyncio's default pool stops at CPU + 4)."""
@@ -129,17 +108,11 @@ class Worker:
         self.refusals = Refusals(backend, self.queues)
         """The queues the backend refuses as configured: not claimed from until it accepts
         them again (``relaymq.worker.refusals``)."""
-        self._settler = (
-            Settler(self.ops, self._claims, self._record, self._claim_with_settle, self._handed)
-            if backend.capabilities.settle_claims else Settler(self.ops, self._claims, self._record)
-        )  # fmt: skip
-        self._handover: ClaimBatch | None = None
-        """What the last settle that claimed took, while the claim loop waits for it."""
-        self._backlog = False
-        """The last claim took every job it asked for: the claim loop claims beside the
-        settles (the two round trips overlap). Else the queues run dry, and a settle claims
-        what little comes (one round trip instead of two)."""
         self._history = History(self.ops, self.settings.history_flush_interval)
+        books = Bookkeeping(self._counts, self._history)
+        coalesce = backend.capabilities.settle_claims
+        self._settler = Settler(self.ops, self._claims, books, coalesce=coalesce)
+        """Writes outcomes and makes claims: the claim loop's only way to jobs."""
         self._heartbeats = Heartbeats(
             self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
         )
@@ -177,6 +150,7 @@ class Worker:
         longer renewed, so the job is recovered as stalled after ``stalled_threshold``; its
         threads are daemons and do not keep the process alive."""
         self._stopping.set()
+        self._settler.close()
         self._claims.slot_free.set()
         if now:
             self._hurry.set()
@@ -194,13 +168,7 @@ class Worker:
     ) -> None:
         """Return once ``condition(self.stats)`` holds: a signal for tests and tools, which
         await what the worker did (claimed, settled, found nothing) instead of sleeping."""
-        try:
-            async with asyncio.timeout(within):
-                while not condition(self.stats):
-                    self._changed.clear()
-                    await self._changed.wait()
-        except TimeoutError:
-            raise TimeoutError(f"worker {self.id}: no {what} within {within}s") from None
+        await self._counts.until(condition, what, within)
 
     async def run(self) -> None:
         """Work until ``stop()``; then finish or release running jobs and settle everything.
@@ -235,6 +203,7 @@ class Worker:
                 await self._claim_loop()
             finally:
                 self._stopping.set()
+                self._settler.close()
                 await self._shutdown(helpers)
         with contextlib.suppress(BackendError):
             await self._maintenance.release_locks()
@@ -320,7 +289,7 @@ class Worker:
 
     def _unblocked(self, seconds: float) -> None:
         log.warning("the event loop runs again after %.1fs blocked", seconds)
-        self._count("loop_blocked", 1)
+        self._counts.add("loop_blocked")
 
     async def _renew_registration(self) -> None:
         await self.ops.register_worker(self.info, self._registry_ttl)
@@ -352,12 +321,12 @@ class Worker:
     # -- claiming ---------------------------------------------------------------------------
 
     def _free(self) -> int:
-        return self.settings.concurrency - self._claims.running - self._claims.reserved
+        return self.settings.concurrency - self._claims.running
 
     async def _claim_loop(self) -> None:
+        """Ask the settler for a job per free slot, start what comes, wait when nothing does."""
         failures = 0
         slot_free = self._claims.slot_free
-        settler = self._settler
         while not self._stopping.is_set():
             if self.refusals.due() and await self.refusals.recheck():
                 await self._refusals_changed()
@@ -368,20 +337,8 @@ class Worker:
                 await slot_free.wait()
                 await asyncio.sleep(0)  # let jobs finishing in the same tick free their slots
                 continue
-            if not self._backlog and settler.will_claim:  # the settle on its way claims
-                self._handover = None
-                settler.flushed.clear()
-                await self._until(settler.flushed.wait())
-                handed, self._handover = self._handover, None
-                if handed is not None and not handed.jobs:
-                    await self._nothing(handed)  # as after an empty claim of its own
-                continue
-            if not settler.lined_up.is_set():  # a job goes back in line: claim after it (I10)
-                await self._until(settler.lined_up.wait())
-                continue
-            self._claims.reserve(free)
             try:
-                batch = await self.ops.claim(self._queue_order(), self.id, free)
+                batch = await self._settler.claim(self._queue_order(), self.id, free)
             except ConfigError as e:  # a refusal: never retried as is
                 await self._refused(e)
                 continue
@@ -393,10 +350,9 @@ class Worker:
                     log.exception("claim failed; retrying")
                 await self._until(asyncio.sleep(min(5.0, 0.1 * 2**failures)))
                 continue
-            finally:
-                self._claims.unreserve(free)
             failures = 0
-            self._backlog = len(batch.jobs) >= free
+            if batch is None:  # the worker stops (what came meanwhile was given back)
+                break
             if batch.jobs:
                 self._took(batch)
             else:
@@ -405,19 +361,12 @@ class Worker:
     def _took(self, batch: ClaimBatch) -> None:
         if self._paused:
             self._resumed({j.queue for j in batch.jobs})
-        self._count("claimed", len(batch.jobs))
-        if self._stopping.is_set():  # claimed with a settle as the worker stops: give back
-            for job in batch.jobs:
-                r = self._claims.add(job)
-                self._claims.handler_ended(r)
-                self._settler.add(r, Settle(job.claim, Outcome.RELEASE))
-            return
         for job in batch.jobs:
             self._start(job, batch.now)
 
     async def _nothing(self, batch: ClaimBatch) -> None:
         """A claim found nothing to do: wait for work."""
-        self._count("empty_claims", 1)
+        self._counts.add("empty_claims")
         if time.monotonic() >= self._next_pause_check:
             with contextlib.suppress(BackendError):  # only a log line: try again later
                 await self._check_paused(self.queues)
@@ -426,28 +375,6 @@ class Worker:
         except BackendError as e:
             log.warning("wait failed (%s)", e)
             await self._until(asyncio.sleep(1.0))
-
-    def _claim_with_settle(self) -> tuple[list[str], str, int] | None:
-        """What the next settle claims (``Settler.ask``): every free slot, reserved."""
-        free = self._free()
-        if free <= 0 or self._backlog or self._stopping.is_set():
-            return None
-        self._claims.reserve(free)
-        return self._queue_order(), self.id, free
-
-    def _handed(self, answer: SettledClaimed | None, reserved: int) -> None:
-        """A settle's claim came back (``Settler.took``; None: the call failed)."""
-        self._claims.unreserve(reserved)
-        if answer is None:
-            return
-        if answer.claim_error is not None:  # the claim loop claims on its own
-            log.warning("claim (with a settle) failed (%s); retrying", answer.claim_error)
-            return
-        if answer.batch is not None:
-            self._handover = answer.batch
-            self._backlog = len(answer.batch.jobs) >= reserved
-            if answer.batch.jobs:
-                self._took(answer.batch)
 
     async def _idle(self, limited: dict[str, float | None]) -> None:
         """Wait for work after an empty claim. Queues held back by their limits are waited
@@ -525,45 +452,3 @@ class Worker:
         r.progress = self.serializer.dumps(value)
         loop = r.task.get_loop() if r.task is not None else asyncio.get_running_loop()
         loop.call_soon_threadsafe(self.ops.progress, r.job.queue, r.job.id, value)
-
-    # -- outcomes ---------------------------------------------------------------------------
-
-    def _record(self, r: RunningJob, s: Settle, applied: bool) -> None:
-        job = r.job
-        if not applied and s.outcome is Outcome.CANCEL:  # cancelling ended the claim itself
-            self._count("cancelled", 1)
-            log.warning("%s cancelled by request", _where(job), extra=r.log_extra)
-            return
-        if not applied:
-            self._count("lost", 1)
-            log.warning("%s: the claim (token %s) was lost; outcome %s dropped", _where(job),
-                        r.claim.token, s.outcome.value, extra=r.log_extra)  # fmt: skip
-            return
-        self._count(_OUTCOME_COUNTER[s.outcome], 1)
-        self._history.count(job.queue, s.outcome)
-        if s.outcome is Outcome.COMPLETE:  # the common case: nothing formatted unless logged
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s completed", _where(job), extra=r.log_extra)
-            return
-        where, extra = _where(job), r.log_extra
-        error = s.error or ""
-        summary = error.strip().splitlines()[-1] if error.strip() else ""
-        if s.outcome is Outcome.RETRY:
-            log.warning("%s failed; retrying in %.1fs: %s", where, s.delay, summary, extra=extra)
-        elif s.outcome is Outcome.FAIL:
-            log.error("%s failed for good (into the DLQ): %s", where, error, extra=extra)
-        elif s.outcome is Outcome.EXPIRE:
-            log.warning("%s %s", where, error, extra=extra)
-        elif s.outcome is Outcome.CANCEL:
-            log.warning("%s cancelled: %s", where, error, extra=extra)
-        else:
-            log.info("%s released: it runs again at once", where, extra=extra)
-
-    def _count(self, field: str, n: int) -> None:
-        setattr(self.stats, field, getattr(self.stats, field) + n)
-        self._changed.set()
-
-
-def _where(job: Job) -> str:
-    """How log lines about one attempt name it."""
-    return f"job {job.queue}/{job.id} ({job.task}, attempt {job.attempts})"

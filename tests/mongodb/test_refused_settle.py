@@ -25,6 +25,7 @@ from relaymq.worker.settling import Settler
 from tests.conftest import require
 from tests.support import case_mongodb
 from tests.support.jobs import new_job, queue_name
+from tests.support.notes import Notes
 from tests.worker.conftest import FAST
 
 HUGE = 50 * 1024 * 1024
@@ -75,7 +76,9 @@ async def test_a_refused_outcome_does_not_hold_up_the_others_of_its_batch(
     jobs = (await backend.claim([q], "w", 3)).jobs
     assert len(jobs) == 3
     claims, recorded = Claims(), []
-    settler = Settler(Instrumented(backend), claims, lambda r, s, ok: recorded.append((r, ok)))
+    settler = Settler(
+        Instrumented(backend), claims, Notes(lambda r, s, ok: recorded.append((r, ok)))
+    )
     running: list[RunningJob] = []
     for job in jobs:
         r = claims.add(job)

@@ -17,6 +17,7 @@ from relaymq.testing import FakeClock
 from relaymq.worker.running import Claims
 from relaymq.worker.settling import Settler
 from tests.support.jobs import new_job
+from tests.support.notes import Notes
 
 
 async def claimed(backend: InMemoryBackend, n: int) -> list[Job]:
@@ -26,7 +27,7 @@ async def claimed(backend: InMemoryBackend, n: int) -> list[Job]:
 
 def settler_for(backend: InMemoryBackend) -> tuple[Settler, Claims]:
     claims = Claims()
-    return Settler(Instrumented(backend), claims, lambda r, s, ok: None), claims
+    return Settler(Instrumented(backend), claims, Notes()), claims
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.settling import Settler
 from relaymq.worker.threads import ThreadPool
 from tests.support.jobs import new_job
+from tests.support.notes import Notes
 
 
 @pytest.fixture
@@ -88,7 +89,9 @@ async def test_a_failed_settle_keeps_every_outcome_for_the_next_try(
 ) -> None:
     jobs = await claim(backend, 2)
     claims, recorded = Claims(), []
-    settler = Settler(Instrumented(backend), claims, lambda r, s, ok: recorded.append((r, ok)))
+    settler = Settler(
+        Instrumented(backend), claims, Notes(lambda r, s, ok: recorded.append((r, ok)))
+    )
     running = [claims.add(j) for j in jobs]
     original, calls = backend.settle, 0
 
@@ -119,7 +122,7 @@ async def test_a_settle_of_a_lost_claim_is_recorded_as_not_applied(
 ) -> None:
     [job] = await claim(backend, 1)
     claims, recorded = Claims(), []
-    settler = Settler(Instrumented(backend), claims, lambda r, s, ok: recorded.append(ok))
+    settler = Settler(Instrumented(backend), claims, Notes(lambda r, s, ok: recorded.append(ok)))
     r = claims.add(job)
     clock.advance(100)
     await backend.recover_stalled("q", threshold=10, max_stalled=5)
@@ -137,7 +140,7 @@ async def test_an_outcome_queued_behind_a_slow_settle_keeps_its_claim(
     first, second = await claim(backend, 2)
     claims, recorded = Claims(), []
     ops = Instrumented(backend)
-    settler = Settler(ops, claims, lambda r, s, ok: recorded.append((r.job.id, ok)))
+    settler = Settler(ops, claims, Notes(lambda r, s, ok: recorded.append((r.job.id, ok))))
     a, b = claims.add(first), claims.add(second)
     entered, gate, original = asyncio.Event(), asyncio.Event(), backend.settle
 
