@@ -1,4 +1,5 @@
-"""Event names, the Event record and its wire form. Subscriptions go through the backend."""
+"""Event names, the Event record and its wire form, and a decoded subscription
+(``Instrumented.publish`` and ``Instrumented.subscribe`` reach the backend)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Final
 
 import orjson
 
-from relaymq.backends.base import Backend, Enqueued
+from relaymq.backends.base import Enqueued
 from relaymq.job import NewJob
 
 JOB_BLOCKED: Final = "job:blocked"
@@ -91,12 +92,6 @@ def enqueued(jobs: Sequence[NewJob], answers: Sequence[Enqueued], at: float) -> 
     ]  # fmt: skip
 
 
-async def publish(backend: Backend, events: Sequence[Event]) -> None:
-    """Publish ``events`` to every subscriber of ``backend``, in one backend call."""
-    if events:
-        await backend.publish([encode(events)])
-
-
 class Subscription:
     """Decoded events from every process. Safe to wait on with a timeout: a cancelled wait
     loses nothing, because a pump task reads the backend and buffers what arrives."""
@@ -129,8 +124,3 @@ class Subscription:
         with contextlib.suppress(asyncio.CancelledError):
             await self._pump
         await self._raw.aclose()
-
-
-async def subscribe(backend: Backend) -> Subscription:
-    """Start a subscription (live when this returns); iterate it for decoded events."""
-    return Subscription(await backend.subscribe())

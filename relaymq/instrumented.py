@@ -38,6 +38,7 @@ from relaymq.backends.base import (
     Recovered,
     Settle,
     SettledClaimed,
+    StoredSchedule,
     Tally,
     WorkerInfo,
 )
@@ -109,27 +110,52 @@ class Observer:
         """One stalled-recovery pass over ``queue`` did ``found``."""
 
 
-class _Hooks:
-    """The installed observers: a tuple replaced (never changed) on each install."""
+class Hooks:
+    """The observers installed on one app (``App.observe``): a tuple replaced (never changed)
+    on each install. With none, each hook point costs one attribute read."""
 
-    observers: tuple[Observer, ...] = ()
-    lock = threading.Lock()
+    def __init__(self) -> None:
+        self.observers: tuple[Observer, ...] = ()
+        self._lock = threading.Lock()
 
+    def add(self, observer: Observer) -> None:
+        """Install ``observer`` (again: no change)."""
+        with self._lock:
+            if observer not in self.observers:
+                self.observers = (*self.observers, observer)
 
-HOOKS = _Hooks()
+    def remove(self, observer: Observer) -> None:
+        """Remove ``observer`` (not installed: no change)."""
+        with self._lock:
+            self.observers = tuple(o for o in self.observers if o is not observer)
 
+    def around(
+        self, make: Callable[[Observer], contextlib.AbstractContextManager[object] | None]
+    ) -> contextlib.AbstractContextManager[object]:
+        """The contexts the installed observers want around something (``make(observer)``:
+        its ``call`` or ``attempt``), nested; a shared no-op when none wants one."""
+        observers = self.observers
+        if not observers:
+            return _UNOBSERVED
+        contexts = []
+        for o in observers:
+            try:
+                if (c := make(o)) is not None:
+                    contexts.append(c)
+            except Exception:
+                observer_log.exception("observer %r failed", o)
+        if not contexts:
+            return _UNOBSERVED
+        return contexts[0] if len(contexts) == 1 else _around(contexts)
 
-def observe(observer: Observer) -> None:
-    """Install ``observer`` in this process (again: no change)."""
-    with HOOKS.lock:
-        if observer not in HOOKS.observers:
-            HOOKS.observers = (*HOOKS.observers, observer)
-
-
-def unobserve(observer: Observer) -> None:
-    """Remove ``observer`` (not installed: no change)."""
-    with HOOKS.lock:
-        HOOKS.observers = tuple(o for o in HOOKS.observers if o is not observer)
+    def tell(self, hook: Callable[[Observer], object]) -> None:
+        """Run ``hook(observer)`` for every installed observer: one that raises is logged,
+        never raised into the core (a metric must not fail a job)."""
+        for o in self.observers:
+            try:
+                hook(o)
+            except Exception:
+                observer_log.exception("observer %r failed", o)
 
 
 @contextlib.contextmanager
@@ -140,65 +166,41 @@ def _around(contexts: list[contextlib.AbstractContextManager[object]]) -> Iterat
         yield
 
 
-def around(
-    make: Callable[[Observer], contextlib.AbstractContextManager[object] | None],
-) -> contextlib.AbstractContextManager[object]:
-    """The contexts the installed observers want around something (``make(observer)``: its
-    ``call`` or ``attempt``), nested; a shared no-op when none wants one."""
-    observers = HOOKS.observers
-    if not observers:
-        return _UNOBSERVED
-    contexts = []
-    for o in observers:
-        try:
-            if (c := make(o)) is not None:
-                contexts.append(c)
-        except Exception:
-            observer_log.exception("observer %r failed", o)
-    if not contexts:
-        return _UNOBSERVED
-    return contexts[0] if len(contexts) == 1 else _around(contexts)
-
-
-def tell(hook: Callable[[Observer], object]) -> None:
-    """Run ``hook(observer)`` for every installed observer: one that raises is logged, never
-    raised into the core (a metric must not fail a job)."""
-    for o in HOOKS.observers:
-        try:
-            hook(o)
-        except Exception:
-            observer_log.exception("observer %r failed", o)
-
-
-def claim_lost(job: Job) -> None:
-    """Tell the observers a worker found ``job``'s claim lost."""
-    if HOOKS.observers:
-        tell(lambda o: o.claim_lost(job))
-
-
 class Instrumented:
     """A backend, instrumented. Methods keep the backend's names and return its answers."""
 
-    def __init__(self, backend: Backend, *, window: float = EVENT_WINDOW) -> None:
+    def __init__(
+        self, backend: Backend, *, window: float = EVENT_WINDOW, hooks: Hooks | None = None
+    ) -> None:
         self.backend = backend
         self.window = window
+        self.hooks = hooks or Hooks()
+        """The observers told what happens (its app's: ``App.observe``)."""
+        self.paused_seen: dict[str, tuple[float, bool]] = {}
+        """Per queue: when this facade last learnt whether the queue is paused, and the
+        answer. Enqueues read it so that they need no extra round trip of their own."""
         self._pending: list[events.Event] = []
         self._wanted = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
         self._publishing = asyncio.Lock()
         """Held while events are published: the batcher is never stopped inside a publish."""
 
+    def sibling(self) -> Instrumented:
+        """A facade over the same backend and observers, with an event batch of its own (a
+        worker's: ``batching``)."""
+        return Instrumented(self.backend, window=self.window, hooks=self.hooks)
+
     def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
         """The per-call hook: every backend call runs inside ``with self._call(op):``."""
-        if not HOOKS.observers:
+        if not self.hooks.observers:
             return _UNOBSERVED
-        return around(lambda o: o.call(op))
+        return self.hooks.around(lambda o: o.call(op))
 
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
-        observers = HOOKS.observers
+        observers = self.hooks.observers
         for o in observers:
             try:
                 jobs = o.enqueuing(jobs)
@@ -210,10 +212,10 @@ class Instrumented:
         except BaseException as e:
             refused = e
             if observers:
-                tell(lambda o: o.enqueued(jobs, None, refused))
+                self.hooks.tell(lambda o: o.enqueued(jobs, None, refused))
             raise
         if observers:
-            tell(lambda o: o.enqueued(jobs, answers, None))
+            self.hooks.tell(lambda o: o.enqueued(jobs, answers, None))
         return answers
 
     # -- worker -----------------------------------------------------------------------------
@@ -226,8 +228,8 @@ class Instrumented:
 
     def _claimed(self, batch: ClaimBatch, worker_id: str) -> None:
         if batch.jobs:
-            if HOOKS.observers:
-                tell(lambda o: o.claimed(batch.jobs))
+            if self.hooks.observers:
+                self.hooks.tell(lambda o: o.claimed(batch.jobs))
             now = time.time()
             self._report(
                 events.Event(events.JOB_ACTIVE, j.queue, now, j.id,
@@ -264,9 +266,9 @@ class Instrumented:
     def _settled(self, outcomes: Sequence[tuple[Job, Settle]], applied: list[bool]) -> None:
         now = time.time()
         reported = []
-        if HOOKS.observers:
+        if self.hooks.observers:
             for (job, s), ok in zip(outcomes, applied, strict=True):
-                tell(lambda o: o.settled(job, s, ok))  # noqa: B023 - called at once
+                self.hooks.tell(lambda o: o.settled(job, s, ok))  # noqa: B023 - called at once
         for (job, s), ok in zip(outcomes, applied, strict=True):
             data: dict[str, Any] = {"attempt": job.attempts}
             if not ok:
@@ -282,7 +284,8 @@ class Instrumented:
     def claim_lost(self, job: Job) -> None:
         """A heartbeat or the fenced start check found ``job``'s claim lost: the worker writes
         nothing more for it; reported as ``job:claim_lost``."""
-        claim_lost(job)
+        if self.hooks.observers:
+            self.hooks.tell(lambda o: o.claim_lost(job))
         data = {"attempt": job.attempts}
         self._report([events.Event(events.JOB_CLAIM_LOST, job.queue, time.time(), job.id, data)])
 
@@ -305,8 +308,8 @@ class Instrumented:
         """One recovery pass over ``queue``; every job it moved is logged and announced."""
         with self._call("recover_stalled"):
             found = await self.backend.recover_stalled(queue, threshold, max_stalled)
-        if HOOKS.observers:
-            tell(lambda o: o.recovered(queue, found))
+        if self.hooks.observers:
+            self.hooks.tell(lambda o: o.recovered(queue, found))
         for job_id in found.requeued:
             recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
         for job_id in found.failed:
@@ -418,7 +421,75 @@ class Instrumented:
             await self.backend.unregister_worker(info.id)
         await self._announce([self._worker_event(events.WORKER_OFFLINE, info)])
 
+    async def drain(self, queue: str) -> int:
+        with self._call("drain"):
+            return await self.backend.drain(queue)
+
+    async def obliterate(self, queue: str) -> None:
+        with self._call("obliterate"):
+            await self.backend.obliterate(queue)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        with self._call("get_job"):
+            return await self.backend.get_job(queue, job_id)
+
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        with self._call("get_jobs"):
+            return await self.backend.get_jobs(queue, ids)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        with self._call("list_jobs"):
+            return await self.backend.list_jobs(queue, state, offset, limit)
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        with self._call("counts"):
+            return await self.backend.counts(queue)
+
+    async def list_limits(self) -> dict[str, Limits]:
+        with self._call("list_limits"):
+            return await self.backend.list_limits()
+
+    async def list_queues(self) -> list[str]:
+        with self._call("list_queues"):
+            return await self.backend.list_queues()
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        with self._call("list_workers"):
+            return await self.backend.list_workers()
+
+    # -- schedules --------------------------------------------------------------------------
+
+    async def save_schedule(self, schedule: StoredSchedule) -> bool:
+        with self._call("save_schedule"):
+            return await self.backend.save_schedule(schedule)
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        with self._call("list_schedules"):
+            return await self.backend.list_schedules()
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        with self._call("remove_schedule"):
+            return await self.backend.remove_schedule(schedule_id)
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_ms: int | None = None
+    ) -> bool:
+        with self._call("pause_schedule"):
+            return await self.backend.pause_schedule(schedule_id, paused, next_ms)
+
+    async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
+        with self._call("advance_schedule"):
+            return await self.backend.advance_schedule(schedule_id, expected_ms, next_ms)
+
     # -- history ----------------------------------------------------------------------------
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        with self._call("tallies"):
+            return await self.backend.tallies(queue, since)
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
         with self._call("add_tallies"):
@@ -433,6 +504,18 @@ class Instrumented:
         data = {"worker": info.id, "queues": list(info.queues)}
         return events.Event(name, info.queues[0], time.time(), None, data)
 
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, published: Sequence[events.Event]) -> None:
+        """Publish ``published`` to every subscriber, in one backend call."""
+        with self._call("publish"):
+            if published:
+                await self.backend.publish([events.encode(published)])
+
+    async def subscribe(self) -> events.Subscription:
+        """Start a subscription (live when this returns); iterate it for decoded events."""
+        return events.Subscription(await self.backend.subscribe())
+
     # -- reporting --------------------------------------------------------------------------
 
     async def _announce_one(
@@ -442,8 +525,7 @@ class Instrumented:
 
     async def _announce(self, announced: Sequence[events.Event]) -> None:
         """Producer and admin actions: published before the call returns."""
-        with self._call("publish"):
-            await events.publish(self.backend, announced)
+        await self.publish(announced)
 
     def _report(self, reported: Any) -> None:
         """Worker outcomes: batched, published within ``window`` by ``batching``."""
@@ -472,8 +554,7 @@ class Instrumented:
             if not pending:
                 return
             try:
-                with self._call("publish"):
-                    await events.publish(self.backend, pending)
+                await self.publish(pending)
             except BackendError as e:
                 log.warning("could not publish %d events: %s", len(pending), e)
             except Exception:  # an event must never take a worker down

@@ -1,7 +1,8 @@
 """Queue: the producer and admin handle of one named queue, and the job handle it returns.
 
 It validates and serializes what producers enqueue (no backend does either) and reaches the
-backend through ``Instrumented``, which reports what happened.
+backend only through its app's facade (``Instrumented``), which reports what happened. Make one
+with ``app.queue(name)``; ``Queue(name, backend)`` still works, with a facade of its own.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ import asyncio
 import logging
 import os
 import time
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from relaymq import bulk, events
+from relaymq import bulk
 from relaymq.backends.base import Backend, CancelResult, Tally, dependent
 from relaymq.errors import (
     ConfigError,
@@ -42,12 +42,6 @@ log = logging.getLogger("relaymq.queue")
 PAUSE_CHECK_EVERY = 30.0
 """Seconds between two ``is_paused`` checks of one queue by enqueues in this process."""
 
-_pause_seen: weakref.WeakKeyDictionary[Backend, dict[str, tuple[float, bool]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per backend and queue: when this process last learnt whether the queue is paused, and the
-answer. Enqueues read it so that they need no extra round trip of their own."""
-
 
 class JobHandle(Generic[R]):
     """A reference to one enqueued job.
@@ -59,11 +53,12 @@ class JobHandle(Generic[R]):
     """
 
     def __init__(
-        self, backend: Backend, queue: str, job_id: str, *, duplicate: bool = False,
+        self, ops: Instrumented | Backend, queue: str, job_id: str, *, duplicate: bool = False,
         serializer: Serializer = DEFAULT_SERIALIZER, paused: bool | None = None,
         models: Models | None = None,
     ) -> None:  # fmt: skip
-        self.backend = backend
+        self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
+        """The facade the handle reads through (its app's)."""
         self.queue = queue
         self.id = job_id
         self.duplicate = duplicate
@@ -75,9 +70,14 @@ class JobHandle(Generic[R]):
         flags = (" duplicate" if self.duplicate else "") + (" paused" if self.paused else "")
         return f"<JobHandle {self.queue}/{self.id}{flags}>"
 
+    @property
+    def backend(self) -> Backend:
+        """The backend the job is stored in (read through ``ops``)."""
+        return self.ops.backend
+
     async def job(self) -> Job:
         """The job's current record; ``JobNotFoundError`` when it no longer exists."""
-        found = await self.backend.get_job(self.queue, self.id)
+        found = await self.ops.get_job(self.queue, self.id)
         if found is None:
             raise _not_found(self.queue, self.id)
         return found
@@ -95,7 +95,7 @@ class JobHandle(Generic[R]):
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
-                subscription = await events.subscribe(self.backend)
+                subscription = await self.ops.subscribe()
                 try:
                     while True:
                         job = await self.job()
@@ -124,10 +124,10 @@ class JobHandle(Generic[R]):
         where = f"job {self.id} in queue {self.queue!r} did not end within {timeout}s"
         try:
             async with asyncio.timeout(_DIAGNOSE_WITHIN):
-                job = await self.backend.get_job(self.queue, self.id)
-                paused = job is not None and not job.terminal and (
-                    await self.backend.is_paused(self.queue)
-                )  # fmt: skip
+                job = await self.ops.get_job(self.queue, self.id)
+                paused = (
+                    job is not None and not job.terminal and await self.ops.is_paused(self.queue)
+                )
         except (RelayError, OSError, TimeoutError) as e:
             return ResultTimeoutError(f"{where}; its state could not be read: {e!r}",
                                       self.id, self.queue, None)  # fmt: skip
@@ -180,16 +180,22 @@ class Queue:
     def __init__(
         self,
         name: str,
-        backend: Backend,
+        ops: Instrumented | Backend,
         *,
         serializer: Serializer = DEFAULT_SERIALIZER,
         settings: Settings | None = None,
     ) -> None:
         self.name = validate_queue_name(name)
-        self.backend = backend
-        self._ops = Instrumented(backend)
+        self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
+        """The facade every call goes through: its app's (``app.queue``), or one of its own
+        for a backend given as such."""
         self.serializer = serializer
         self.settings = settings or Settings.from_env()
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the queue lives in (reached through ``ops``)."""
+        return self.ops.backend
 
     def __repr__(self) -> str:
         return f"<Queue {self.name} on {self.backend.url}>"
@@ -209,16 +215,16 @@ class Queue:
             return []
         if dependent(new_jobs):
             await self._check_dependencies(new_jobs)
-        seen = _pause_seen.setdefault(self.backend, {}).get(self.name)
+        seen = self.ops.paused_seen.get(self.name)
         if seen is None or time.monotonic() - seen[0] >= PAUSE_CHECK_EVERY:
             # Asked alongside the enqueue, so it adds no latency (and at most one call per
             # queue every PAUSE_CHECK_EVERY seconds).
-            answers, paused = await asyncio.gather(self._ops.enqueue(new_jobs),
+            answers, paused = await asyncio.gather(self.ops.enqueue(new_jobs),
                                                    self._check_paused())  # fmt: skip
         else:
-            answers, paused = await self._ops.enqueue(new_jobs), seen[1]
+            answers, paused = await self.ops.enqueue(new_jobs), seen[1]
         return [
-            JobHandle(self.backend, self.name, a.id, duplicate=a.duplicate,
+            JobHandle(self.ops, self.name, a.id, duplicate=a.duplicate,
                       serializer=self.serializer, paused=paused, models=c.task.models)
             for a, c in zip(answers, calls, strict=True)
         ]  # fmt: skip
@@ -230,7 +236,7 @@ class Queue:
 
     async def _check_paused(self) -> bool | None:
         try:
-            paused = await self.backend.is_paused(self.name)
+            paused = await self.ops.is_paused(self.name)
         except Exception:  # advisory only: the enqueue itself reports a broken backend
             return None
         self._saw_paused(paused)
@@ -240,7 +246,7 @@ class Queue:
         return paused
 
     def _saw_paused(self, paused: bool) -> None:
-        _pause_seen.setdefault(self.backend, {})[self.name] = (time.monotonic(), paused)
+        self.ops.paused_seen[self.name] = (time.monotonic(), paused)
 
     def _new_jobs(self, calls: list[Call[Any]]) -> list[NewJob]:
         random_ids = os.urandom(16 * len(calls)).hex()  # one system call for the whole batch
@@ -276,7 +282,7 @@ class Queue:
         outside = check_order(jobs)
         if not outside:
             return
-        found = await self.backend.get_jobs(self.name, outside)
+        found = await self.ops.get_jobs(self.name, outside)
         missing = [i for i, job in zip(outside, found, strict=True) if job is None]
         if missing:
             raise ConfigError(f"depends_on names {', '.join(map(repr, missing))}: no such job "
@@ -285,18 +291,18 @@ class Queue:
     # -- admin and observation --------------------------------------------------------------
 
     def handle(self, job_id: str) -> JobHandle[Any]:
-        return JobHandle(self.backend, self.name, _job_id(job_id), serializer=self.serializer)
+        return JobHandle(self.ops, self.name, _job_id(job_id), serializer=self.serializer)
 
     # Not found: a lookup (``get_job``) answers None; an action on a job (``cancel``,
     # ``retry_job``, ``remove_job``, and ``JobHandle``'s methods) raises ``JobNotFoundError``.
 
     async def get_job(self, job_id: str) -> Job | None:
         """The job's current record, or None when there is no such job."""
-        return await self.backend.get_job(self.name, _job_id(job_id))
+        return await self.ops.get_job(self.name, _job_id(job_id))
 
     async def get_jobs(self, job_ids: Sequence[str]) -> list[Job | None]:
         """The current records of ``job_ids`` in one backend call, None for absent ones."""
-        return await self.backend.get_jobs(self.name, _job_ids(job_ids))
+        return await self.ops.get_jobs(self.name, _job_ids(job_ids))
 
     async def list_jobs(
         self, state: JobState, offset: int = 0, limit: int = 100, *,
@@ -309,7 +315,7 @@ class Queue:
         and ``limit`` then count matching jobs, and the listing reads pages of the state until
         it has ``limit`` of them."""
         selection = _selection(None, None, task, older_than, now, task_contains)
-        return await bulk.find(self.backend, self.name, state, selection, offset, limit)
+        return await bulk.find(self.ops, self.name, state, selection, offset, limit)
 
     async def history(self, minutes: int = 60) -> list[Tally]:
         """The queue's stored per-minute outcomes (completed, retried, failed) over the last
@@ -317,15 +323,15 @@ class Queue:
         Workers write them every ``Settings.history_flush_interval`` seconds."""
         if minutes < 1:
             raise ConfigError(f"minutes must be at least 1, not {minutes!r}")
-        return await self.backend.tallies(self.name, int(time.time() // 60) - minutes + 1)
+        return await self.ops.tallies(self.name, int(time.time() // 60) - minutes + 1)
 
     async def counts(self) -> dict[JobState, int]:
-        return await self.backend.counts(self.name)
+        return await self.ops.counts(self.name)
 
     async def cancel(self, job_id: str) -> CancelResult:
         """Cancel a waiting, delayed or active job: ``CANCELLED``, or ``ALREADY_TERMINAL`` when
         it had ended (nothing changes). ``JobNotFoundError`` when there is no such job."""
-        result = await self._ops.cancel(self.name, _job_id(job_id))
+        result = await self.ops.cancel(self.name, _job_id(job_id))
         if result is CancelResult.NOT_FOUND:
             raise _not_found(self.name, job_id)
         return result
@@ -337,16 +343,16 @@ class Queue:
         True when it is waiting again; False when it is not in one of those states (it has not
         ended, or it completed); ``JobNotFoundError`` when there is no such job.
         """
-        if await self._ops.retry_job(self.name, _job_id(job_id)):
+        if await self.ops.retry_job(self.name, _job_id(job_id)):
             return True
-        if await self.backend.get_job(self.name, job_id) is None:  # only on the refusal path
+        if await self.ops.get_job(self.name, job_id) is None:  # only on the refusal path
             raise _not_found(self.name, job_id)
         return False
 
     async def remove_job(self, job_id: str) -> None:
         """Delete the job in any state (an active job's claim is lost); ``JobNotFoundError``
         when there is no such job."""
-        if not await self._ops.remove_job(self.name, _job_id(job_id)):
+        if not await self.ops.remove_job(self.name, _job_id(job_id)):
             raise _not_found(self.name, job_id)
 
     # Bulk actions select jobs by ``job_ids`` and/or ``state`` (one or several), narrowed by
@@ -365,8 +371,8 @@ class Queue:
         """Manual retry / DLQ replay of every selected failed, expired or cancelled job (all
         three when no state is given); how many are waiting again."""
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
-        return await bulk.apply(self.backend, self.name, selection, _RETRYABLE,
-                                lambda ids: self._ops.retry_jobs(self.name, ids))  # fmt: skip
+        return await bulk.apply(self.ops, self.name, selection, _RETRYABLE,
+                                lambda ids: self.ops.retry_jobs(self.name, ids))  # fmt: skip
 
     async def cancel_jobs(
         self, job_ids: Iterable[str] | None = None, *,
@@ -377,8 +383,8 @@ class Queue:
         """Cancel every selected waiting, delayed or active job (all three when no state is
         given); how many are now cancelled."""
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
-        return await bulk.apply(self.backend, self.name, selection, _LIVE,
-                                lambda ids: self._ops.cancel_jobs(self.name, ids))  # fmt: skip
+        return await bulk.apply(self.ops, self.name, selection, _LIVE,
+                                lambda ids: self.ops.cancel_jobs(self.name, ids))  # fmt: skip
 
     async def remove_jobs(
         self, job_ids: Iterable[str] | None = None, *,
@@ -392,20 +398,20 @@ class Queue:
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
         if selection.empty:
             raise ConfigError("remove_jobs needs job ids, a state, a task or an age")
-        return await bulk.apply(self.backend, self.name, selection, tuple(JobState),
-                                lambda ids: self._ops.remove_jobs(self.name, ids))  # fmt: skip
+        return await bulk.apply(self.ops, self.name, selection, tuple(JobState),
+                                lambda ids: self.ops.remove_jobs(self.name, ids))  # fmt: skip
 
     async def pause(self) -> None:
         """Stop workers everywhere from claiming this queue's jobs; enqueues still succeed."""
-        await self._ops.pause(self.name)
+        await self.ops.pause(self.name)
         self._saw_paused(True)
 
     async def resume(self) -> None:
-        await self._ops.resume(self.name)
+        await self.ops.resume(self.name)
         self._saw_paused(False)
 
     async def is_paused(self) -> bool:
-        paused = await self.backend.is_paused(self.name)
+        paused = await self.ops.is_paused(self.name)
         self._saw_paused(paused)
         return paused
 
@@ -418,26 +424,26 @@ class Queue:
         key (``with_options(limit_key=...)``). With none, the queue's limits are removed.
         Returns what is stored. See ``relaymq.limits``."""
         limits = make_limits(max_active, rate, per, key_rate, key_per)
-        await self.backend.set_limits(self.name, None if limits.empty else limits)
+        await self.ops.set_limits(self.name, None if limits.empty else limits)
         return None if limits.empty else limits
 
     async def limits(self) -> Limits | None:
         """This queue's stored limits, or None."""
-        return (await self.backend.list_limits()).get(self.name)
+        return (await self.ops.list_limits()).get(self.name)
 
     async def drain(self) -> int:
         """Delete every waiting and delayed job."""
-        return await self.backend.drain(self.name)
+        return await self.ops.drain(self.name)
 
     async def clean(self, state: JobState, older_than: float = 0.0) -> int:
         """Delete jobs in terminal ``state`` finished more than ``older_than`` seconds ago."""
         if state not in TERMINAL:
             raise ConfigError(f"clean takes a terminal state, not {state.value}")
-        return await self.backend.clean(self.name, state, older_than)
+        return await self.ops.clean(self.name, state, older_than)
 
     async def obliterate(self) -> None:
         """Delete the queue and everything in it."""
-        await self.backend.obliterate(self.name)
+        await self.ops.obliterate(self.name)
 
 
 _RETRYABLE = (*sorted(DLQ_STATES), JobState.CANCELLED)

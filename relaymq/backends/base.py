@@ -359,7 +359,7 @@ class Backend(abc.ABC):
         from relaymq import events  # it imports this module
 
         answers = await self.enqueue(jobs)
-        await events.publish(self, events.enqueued(jobs, answers, at))
+        await self.publish([events.encode(events.enqueued(jobs, answers, at))])
         return answers
 
     # -- worker -----------------------------------------------------------------------------

@@ -28,10 +28,12 @@ class ScheduleState:
 
 
 class Schedules:
-    """The schedules stored in ``backend``. ``clock``: seconds since the epoch (a test clock)."""
+    """The schedules stored in a backend, reached through its app's facade (``app.ops``; a
+    backend given as such gets a facade of its own). ``clock``: seconds since the epoch (a test
+    clock)."""
 
-    def __init__(self, backend: Backend, *, clock: Clock | None = None) -> None:
-        self.backend = backend
+    def __init__(self, ops: Instrumented | Backend, *, clock: Clock | None = None) -> None:
+        self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
         self.clock = clock or time.time
 
     def _now_ms(self) -> int:
@@ -40,42 +42,42 @@ class Schedules:
     async def add(self, schedule: Schedule) -> bool:
         """Store ``schedule``, or replace the one with its id (which keeps its pause). Its
         first tick is the first one after now. False when the same schedule was stored."""
-        return await self.backend.save_schedule(schedule.stored(self._now_ms()))
+        return await self.ops.save_schedule(schedule.stored(self._now_ms()))
 
     async def list(self) -> list[ScheduleState]:
         """Every stored schedule, by id."""
-        return [_state(s) for s in await self.backend.list_schedules()]
+        return [_state(s) for s in await self.ops.list_schedules()]
 
     async def get(self, schedule_id: str) -> ScheduleState:
         check_schedule_id(schedule_id)
-        for s in await self.backend.list_schedules():
+        for s in await self.ops.list_schedules():
             if s.id == schedule_id:
                 return _state(s)
         raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     async def remove(self, schedule_id: str) -> None:
         """Delete it; jobs it already enqueued stay."""
-        if not await self.backend.remove_schedule(check_schedule_id(schedule_id)):
+        if not await self.ops.remove_schedule(check_schedule_id(schedule_id)):
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     async def pause(self, schedule_id: str) -> None:
         """Stop firing it until ``resume``; ticks that fall meanwhile never fire."""
-        if not await self.backend.pause_schedule(check_schedule_id(schedule_id), True):
+        if not await self.ops.pause_schedule(check_schedule_id(schedule_id), True):
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     async def resume(self, schedule_id: str) -> None:
         """Fire it again from its first tick after now."""
         schedule = await self._readable(schedule_id)
         next_ms = schedule.next_after(self._now_ms())
-        if not await self.backend.pause_schedule(schedule_id, False, next_ms):
+        if not await self.ops.pause_schedule(schedule_id, False, next_ms):
             raise ScheduleNotFoundError(f"no schedule {schedule_id!r}")
 
     async def run_now(self, schedule_id: str) -> JobHandle[object]:
         """Enqueue its job once now, outside its ticks (which stay as they are)."""
         schedule = await self._readable(schedule_id)
         job_id = f"{schedule.id}@now-{os.urandom(6).hex()}"
-        [answer] = await Instrumented(self.backend).enqueue([schedule.new_job(job_id)])
-        return JobHandle(self.backend, schedule.queue, answer.id)
+        [answer] = await self.ops.enqueue([schedule.new_job(job_id)])
+        return JobHandle(self.ops, schedule.queue, answer.id)
 
     async def _readable(self, schedule_id: str) -> Schedule:
         state = await self.get(schedule_id)

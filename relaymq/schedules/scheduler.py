@@ -34,7 +34,7 @@ class Scheduler:
 
     def __init__(
         self,
-        backend: Backend,
+        ops: Instrumented | Backend,
         owner: str,
         *,
         clock: Clock | None = None,
@@ -42,8 +42,7 @@ class Scheduler:
         lease_ttl: float = 10.0,
         lease: str = LEASE,
     ) -> None:
-        self.backend = backend
-        self.ops = Instrumented(backend)
+        self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
         self.owner = owner
         self.clock = clock or time.time
         self.interval = interval
@@ -60,7 +59,7 @@ class Scheduler:
         new or changed."""
         written = 0
         for s in schedules:
-            if await self.backend.save_schedule(s.stored(self.now_ms())):
+            if await self.ops.save_schedule(s.stored(self.now_ms())):
                 log.info("schedule %s stored: %s, task %s", s.id, s.describe(), s.task)
                 written += 1
         return written
@@ -102,7 +101,7 @@ class Scheduler:
             return []
         now_ms = self.now_ms()
         fired: list[str] = []
-        for stored in await self.backend.list_schedules():
+        for stored in await self.ops.list_schedules():
             if stored.paused or stored.next_ms > now_ms:
                 continue
             try:
@@ -130,6 +129,6 @@ class Scheduler:
         if plan.dropped:
             log.warning("schedule %s let %d ticks go, missed while no scheduler ran "
                         "(missed=%s)", schedule.id, plan.dropped, schedule.missed)  # fmt: skip
-        if not await self.backend.advance_schedule(stored.id, stored.next_ms, plan.next_ms):
+        if not await self.ops.advance_schedule(stored.id, stored.next_ms, plan.next_ms):
             log.info("schedule %s changed during the pass; its new state stands", stored.id)
         return fired

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from relaymq import Queue, connect
+from relaymq.app import default_app
 from relaymq.cli import main
 from relaymq.options import Options
-from relaymq.task import REGISTRY, Task
+from relaymq.task import Task
 from tests.support.jobs import queue_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def test_with_q_the_module_is_imported_in_process(
     monkeypatch.setattr(sys, "path", list(sys.path))
     # the backend URL is refused after the import: the task is registered all the same
     assert main(["worker", "marker_tasks_28", "-q", "m28", "--backend", "nosuch://"]) == 2
-    assert "marker.t28" in REGISTRY
+    assert "marker.t28" in default_app().tasks
     capsys.readouterr()
 
 

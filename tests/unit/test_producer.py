@@ -26,7 +26,7 @@ from relaymq import (
     task,
 )
 from relaymq import queue as queue_module
-from relaymq.backends import default_backend
+from relaymq.app import default_app, default_backend
 from relaymq.backends.base import Beat, CancelResult, Outcome, Settle
 from relaymq.backends.memory import InMemoryBackend
 from tests import tasks
@@ -118,7 +118,8 @@ async def test_enqueue_into_a_paused_queue_is_accepted_and_flagged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     backend = InMemoryBackend()
-    other = Queue("paused-q", backend)  # pausing elsewhere: this process has not seen it
+    # pausing elsewhere: this app has not seen it (its queues share what it saw)
+    other = default_app().over(backend).queue("paused-q")
     await backend.pause("paused-q")
     checks = 0
     is_paused = backend.is_paused
@@ -217,7 +218,7 @@ def test_no_module_of_the_package_imports_itself_through_a_circle() -> None:
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {name: _runtime_imports(path, name, modules) - {name} for name, path in modules.items()}
     assert graph["relaymq.task"] >= {"relaymq.queue", "relaymq.options"}  # the graph is read
-    assert "relaymq.events" in graph["relaymq.queue"]  # ``from relaymq import events``
+    assert "relaymq.bulk" in graph["relaymq.queue"]  # ``from relaymq import bulk``
 
     done: set[str] = set()
 
