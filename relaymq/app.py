@@ -9,14 +9,15 @@
     app.schedule(send, id="digest", cron="0 9 * * *", args=("team@example.com",))
 
     await send.enqueue("a@example.com")       # connects the app's backend on first use
-    await app.queue("emails").counts()
+    await relaymq.Queue("emails", app).counts()
     await relaymq.Worker(app, ["emails"]).run()
 
 An app holds its settings, its backend (built from the URL, connected on first use), the tasks,
 limits and schedules declared in code, the instrumented facade every call on the backend goes
 through (``app.ops``) and what hangs on it: the observers (``observe``) and the queues' view of
 which queues are paused. Queue, Worker, the schedules, the CLI, the dashboard and the contrib
-integrations take an app (or its facade) and never call a backend themselves.
+integrations take an app (or its facade) and never call a backend themselves. A ``Queue`` or
+``Worker`` given a backend instead is the default app's on that backend (``over``).
 
 ``@relaymq.task``, ``relaymq.limit``, ``relaymq.schedule`` and ``relaymq.set_default_backend``
 are the default app's (``default_app()``): a process that declares nothing else uses it, with
@@ -36,7 +37,7 @@ from relaymq.errors import ConfigError
 from relaymq.instrumented import Hooks, Instrumented, Observer
 from relaymq.limits import Limits, make_limits
 from relaymq.options import DEFAULT_QUEUE, Call, Options, validate_queue_name
-from relaymq.queue import JobHandle, Queue
+from relaymq.producer import JobHandle, Producer
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 from relaymq.schedules import Schedule, define
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
@@ -77,7 +78,7 @@ class App:
         self._given_settings = settings is not None
         self._options = options
         self._ops: Instrumented | None = None
-        self._queues: dict[str, Queue] = {}
+        self._producers: dict[str, Producer] = {}
         self._over: weakref.WeakKeyDictionary[Backend, App] = weakref.WeakKeyDictionary()
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
@@ -118,7 +119,7 @@ class App:
         """Use ``backend`` (connected) from now on; None: forget it, so the next use
         connects again (and settings read from the environment are read again)."""
         self._ops = None if backend is None else Instrumented(backend, hooks=self.hooks)
-        self._queues.clear()
+        self._producers.clear()
         if backend is None and not self._given_settings:
             self._settings = None
 
@@ -126,7 +127,7 @@ class App:
         """Close the backend, if connected; the next use connects again."""
         if self._ops is not None:
             backend, self._ops = self._ops.backend, None
-            self._queues.clear()
+            self._producers.clear()
             await backend.close()
 
     @property
@@ -164,12 +165,13 @@ class App:
 
     # -- producing --------------------------------------------------------------------------
 
-    def queue(self, name: str) -> Queue:
-        """The handle of queue ``name`` (the app must be connected: ``connect``)."""
-        found = self._queues.get(name)
+    def producer(self, name: str) -> Producer:
+        """What enqueues on queue ``name`` (the app must be connected: ``connect``); for the
+        admin side too, ``relaymq.Queue(name, app)``."""
+        found = self._producers.get(name)
         if found is None:
-            found = Queue(name, self.ops, serializer=self.serializer, settings=self.settings)
-            self._queues[found.name] = found
+            found = Producer(name, self.ops, serializer=self.serializer, settings=self.settings)
+            self._producers[found.name] = found
         return found
 
     async def enqueue(self, call: Call[R]) -> JobHandle[R]:
@@ -177,7 +179,7 @@ class App:
         its options name, if any; connects first when needed."""
         app = self if call.options.backend is None else self.over(call.options.backend)
         await app.connect()
-        return await app.queue(call.options.queue).add(call)
+        return await app.producer(call.options.queue).add(call)
 
     # -- declaring --------------------------------------------------------------------------
 

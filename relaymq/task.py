@@ -23,7 +23,7 @@ from relaymq.errors import ConfigError, TaskNotFoundError
 from relaymq.flows import dependency_ids, dependency_policy
 from relaymq.models import Models, models_of
 from relaymq.options import Call, Options, check_text
-from relaymq.queue import JobHandle
+from relaymq.producer import JobHandle
 from relaymq.retry import Backoff
 
 if TYPE_CHECKING:

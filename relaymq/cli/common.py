@@ -132,7 +132,7 @@ async def connect_waiting(url: str, timeout: float) -> Backend:
 async def known_queue(app: App, name: str) -> Queue:
     """The handle of queue ``name``; ``NotFound`` unless it holds jobs, is paused or a live
     worker serves it (so a mistyped name changes nothing)."""
-    queue = app.queue(name)  # validates the name first: a bad one is a usage error
+    queue = Queue(name, app)  # validates the name first: a bad one is a usage error
     names = await app.ops.list_queues()
     if name not in names and not any(name in w.queues for w in await app.ops.list_workers()):
         known = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")

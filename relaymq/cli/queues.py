@@ -37,7 +37,7 @@ def queue_list(backend: str, as_json: bool) -> None:
     async def collect(app: App) -> dict[str, tuple[dict[JobState, int], bool]]:
         out = {}
         for name in await app.ops.list_queues():
-            q = app.queue(name)
+            q = Queue(name, app)
             out[name] = (await q.counts(), await q.is_paused())
         return out
 
@@ -145,7 +145,7 @@ def queue_limits(
         raise click.UsageError("--clear removes the limits: give it alone")
 
     async def go(app: App) -> Limits | None:
-        q = app.queue(queue)
+        q = Queue(queue, app)
         if not changing:
             return await q.limits()
         return await q.set_limits(max_active=max_active, rate=rate, key_rate=key_rate)

@@ -67,7 +67,7 @@ def workers(backend: str, as_json: bool) -> None:
 async def collect_counts(app: App) -> dict[str, tuple[dict[JobState, int], bool]]:
     out = {}
     for name in await app.ops.list_queues():
-        queue = app.queue(name)
+        queue = Queue(name, app)
         out[name] = (await queue.counts(), await queue.is_paused())
     return out
 

@@ -100,7 +100,7 @@ class RelayMQ:
         (``Depends(relay.queue("emails"))``), or call it with a Starlette request."""
 
         def get(request: Request) -> Queue:
-            return Queue(name, self.app.ops, settings=self.settings)
+            return Queue(name, self.app, settings=self.settings)
 
         return get
 

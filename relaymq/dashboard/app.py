@@ -174,7 +174,7 @@ class Dashboard:
         return self.render(request, "overview.html", rows=rows, states=STATES)
 
     async def _queue_row(self, name: str) -> dict[str, Any]:
-        q = self.app.queue(name)
+        q = Queue(name, self.app)
         counts, paused, tallies = await asyncio.gather(q.counts(), q.is_paused(), q.history(1440))
         minute = int(time.time() // 60)
         hour = charts.window(tallies, "last hour", minute, 60, 60)
@@ -219,7 +219,7 @@ class Dashboard:
     async def dlq(self, request: Request) -> Response:
         sections = []
         for name in await self.app.ops.list_queues():
-            q = self.app.queue(name)
+            q = Queue(name, self.app)
             counts = await q.counts()
             if not any(counts.get(s, 0) for s in DLQ):
                 continue
@@ -328,7 +328,7 @@ class Dashboard:
     async def dlq_action(self, request: Request, form: FormData) -> Response:
         """Replay (retry) or purge (remove) dead-lettered jobs of one queue: the ticked ones,
         or every one (``every``)."""
-        q = self.app.queue(validate_queue_name(str(form.get("queue", ""))))
+        q = Queue(validate_queue_name(str(form.get("queue", ""))), self.app)
         what = str(form.get("action", ""))
         ids = [str(i) for i in form.getlist("ids")]
         selection: dict[str, Any] = {"state": DLQ} if form.get("every") else {"job_ids": ids}
@@ -418,7 +418,7 @@ class Dashboard:
         return "gone" if job is None else job.state.value
 
     def _queue(self, request: Request) -> Queue:
-        return self.app.queue(validate_queue_name(request.path_params["queue"]))
+        return Queue(validate_queue_name(request.path_params["queue"]), self.app)
 
 
 def create_app(

@@ -96,7 +96,7 @@ async def _demo(folder: Path, total: int) -> int:
         for wid in ("demo-w1", "demo-w2"):
             workers[wid] = await _start_worker(wid, url, folder)
         await _until_online(online, set(workers))
-        queue = app.queue(tasks.QUEUE)
+        queue = Queue(tasks.QUEUE, app)
         planned = plan(total)
         started = time.monotonic()
         for k in range(0, len(planned), 500):

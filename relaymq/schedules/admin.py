@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from relaymq.backends.base import Backend, Clock, StoredSchedule
 from relaymq.errors import CorruptRecordError, ScheduleNotFoundError
 from relaymq.instrumented import Instrumented
-from relaymq.queue import JobHandle
+from relaymq.producer import JobHandle
 from relaymq.schedules.spec import Schedule, check_schedule_id
 
 

@@ -9,7 +9,6 @@ import pytest
 import pytest_asyncio
 
 from relaymq import Queue, Settings, Worker
-from relaymq.app import default_app
 from relaymq.backends.base import Backend
 from tests.conftest import MakeBackend
 from tests.support.jobs import queue_name
@@ -37,8 +36,7 @@ async def live(make_backend: MakeBackend) -> Backend:
 
 @pytest.fixture
 def queue(live: Backend, q: str) -> Queue:
-    """The queue ``q`` of the default app (the one of ``tests.tasks``) on ``live``."""
-    return Queue(q, default_app().over(live).ops, settings=FAST)
+    return Queue(q, live, settings=FAST)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from relaymq import JobFailedError, Queue, tracing
-from relaymq.app import default_app
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.errors import RelayError
 from tests.support import observed_tasks as observed
@@ -125,7 +124,7 @@ async def test_a_refused_enqueue_ends_its_span_as_an_error(
     backend = SQLiteBackend(f"sqlite:///{tmp_path}/missing.db")
     backend.create_missing = False
     with pytest.raises(RelayError):
-        await default_app().over(backend).queue("nowhere").add(observed.log_async.call("lost"))
+        await Queue("nowhere", backend).add(observed.log_async.call("lost"))
     await backend.close()
     [producer] = named(spans, "send nowhere")
     assert producer.status.status_code is StatusCode.ERROR

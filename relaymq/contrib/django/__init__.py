@@ -127,7 +127,7 @@ class RelayMQBackend(BaseTaskBackend):
 
     async def _queue(self, name: str) -> relaymq.Queue:
         await self.app.connect()
-        return self.app.queue(name)
+        return relaymq.Queue(name, self.app)
 
     async def _enqueue(
         self, task: DjangoTask, args: list[Any], kwargs: dict[str, Any]
