@@ -79,7 +79,11 @@ class App:
         self._options = options
         self._ops: Instrumented | None = None
         self._producers: dict[str, Producer] = {}
-        self._over: weakref.WeakKeyDictionary[Backend, App] = weakref.WeakKeyDictionary()
+        self._paused: weakref.WeakKeyDictionary[Backend, dict[str, tuple[float, bool]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Per backend (this app's own, and those it is used ``over``): which queues its
+        enqueues last saw paused, and when (``Instrumented.paused_seen``)."""
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -118,7 +122,10 @@ class App:
     def use(self, backend: Backend | None) -> None:
         """Use ``backend`` (connected) from now on; None: forget it, so the next use
         connects again (and settings read from the environment are read again)."""
-        self._ops = None if backend is None else Instrumented(backend, hooks=self.hooks)
+        self._ops = None
+        if backend is not None:
+            seen = self._paused.setdefault(backend, {})
+            self._ops = Instrumented(backend, hooks=self.hooks, paused_seen=seen)
         self._producers.clear()
         if backend is None and not self._given_settings:
             self._settings = None
@@ -143,25 +150,26 @@ class App:
 
     def over(self, backend: Backend) -> App:
         """This app on another backend (a task's ``backend=`` option, ``Worker(backend)``):
-        the same tasks, limits, schedules, observers and settings, its own facade."""
+        the same tasks, limits, schedules, observers and settings, its own facade (which
+        shares what this app's enqueues saw of paused queues on that backend)."""
         if self._ops is not None and self._ops.backend is backend:
             return self
-        found = self._over.get(backend)
-        if found is None:
-            found = App(settings=self._settings, serializer=self.serializer)
-            found.tasks, found.limits, found.schedules = self.tasks, self.limits, self.schedules
-            found.hooks = self.hooks
-            found.use(backend)
-            self._over[backend] = found
+        found = self._sharing(App(settings=self._settings, serializer=self.serializer))
+        found.use(backend)
         return found
 
     def on(self, url: str, **options: Any) -> App:
         """This app on the backend at ``url`` (connected on first use: ``connect``; closed
         by ``close``): the same tasks, limits, schedules, observers and settings."""
-        found = App(url, settings=self._settings, serializer=self.serializer, **options)
-        found.tasks, found.limits, found.schedules = self.tasks, self.limits, self.schedules
-        found.hooks = self.hooks
-        return found
+        return self._sharing(
+            App(url, settings=self._settings, serializer=self.serializer, **options)
+        )
+
+    def _sharing(self, other: App) -> App:
+        """``other``, made to share this app's declarations, observers and pause views."""
+        other.tasks, other.limits, other.schedules = self.tasks, self.limits, self.schedules
+        other.hooks, other._paused = self.hooks, self._paused
+        return other
 
     # -- producing --------------------------------------------------------------------------
 
@@ -223,18 +231,31 @@ class App:
         and fire it (``relaymq.schedules``); ``missed`` says what becomes of ticks missed
         while no worker ran (``skip``, ``once`` or ``all``)."""
         options = Options(
-            queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
-            priority=priority, backend=backend, sandbox=sandbox,
-        )  # fmt: skip
+            queue=queue,
+            retries=retries,
+            backoff=backoff,
+            ttl=ttl,
+            timeout=timeout,
+            priority=priority,
+            backend=backend,
+            sandbox=sandbox,
+        )
         options.validate()
         when: dict[str, Any] = {}
         if cron is not None or every is not None:
             when = {"cron": cron, "every": every, "tz": tz, "missed": missed}
         return Declare(self, name, options, when)
 
-    def limit(self, queue: str, *, max_active: int | None = None,
-              rate: int | str | None = None, per: float = 1.0,
-              key_rate: int | str | None = None, key_per: float = 1.0) -> Limits:  # fmt: skip
+    def limit(
+        self,
+        queue: str,
+        *,
+        max_active: int | None = None,
+        rate: int | str | None = None,
+        per: float = 1.0,
+        key_rate: int | str | None = None,
+        key_per: float = 1.0,
+    ) -> Limits:
         """Declare ``queue``'s limits in code: at most ``max_active`` of its jobs active at
         once, at most ``rate`` starts per ``per`` seconds (or ``rate="100/m"``), and at most
         ``key_rate`` starts per ``key_per`` seconds for each limit key, over every worker.
@@ -283,8 +304,7 @@ class App:
 class Declare:
     """``@app.task(...)``: registers the function it decorates as a task of the app."""
 
-    def __init__(self, app: App, name: str | None, options: Options,
-                 when: dict[str, Any]) -> None:  # fmt: skip
+    def __init__(self, app: App, name: str | None, options: Options, when: dict[str, Any]) -> None:
         self.app = app
         self.name = name
         self.options = options

@@ -170,15 +170,21 @@ class Instrumented:
     """A backend, instrumented. Methods keep the backend's names and return its answers."""
 
     def __init__(
-        self, backend: Backend, *, window: float = EVENT_WINDOW, hooks: Hooks | None = None
+        self,
+        backend: Backend,
+        *,
+        window: float = EVENT_WINDOW,
+        hooks: Hooks | None = None,
+        paused_seen: dict[str, tuple[float, bool]] | None = None,
     ) -> None:
         self.backend = backend
         self.window = window
         self.hooks = hooks or Hooks()
         """The observers told what happens (its app's: ``App.observe``)."""
-        self.paused_seen: dict[str, tuple[float, bool]] = {}
-        """Per queue: when this facade last learnt whether the queue is paused, and the
-        answer. Enqueues read it so that they need no extra round trip of their own."""
+        self.paused_seen: dict[str, tuple[float, bool]] = {} if paused_seen is None else paused_seen
+        """Per queue: when this facade (or its app, on this backend) last learnt whether the
+        queue is paused, and the answer. Enqueues read it so that they need no extra round
+        trip of their own."""
         self._pending: list[events.Event] = []
         self._wanted = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
@@ -188,7 +194,9 @@ class Instrumented:
     def sibling(self) -> Instrumented:
         """A facade over the same backend and observers, with an event batch of its own (a
         worker's: ``batching``)."""
-        return Instrumented(self.backend, window=self.window, hooks=self.hooks)
+        return Instrumented(
+            self.backend, window=self.window, hooks=self.hooks, paused_seen=self.paused_seen
+        )
 
     def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
         """The per-call hook: every backend call runs inside ``with self._call(op):``."""

@@ -52,10 +52,16 @@ class JobHandle(Generic[R]):
     """
 
     def __init__(
-        self, ops: Instrumented | Backend, queue: str, job_id: str, *, duplicate: bool = False,
-        serializer: Serializer = DEFAULT_SERIALIZER, paused: bool | None = None,
+        self,
+        ops: Instrumented | Backend,
+        queue: str,
+        job_id: str,
+        *,
+        duplicate: bool = False,
+        serializer: Serializer = DEFAULT_SERIALIZER,
+        paused: bool | None = None,
         models: Models | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
         """The facade the handle reads through (its app's)."""
         self.queue = queue
@@ -128,12 +134,14 @@ class JobHandle(Generic[R]):
                     job is not None and not job.terminal and await self.ops.is_paused(self.queue)
                 )
         except (RelayError, OSError, TimeoutError) as e:
-            return ResultTimeoutError(f"{where}; its state could not be read: {e!r}",
-                                      self.id, self.queue, None)  # fmt: skip
+            return ResultTimeoutError(
+                f"{where}; its state could not be read: {e!r}", self.id, self.queue, None
+            )
         if job is None:
             return ResultTimeoutError(f"{where}: it no longer exists", self.id, self.queue, None)
-        return ResultTimeoutError(f"{where}: {_standing(job, paused)}", self.id, self.queue,
-                                  job.state.value)  # fmt: skip
+        return ResultTimeoutError(
+            f"{where}: {_standing(job, paused)}", self.id, self.queue, job.state.value
+        )
 
 
 _DIAGNOSE_WITHIN = 5.0
@@ -144,11 +152,15 @@ def _standing(job: Job, paused: bool) -> str:
     """Where a job that has not ended stands, in words, for a ``ResultTimeoutError``."""
     last = f" (attempt {job.attempts} failed: {job.error})" if job.attempts and job.error else ""
     if paused and job.state in (JobState.WAITING, JobState.DELAYED):
-        return (f"it is {job.state.value}{last} and queue {job.queue!r} is paused: no worker "
-                "claims its jobs until Queue.resume()")  # fmt: skip
+        return (
+            f"it is {job.state.value}{last} and queue {job.queue!r} is paused: no worker "
+            "claims its jobs until Queue.resume()"
+        )
     if job.state is JobState.WAITING:
-        return (f"still waiting{last}: no worker has claimed it; is a worker running on "
-                f"queue {job.queue!r} (relaymq worker MODULE -q {job.queue})?")  # fmt: skip
+        return (
+            f"still waiting{last}: no worker has claimed it; is a worker running on "
+            f"queue {job.queue!r} (relaymq worker MODULE -q {job.queue})?"
+        )
     if job.state is JobState.DELAYED:
         due = (
             ""
@@ -157,8 +169,10 @@ def _standing(job: Job, paused: bool) -> str:
         )
         return f"delayed{due}{last}: a worker will claim it once it is due"
     if job.state is JobState.ACTIVE:
-        return (f"still running: attempt {job.attempts} of {job.max_attempts} on worker "
-                f"{job.worker_id or '?'}")  # fmt: skip
+        return (
+            f"still running: attempt {job.attempts} of {job.max_attempts} on worker "
+            f"{job.worker_id or '?'}"
+        )
     return f"it ended {job.state.value} just as the deadline passed"
 
 
@@ -218,15 +232,21 @@ class Producer:
         if seen is None or time.monotonic() - seen[0] >= PAUSE_CHECK_EVERY:
             # Asked alongside the enqueue, so it adds no latency (and at most one call per
             # queue every PAUSE_CHECK_EVERY seconds).
-            answers, paused = await asyncio.gather(self.ops.enqueue(new_jobs),
-                                                   self._check_paused())  # fmt: skip
+            answers, paused = await asyncio.gather(self.ops.enqueue(new_jobs), self._check_paused())
         else:
             answers, paused = await self.ops.enqueue(new_jobs), seen[1]
         return [
-            JobHandle(self.ops, self.name, a.id, duplicate=a.duplicate,
-                      serializer=self.serializer, paused=paused, models=c.task.models)
+            JobHandle(
+                self.ops,
+                self.name,
+                a.id,
+                duplicate=a.duplicate,
+                serializer=self.serializer,
+                paused=paused,
+                models=c.task.models,
+            )
             for a, c in zip(answers, calls, strict=True)
-        ]  # fmt: skip
+        ]
 
     async def add_flow(self, flow: Flow) -> list[JobHandle[Any]]:
         """Enqueue a flow in one batch: the handles of its jobs, children before their parent,
@@ -240,8 +260,11 @@ class Producer:
             return None
         self._saw_paused(paused)
         if paused:
-            log.warning("queue %r is paused: jobs are accepted, but no worker claims them "
-                        "until Queue.resume()", self.name)  # fmt: skip
+            log.warning(
+                "queue %r is paused: jobs are accepted, but no worker claims them "
+                "until Queue.resume()",
+                self.name,
+            )
         return paused
 
     def _saw_paused(self, paused: bool) -> None:
@@ -268,11 +291,23 @@ class Producer:
                     f"payload of {len(payload)} bytes is over max_payload_bytes={limit}"
                 )
             job_id = o.job_id or random_ids[32 * k : 32 * k + 32]
-            out.append(NewJob(self.name, job_id, call.task.name, payload, o.priority,
-                              o.start_delay(), o.ttl, o.retries + 1, o.timeout,
-                              rule=o.rule(), depends_on=o.depends_on,
-                              on_dependency_failure=o.on_dependency_failure,
-                              limit_key=o.limit_key))  # fmt: skip
+            out.append(
+                NewJob(
+                    self.name,
+                    job_id,
+                    call.task.name,
+                    payload,
+                    o.priority,
+                    o.start_delay(),
+                    o.ttl,
+                    o.retries + 1,
+                    o.timeout,
+                    rule=o.rule(),
+                    depends_on=o.depends_on,
+                    on_dependency_failure=o.on_dependency_failure,
+                    limit_key=o.limit_key,
+                )
+            )
         return out
 
     async def _check_dependencies(self, jobs: Sequence[NewJob]) -> None:
@@ -284,8 +319,10 @@ class Producer:
         found = await self.ops.get_jobs(self.name, outside)
         missing = [i for i, job in zip(outside, found, strict=True) if job is None]
         if missing:
-            raise ConfigError(f"depends_on names {', '.join(map(repr, missing))}: no such job "
-                              f"in queue {self.name!r}")  # fmt: skip
+            raise ConfigError(
+                f"depends_on names {', '.join(map(repr, missing))}: no such job "
+                f"in queue {self.name!r}"
+            )
 
 
 def _not_found(queue: str, job_id: str) -> JobNotFoundError:

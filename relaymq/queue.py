@@ -130,8 +130,13 @@ class Queue(Producer):
         """Manual retry / DLQ replay of every selected failed, expired or cancelled job (all
         three when no state is given); how many are waiting again."""
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
-        return await bulk.apply(self.ops, self.name, selection, _RETRYABLE,
-                                lambda ids: self.ops.retry_jobs(self.name, ids))  # fmt: skip
+        return await bulk.apply(
+            self.ops,
+            self.name,
+            selection,
+            _RETRYABLE,
+            lambda ids: self.ops.retry_jobs(self.name, ids),
+        )
 
     async def cancel_jobs(
         self, job_ids: Iterable[str] | None = None, *,
@@ -142,8 +147,9 @@ class Queue(Producer):
         """Cancel every selected waiting, delayed or active job (all three when no state is
         given); how many are now cancelled."""
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
-        return await bulk.apply(self.ops, self.name, selection, _LIVE,
-                                lambda ids: self.ops.cancel_jobs(self.name, ids))  # fmt: skip
+        return await bulk.apply(
+            self.ops, self.name, selection, _LIVE, lambda ids: self.ops.cancel_jobs(self.name, ids)
+        )
 
     async def remove_jobs(
         self, job_ids: Iterable[str] | None = None, *,
@@ -157,8 +163,13 @@ class Queue(Producer):
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
         if selection.empty:
             raise ConfigError("remove_jobs needs job ids, a state, a task or an age")
-        return await bulk.apply(self.ops, self.name, selection, tuple(JobState),
-                                lambda ids: self.ops.remove_jobs(self.name, ids))  # fmt: skip
+        return await bulk.apply(
+            self.ops,
+            self.name,
+            selection,
+            tuple(JobState),
+            lambda ids: self.ops.remove_jobs(self.name, ids),
+        )
 
     async def pause(self) -> None:
         """Stop workers everywhere from claiming this queue's jobs; enqueues still succeed."""

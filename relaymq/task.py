@@ -80,9 +80,13 @@ class Task(Generic[P, R]):
     """A registered function plus default options."""
 
     def __init__(
-        self, fn: Callable[..., Any], name: str, options: Options, takes_context: bool,
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        options: Options,
+        takes_context: bool,
         app: Enqueuer | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.app = app
         """The app that registered it (``@app.task``; ``@relaymq.task``: the default app),
         which its ``enqueue`` goes through."""
@@ -121,8 +125,10 @@ class Task(Generic[P, R]):
         """Enqueue one job through the task's app, on the task's backend if it names one;
         returns its handle."""
         if self.app is None:
-            raise ConfigError(f"task {self.name!r} belongs to no app: define it with @app.task "
-                              "or @relaymq.task, or enqueue it with Queue.add")  # fmt: skip
+            raise ConfigError(
+                f"task {self.name!r} belongs to no app: define it with @app.task "
+                "or @relaymq.task, or enqueue it with Queue.add"
+            )
         return await self.app.enqueue(self.call(*args, **kwargs))
 
     def with_options(

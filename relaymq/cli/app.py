@@ -79,9 +79,15 @@ def _settings_epilog() -> str:
 
 @cli.command(epilog=_settings_epilog())
 @click.argument("module", required=False)
-@click.option("--app", "-A", "app_path", envvar="RELAYMQ_APP", show_envvar=True,
-              help="MODULE:NAME of the relaymq.App to work (default: MODULE's only App, "
-              "else the default app of @relaymq.task).")  # fmt: skip
+@click.option(
+    "--app",
+    "-A",
+    "app_path",
+    envvar="RELAYMQ_APP",
+    show_envvar=True,
+    help="MODULE:NAME of the relaymq.App to work (default: MODULE's only App, "
+    "else the default app of @relaymq.task).",
+)
 @click.option("--queue", "-q", "queues", multiple=True, envvar="RELAYMQ_QUEUES",
               show_envvar=True,
               help="Queue to work (repeatable; default: its tasks' queues).")  # fmt: skip
@@ -123,8 +129,9 @@ def worker(
             raise ConfigProblem(str(e)) from e
     app, found = import_app(module_name, app_name or None)
     if app.url and click.get_current_context().get_parameter_source("backend") in (
-        click.core.ParameterSource.DEFAULT, None,
-    ):  # fmt: skip
+        click.core.ParameterSource.DEFAULT,
+        None,
+    ):
         backend = app.url  # the app's own URL, unless --backend or RELAYMQ_BACKEND says
     settings = settings_from_env(
         backend=backend, concurrency=concurrency, connect_timeout=connect_timeout

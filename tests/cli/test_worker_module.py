@@ -152,9 +152,15 @@ async def test_a_worker_works_the_app_its_module_names(tmp_path: Path, how: list
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_LOG_LEVEL": "INFO"}
     env.pop("RELAYMQ_BACKEND", None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", *how, cwd=tmp_path, env=env,
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        *how,
+        cwd=tmp_path,
+        env=env,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     backend = await connect(url)
     try:
         total: Task[[int, int], int] = Task(_total, "shop.total", Options(queue=q), False)
