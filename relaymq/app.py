@@ -34,8 +34,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 from relaymq import backends
 from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError
-from relaymq.instrumented import Hooks, Instrumented, Observer
+from relaymq.instrumented import Instrumented
 from relaymq.limits import Limits, make_limits
+from relaymq.observers import Hooks, Observer
 from relaymq.options import DEFAULT_QUEUE, Call, Options, validate_queue_name
 from relaymq.producer import JobHandle, Producer
 from relaymq.retry import DEFAULT_BACKOFF, Backoff

@@ -57,8 +57,9 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
 
 from relaymq.app import App, default_app
 from relaymq.backends.base import Backend, Enqueued, Outcome, Recovered, Settle
-from relaymq.instrumented import Instrumented, Observer
+from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState, NewJob
+from relaymq.observers import Observer
 
 __all__ = ["Metrics", "QueueGauges", "asgi_app", "process_metrics"]
 

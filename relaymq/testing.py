@@ -13,6 +13,7 @@ from relaymq import instrumented
 from relaymq.app import App
 from relaymq.backends.base import Backend, Outcome, Settle
 from relaymq.job import Job, JobState
+from relaymq.observers import Observer
 from relaymq.settings import Settings
 
 
@@ -107,7 +108,7 @@ async def _left(
     return ", ".join(left) or None
 
 
-class _Failures(instrumented.Observer):
+class _Failures(Observer):
     """Collects the error of each job of ``queues`` whose failure for good the backend stored
     (from the worker itself: events may be dropped when the backend is busy)."""
 

@@ -34,8 +34,8 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
 
 from relaymq.app import App, default_app
 from relaymq.backends.base import Enqueued, Outcome, Settle
-from relaymq.instrumented import Observer
 from relaymq.job import Job, NewJob
+from relaymq.observers import Observer
 
 __all__ = ["Tracing", "instrument", "uninstrument"]
 

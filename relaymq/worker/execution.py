@@ -20,8 +20,8 @@ from typing import Any
 from relaymq.app import default_app
 from relaymq.backends.base import Outcome, Settle
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
-from relaymq.instrumented import Hooks
 from relaymq.job import DependencyPolicy, Job, JobState, error_line
+from relaymq.observers import Hooks
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
 from relaymq.settings import Settings

@@ -87,9 +87,8 @@ class WorkerStats:
 
 
 class Worker:
-    """Runs the jobs of ``queues`` with the tasks of ``app`` (connected: ``App.connect``), up
-    to ``settings.concurrency`` at once (default: the app's settings). Given a backend rather
-    than an app, it works the default app's tasks on it."""
+    """Runs jobs from ``queues`` with the tasks of ``app`` (connected; given a backend: the
+    default app's), up to ``settings.concurrency`` at once (default: the app's settings)."""
 
     def __init__(
         self,
@@ -110,8 +109,7 @@ class Worker:
         self.app = app if isinstance(app, App) else default_app().over(app)
         base = settings or self.app.settings
         self.settings = base.replace(concurrency=concurrency) if concurrency else base
-        self.ops = self.app.ops.sibling()
-        """The app's facade, with an event batch of this worker's own."""
+        self.ops = self.app.ops.sibling()  # the app's facade, with an event batch of its own
         self.backend = backend = self.ops.backend
         self.queues = list(dict.fromkeys(queues))
         self.serializer = serializer
@@ -150,17 +148,15 @@ class Worker:
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
             pool=self._pool, sandbox=self._sandbox, get_jobs=self.ops.get_jobs,
-            max_result_bytes=self.settings.max_result_bytes,
-            import_prefixes=self.settings.import_prefixes, tasks=self.app.tasks,
-            hooks=self.app.hooks,
+            max_result_bytes=self.settings.max_result_bytes, tasks=self.app.tasks,
+            import_prefixes=self.settings.import_prefixes, hooks=self.app.hooks,
         )  # fmt: skip
         self._rotation = 0
         self._watch = (
             LoopWatch(backend, self._claims, self.info,
                       interval=self.settings.heartbeat_interval,
-                      max_blocked=self.settings.max_blocked,
-                      registry_ttl=self._registry_ttl, unblocked=self._unblocked,
-                      tasks=self.app.tasks)
+                      max_blocked=self.settings.max_blocked, tasks=self.app.tasks,
+                      registry_ttl=self._registry_ttl, unblocked=self._unblocked)
             if self.settings.max_blocked > 0 else None
         )  # fmt: skip
         self._maintenance = Maintenance(

@@ -10,7 +10,7 @@ import pytest
 
 from relaymq import Queue
 from relaymq.app import observe, unobserve
-from relaymq.instrumented import Observer
+from relaymq.observers import Observer
 from tests import tasks
 from tests.worker.conftest import RunWorker
 
