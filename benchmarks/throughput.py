@@ -45,6 +45,7 @@ from benchmarks.tasks import (  # noqa: E402
 )
 from relaymq import Queue, Settings, Worker, connect, events  # noqa: E402
 from relaymq.backends.base import Backend  # noqa: E402
+from relaymq.instrumented import Instrumented  # noqa: E402
 from relaymq.job import JobState  # noqa: E402
 
 
@@ -86,7 +87,7 @@ async def worker_process(
     backend: Backend, url: str, queue: str, concurrency: int
 ) -> AsyncIterator[int]:
     """A ``relaymq worker`` process on ``queue``, online when this yields its pid."""
-    online = await events.subscribe(backend)
+    online = await Instrumented(backend).subscribe()
     try:
         env = {**os.environ, "RELAYMQ_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
         proc = await asyncio.create_subprocess_exec(

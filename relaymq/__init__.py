@@ -1,6 +1,7 @@
 """relaymq: an at-least-once job queue for asyncio Python."""
 
-from relaymq.backends import connect, set_default_backend
+from relaymq.app import App, limit, schedule, set_default_backend, task
+from relaymq.backends import connect
 from relaymq.backends.base import Backend
 from relaymq.errors import (
     ArgumentValidationError,
@@ -21,19 +22,19 @@ from relaymq.errors import (
 from relaymq.events import Event
 from relaymq.flows import Flow
 from relaymq.job import TERMINAL, Claim, DependencyPolicy, Job, JobState
-from relaymq.limits import limit
 from relaymq.options import Call
 from relaymq.queue import JobHandle, Queue
 from relaymq.records.limits import Limits
 from relaymq.records.store import Capabilities
 from relaymq.retry import exponential, fixed
-from relaymq.schedules import Schedule, Schedules, schedule
+from relaymq.schedules import Schedule, Schedules
 from relaymq.settings import Settings
-from relaymq.task import JobContext, Task, task
+from relaymq.task import JobContext, Task
 from relaymq.worker import Worker
 
 __all__ = [
     "TERMINAL",
+    "App",
     "ArgumentValidationError",
     "Backend",
     "BackendError",

@@ -13,8 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError
+from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState
 
 PAGE = 500
@@ -83,7 +83,7 @@ class Selection:
 
 
 async def apply(
-    backend: Backend, queue: str, selection: Selection, defaults: Sequence[JobState],
+    ops: Instrumented, queue: str, selection: Selection, defaults: Sequence[JobState],
     action: Action, page: int = PAGE,
 ) -> int:  # fmt: skip
     """Run ``action`` over the selected jobs of ``queue``, a page at a time; how many changed.
@@ -98,7 +98,7 @@ async def apply(
         for at in range(0, len(selection.ids), page):
             chunk = list(selection.ids[at : at + page])
             if selection.narrowed or selection.states is not None:
-                found = await backend.get_jobs(queue, chunk)
+                found = await ops.get_jobs(queue, chunk)
                 chunk = [j.id for j in found if j is not None and selection.matches(j, now)]
             if chunk:
                 total += sum(await action(chunk))
@@ -107,7 +107,7 @@ async def apply(
     for state in selection.states or defaults:
         offset = 0
         while True:
-            jobs = await backend.list_jobs(queue, state, offset, page)
+            jobs = await ops.list_jobs(queue, state, offset, page)
             chosen = [j.id for j in jobs if selection.matches(j, now)]
             changed = sum(await action(chosen)) if chosen else 0
             total += changed
@@ -118,19 +118,19 @@ async def apply(
 
 
 async def find(
-    backend: Backend, queue: str, state: JobState, selection: Selection, offset: int, limit: int,
+    ops: Instrumented, queue: str, state: JobState, selection: Selection, offset: int, limit: int,
     page: int = PAGE,
 ) -> list[Job]:  # fmt: skip
     """The jobs in ``state`` that ``selection`` matches, skipping ``offset`` of them, at most
     ``limit``. Without a task or age this is one listing; with one it reads pages of the state
     until enough matched (the cost of the jobs read, not of the queue unless nothing matches)."""
     if not selection.narrowed:
-        return await backend.list_jobs(queue, state, offset, limit)
+        return await ops.list_jobs(queue, state, offset, limit)
     now = selection.now if selection.now is not None else time.time()
     out: list[Job] = []
     skip, at = offset, 0
     while len(out) < limit:
-        jobs = await backend.list_jobs(queue, state, at, page)
+        jobs = await ops.list_jobs(queue, state, at, page)
         for job in jobs:
             if not selection.matches(job, now):
                 continue

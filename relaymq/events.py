@@ -1,13 +1,13 @@
 """Events: the names, the ``Event`` record and its wire form (``relaymq.records.events``, the
-one home of the format), and publishing and subscribing through a backend's notifier."""
+one home of the format), and a decoded subscription (``Instrumented.publish`` and
+``Instrumented.subscribe`` reach the backend's notifier)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 
-from relaymq.backends.base import Backend
 from relaymq.records.events import (
     EVENT_NAMES,
     JOB_ACTIVE,
@@ -59,15 +59,7 @@ __all__ = [
     "decode",
     "encode",
     "enqueued",
-    "publish",
-    "subscribe",
 ]
-
-
-async def publish(backend: Backend, events: Sequence[Event]) -> None:
-    """Publish ``events`` to every subscriber of ``backend``, in one backend call."""
-    if events:
-        await backend.publish([encode(events)])
 
 
 class Subscription:
@@ -102,8 +94,3 @@ class Subscription:
         with contextlib.suppress(asyncio.CancelledError):
             await self._pump
         await self._raw.aclose()
-
-
-async def subscribe(backend: Backend) -> Subscription:
-    """Start a subscription (live when this returns); iterate it for decoded events."""
-    return Subscription(await backend.subscribe())

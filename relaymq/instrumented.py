@@ -1,15 +1,18 @@
 """The instrumented facade: every call the core makes on a backend that changes or reports jobs.
 
-``Queue``, ``Worker`` and ``Maintenance`` call the backend only through ``Instrumented``, so
+``Queue``, ``Worker``, ``Maintenance`` and the rest call the backend only through it, so
 what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call,
 and the events of each call go out through ``_report`` (worker outcomes, batched) or
 ``_announce`` (producer and admin actions, at once). Backends publish events themselves in one
 place only: ``enqueue_announced``, which stores jobs and sends their events in one round trip
 where the backend can, and the facade decides when it is called.
 
-Observers (``relaymq.metrics``, ``relaymq.tracing``) are told what happened through the
-``Observer`` hooks, installed process-wide with ``observe``. With none installed, each hook
-point costs one attribute read.
+Observers (``relaymq.observers``: ``relaymq.metrics``, ``relaymq.tracing``) are told what
+happened through the ``Observer`` hooks of the facade's ``hooks``, its app's (``App.observe``).
+With none installed, each hook point costs one attribute read.
+
+Nothing else calls a backend method: the layers above (``App``, ``Queue``, the worker, the
+schedules, the CLI and the dashboard) go through here (``tests/unit/test_layering.py``).
 
 Events from a worker's hot path are batched: they wait at most ``window`` seconds to be
 published together, one backend call for many jobs. Producer and admin events are published
@@ -21,9 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from relaymq import events, registry
@@ -31,6 +33,7 @@ from relaymq.backends.base import Backend
 from relaymq.backends.meta import MetaStore
 from relaymq.errors import BackendError
 from relaymq.job import Job, JobState, NewJob
+from relaymq.observers import UNOBSERVED, Hooks, observer_log
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
@@ -49,12 +52,9 @@ from relaymq.records.store import (
 
 log = logging.getLogger("relaymq.events")
 recovery_log = logging.getLogger("relaymq.recovery")
-observer_log = logging.getLogger("relaymq.observers")
 
 EVENT_WINDOW = 0.05
 """Seconds worker events wait to be published together."""
-
-_UNOBSERVED = contextlib.nullcontext()
 
 OUTCOME_EVENT = {
     Outcome.COMPLETE: events.JOB_COMPLETED,
@@ -66,143 +66,51 @@ OUTCOME_EVENT = {
 }
 
 
-class Observer:
-    """Told what the core does with jobs. Every hook here does nothing; an observer overrides
-    those it needs. Hooks run on the worker's hot path: keep them cheap; they must not raise.
-    """
-
-    def call(self, op: str) -> contextlib.AbstractContextManager[object] | None:
-        """A context around one backend call named ``op``; None: not interested."""
-        return None
-
-    def enqueuing(self, jobs: Sequence[NewJob]) -> Sequence[NewJob]:
-        """Before ``jobs`` are stored: the jobs to store instead (tracing stamps each with its
-        ``traceparent``); the very list returned is the one ``enqueued`` receives."""
-        return jobs
-
-    def enqueued(
-        self, jobs: Sequence[NewJob], answers: Sequence[Enqueued] | None,
-        error: BaseException | None,
-    ) -> None:  # fmt: skip
-        """``jobs`` were stored (``answers``), or the backend refused them (``error``)."""
-
-    def claimed(self, jobs: Sequence[Job]) -> None:
-        """A worker claimed ``jobs`` (records as the claim returned them)."""
-
-    def attempt(self, job: Job) -> contextlib.AbstractContextManager[object] | None:
-        """A context around one attempt of ``job`` (the handler runs inside, in the job's own
-        task and, for a plain function, in a copy of its context); None: not interested."""
-        return None
-
-    def handler_raised(self, job: Job, error: BaseException) -> None:
-        """The handler of ``job`` raised ``error`` (inside ``attempt``)."""
-
-    def attempt_ended(self, job: Job, settle: Settle | None, ran_for: float | None) -> None:
-        """The attempt decided ``settle`` (None: the claim was lost); ``ran_for``: seconds the
-        handler ran (None: it never started). Called inside ``attempt``."""
-
-    def settled(self, job: Job, settle: Settle, applied: bool) -> None:
-        """The backend stored ``settle`` (``applied``), or refused it: the claim was lost."""
-
-    def claim_lost(self, job: Job) -> None:
-        """A heartbeat or the fenced start check found ``job``'s claim lost."""
-
-    def recovered(self, queue: str, found: Recovered) -> None:
-        """One stalled-recovery pass over ``queue`` did ``found``."""
-
-
-class _Hooks:
-    """The installed observers: a tuple replaced (never changed) on each install."""
-
-    observers: tuple[Observer, ...] = ()
-    lock = threading.Lock()
-
-
-HOOKS = _Hooks()
-
-
-def observe(observer: Observer) -> None:
-    """Install ``observer`` in this process (again: no change)."""
-    with HOOKS.lock:
-        if observer not in HOOKS.observers:
-            HOOKS.observers = (*HOOKS.observers, observer)
-
-
-def unobserve(observer: Observer) -> None:
-    """Remove ``observer`` (not installed: no change)."""
-    with HOOKS.lock:
-        HOOKS.observers = tuple(o for o in HOOKS.observers if o is not observer)
-
-
-@contextlib.contextmanager
-def _around(contexts: list[contextlib.AbstractContextManager[object]]) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        for c in contexts:
-            stack.enter_context(c)
-        yield
-
-
-def around(
-    make: Callable[[Observer], contextlib.AbstractContextManager[object] | None],
-) -> contextlib.AbstractContextManager[object]:
-    """The contexts the installed observers want around something (``make(observer)``: its
-    ``call`` or ``attempt``), nested; a shared no-op when none wants one."""
-    observers = HOOKS.observers
-    if not observers:
-        return _UNOBSERVED
-    contexts = []
-    for o in observers:
-        try:
-            if (c := make(o)) is not None:
-                contexts.append(c)
-        except Exception:
-            observer_log.exception("observer %r failed", o)
-    if not contexts:
-        return _UNOBSERVED
-    return contexts[0] if len(contexts) == 1 else _around(contexts)
-
-
-def tell(hook: Callable[[Observer], object]) -> None:
-    """Run ``hook(observer)`` for every installed observer: one that raises is logged, never
-    raised into the core (a metric must not fail a job)."""
-    for o in HOOKS.observers:
-        try:
-            hook(o)
-        except Exception:
-            observer_log.exception("observer %r failed", o)
-
-
-def claim_lost(job: Job) -> None:
-    """Tell the observers a worker found ``job``'s claim lost."""
-    if HOOKS.observers:
-        tell(lambda o: o.claim_lost(job))
-
-
 class Instrumented(MetaStore):
     """A backend, instrumented. Methods keep the backend's names and return its answers. It is
     a meta store too, so what is written on the meta store (``relaymq.registry``,
     ``relaymq.schedules.store``, leases) goes through it."""
 
-    def __init__(self, backend: Backend, *, window: float = EVENT_WINDOW) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        window: float = EVENT_WINDOW,
+        hooks: Hooks | None = None,
+        paused_seen: dict[str, tuple[float, bool]] | None = None,
+    ) -> None:
         self.backend = backend
         self.window = window
+        self.hooks = hooks or Hooks()
+        """The observers told what happens (its app's: ``App.observe``)."""
+        self.paused_seen: dict[str, tuple[float, bool]] = {} if paused_seen is None else paused_seen
+        """Per queue: when this facade (or its app, on this backend) last learnt whether the
+        queue is paused, and the answer. Enqueues read it so that they need no extra round
+        trip of their own."""
         self._pending: list[events.Event] = []
         self._wanted = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
         self._publishing = asyncio.Lock()
         """Held while events are published: the batcher is never stopped inside a publish."""
 
+    def sibling(self) -> Instrumented:
+        """A facade over the same backend and observers, with an event batch of its own (a
+        worker's: ``batching``)."""
+        return Instrumented(
+            self.backend, window=self.window, hooks=self.hooks, paused_seen=self.paused_seen
+        )
+
     def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
         """The per-call hook: every backend call runs inside ``with self._call(op):``."""
-        if not HOOKS.observers:
-            return _UNOBSERVED
-        return around(lambda o: o.call(op))
+        if not self.hooks.observers:
+            return UNOBSERVED
+        return self.hooks.around(lambda o: o.call(op))
 
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
-        observers = HOOKS.observers
+        observers = self.hooks.observers
         for o in observers:
             try:
                 jobs = o.enqueuing(jobs)
@@ -214,10 +122,10 @@ class Instrumented(MetaStore):
         except BaseException as e:
             refused = e
             if observers:
-                tell(lambda o: o.enqueued(jobs, None, refused))
+                self.hooks.tell(lambda o: o.enqueued(jobs, None, refused))
             raise
         if observers:
-            tell(lambda o: o.enqueued(jobs, answers, None))
+            self.hooks.tell(lambda o: o.enqueued(jobs, answers, None))
         return answers
 
     # -- worker -----------------------------------------------------------------------------
@@ -230,8 +138,8 @@ class Instrumented(MetaStore):
 
     def _claimed(self, batch: ClaimBatch, worker_id: str) -> None:
         if batch.jobs:
-            if HOOKS.observers:
-                tell(lambda o: o.claimed(batch.jobs))
+            if self.hooks.observers:
+                self.hooks.tell(lambda o: o.claimed(batch.jobs))
             now = time.time()
             self._report(
                 events.Event(events.JOB_ACTIVE, j.queue, now, j.id,
@@ -268,9 +176,9 @@ class Instrumented(MetaStore):
     def _settled(self, outcomes: Sequence[tuple[Job, Settle]], applied: list[bool]) -> None:
         now = time.time()
         reported = []
-        if HOOKS.observers:
+        if self.hooks.observers:
             for (job, s), ok in zip(outcomes, applied, strict=True):
-                tell(lambda o: o.settled(job, s, ok))  # noqa: B023 - called at once
+                self.hooks.tell(lambda o: o.settled(job, s, ok))  # noqa: B023 - called at once
         for (job, s), ok in zip(outcomes, applied, strict=True):
             data: dict[str, Any] = {"attempt": job.attempts}
             if not ok:
@@ -286,7 +194,8 @@ class Instrumented(MetaStore):
     def claim_lost(self, job: Job) -> None:
         """A heartbeat or the fenced start check found ``job``'s claim lost: the worker writes
         nothing more for it; reported as ``job:claim_lost``."""
-        claim_lost(job)
+        if self.hooks.observers:
+            self.hooks.tell(lambda o: o.claim_lost(job))
         data = {"attempt": job.attempts}
         self._report([events.Event(events.JOB_CLAIM_LOST, job.queue, time.time(), job.id, data)])
 
@@ -309,8 +218,8 @@ class Instrumented(MetaStore):
         """One recovery pass over ``queue``; every job it moved is logged and announced."""
         with self._call("recover_stalled"):
             found = await self.backend.recover_stalled(queue, threshold, max_stalled)
-        if HOOKS.observers:
-            tell(lambda o: o.recovered(queue, found))
+        if self.hooks.observers:
+            self.hooks.tell(lambda o: o.recovered(queue, found))
         for job_id in found.requeued:
             recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
         for job_id in found.failed:
@@ -441,7 +350,51 @@ class Instrumented(MetaStore):
         with self._call("lease"):
             return await self.backend.lease(name, owner, ttl)
 
+    async def drain(self, queue: str) -> int:
+        with self._call("drain"):
+            return await self.backend.drain(queue)
+
+    async def obliterate(self, queue: str) -> None:
+        with self._call("obliterate"):
+            await self.backend.obliterate(queue)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get_job(self, queue: str, job_id: str) -> Job | None:
+        with self._call("get_job"):
+            return await self.backend.get_job(queue, job_id)
+
+    async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
+        with self._call("get_jobs"):
+            return await self.backend.get_jobs(queue, ids)
+
+    async def list_jobs(
+        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+    ) -> list[Job]:
+        with self._call("list_jobs"):
+            return await self.backend.list_jobs(queue, state, offset, limit)
+
+    async def counts(self, queue: str) -> dict[JobState, int]:
+        with self._call("counts"):
+            return await self.backend.counts(queue)
+
+    async def list_limits(self) -> dict[str, Limits]:
+        with self._call("list_limits"):
+            return await self.backend.list_limits()
+
+    async def list_queues(self) -> list[str]:
+        with self._call("list_queues"):
+            return await self.backend.list_queues()
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """The live workers (``relaymq.registry``, on the meta store)."""
+        return await registry.list_workers(self)
+
     # -- history ----------------------------------------------------------------------------
+
+    async def tallies(self, queue: str, since: int) -> list[Tally]:
+        with self._call("tallies"):
+            return await self.backend.tallies(queue, since)
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
         with self._call("add_tallies"):
@@ -456,6 +409,18 @@ class Instrumented(MetaStore):
         data = {"worker": info.id, "queues": list(info.queues)}
         return events.Event(name, info.queues[0], time.time(), None, data)
 
+    # -- events -----------------------------------------------------------------------------
+
+    async def publish(self, published: Sequence[events.Event]) -> None:
+        """Publish ``published`` to every subscriber, in one backend call."""
+        with self._call("publish"):
+            if published:
+                await self.backend.publish([events.encode(published)])
+
+    async def subscribe(self) -> events.Subscription:
+        """Start a subscription (live when this returns); iterate it for decoded events."""
+        return events.Subscription(await self.backend.subscribe())
+
     # -- reporting --------------------------------------------------------------------------
 
     async def _announce_one(
@@ -465,8 +430,7 @@ class Instrumented(MetaStore):
 
     async def _announce(self, announced: Sequence[events.Event]) -> None:
         """Producer and admin actions: published before the call returns."""
-        with self._call("publish"):
-            await events.publish(self.backend, announced)
+        await self.publish(announced)
 
     def _report(self, reported: Any) -> None:
         """Worker outcomes: batched, published within ``window`` by ``batching``."""
@@ -495,8 +459,7 @@ class Instrumented(MetaStore):
             if not pending:
                 return
             try:
-                with self._call("publish"):
-                    await events.publish(self.backend, pending)
+                await self.publish(pending)
             except BackendError as e:
                 log.warning("could not publish %d events: %s", len(pending), e)
             except Exception:  # an event must never take a worker down

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from relaymq.errors import ConfigError
-from relaymq.options import validate_queue_name
 from relaymq.records.limits import Limits
 
 
@@ -43,30 +42,9 @@ def parse_rate(text: str) -> tuple[int, float]:
     return rate, per
 
 
-DEFINED: dict[str, Limits] = {}
-"""Limits defined in code (``limit``), by queue; each worker stores those of its queues when
-it starts, so the code's limits hold from the next deploy on."""
-
-
-def limit(queue: str, *, max_active: int | None = None, rate: int | str | None = None,
-          per: float = 1.0, key_rate: int | str | None = None,
-          key_per: float = 1.0) -> Limits:  # fmt: skip
-    """Define ``queue``'s limits in code: at most ``max_active`` of its jobs active at once,
-    at most ``rate`` starts per ``per`` seconds (or ``rate="100/m"``), and at most
-    ``key_rate`` starts per ``key_per`` seconds for each limit key, over every worker.
-
-    Workers of the queue store them when they start; ``Queue.set_limits`` (or ``relaymq queue
-    limits``) changes them at run time, until the next worker start stores these again.
-    """
-    validate_queue_name(queue)
-    limits = make_limits(max_active, rate, per, key_rate, key_per)
-    DEFINED[queue] = limits
-    return limits
-
-
 def make_limits(max_active: int | None, rate: int | str | None, per: float,
                 key_rate: int | str | None, key_per: float) -> Limits:  # fmt: skip
-    """``Limits`` from the arguments of ``limit`` and ``Queue.set_limits`` (rates may be
+    """``Limits`` from the arguments of ``App.limit`` and ``Queue.set_limits`` (rates may be
     written ``"100/m"``)."""
     if isinstance(rate, str):
         rate, per = parse_rate(rate)

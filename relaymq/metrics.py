@@ -55,9 +55,11 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
         "relaymq.metrics needs prometheus-client: pip install 'relaymq[metrics]'"
     ) from e
 
+from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
-from relaymq.instrumented import Observer, observe, unobserve
+from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState, NewJob
+from relaymq.observers import Observer
 from relaymq.records.store import Enqueued, Outcome, Recovered, Settle
 
 __all__ = ["Metrics", "QueueGauges", "asgi_app", "process_metrics"]
@@ -177,18 +179,19 @@ class Metrics(Observer):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def install(self) -> Metrics:
-        """Start counting what this process does (again: no change); returns ``self``."""
-        observe(self)
+    def install(self, app: App | None = None) -> Metrics:
+        """Start counting what ``app`` (default: the default app) does here (again: no
+        change); returns ``self``."""
+        (app or default_app()).observe(self)
         return self
 
-    def uninstall(self) -> None:
+    def uninstall(self, app: App | None = None) -> None:
         """Stop counting; the values counted so far stay on the registry."""
-        unobserve(self)
+        (app or default_app()).unobserve(self)
 
     def watch(
-        self, backend: Backend, queues: Sequence[str] | None = None, *, max_age: float = 5.0,
-        timeout: float = 5.0,
+        self, backend: Instrumented | Backend, queues: Sequence[str] | None = None, *,
+        max_age: float = 5.0, timeout: float = 5.0,
     ) -> QueueGauges:  # fmt: skip
         """Serve per-queue gauges of ``queues`` (None: every queue the backend lists), read
         from ``backend`` when scraped, at most once per ``max_age`` seconds. Replaces what an
@@ -292,10 +295,12 @@ class QueueGauges(Collector):
     ``collect()`` never blocks: it serves the last reading."""
 
     def __init__(
-        self, backend: Backend, queues: Sequence[str] | None = None, *, max_age: float = 5.0,
-        timeout: float = 5.0,
+        self, backend: Instrumented | Backend, queues: Sequence[str] | None = None, *,
+        max_age: float = 5.0, timeout: float = 5.0,
     ) -> None:  # fmt: skip
-        self.backend = backend
+        raw = backend.backend if isinstance(backend, Instrumented) else backend
+        self.ops = Instrumented(raw)
+        """Where the gauges are read: a facade of its own, so the reads are not counted."""
         self.queues = list(queues) if queues is not None else None
         self.max_age = max_age
         self.timeout = timeout
@@ -327,9 +332,9 @@ class QueueGauges(Collector):
                 async with asyncio.timeout(self.timeout):
                     names = self.queues
                     if names is None:
-                        names = await self.backend.list_queues()
-                    counts = await asyncio.gather(*(self.backend.counts(q) for q in names))
-                    paused = await asyncio.gather(*(self.backend.is_paused(q) for q in names))
+                        names = await self.ops.list_queues()
+                    counts = await asyncio.gather(*(self.ops.counts(q) for q in names))
+                    paused = await asyncio.gather(*(self.ops.is_paused(q) for q in names))
                 self._snapshot = (dict(zip(names, counts, strict=True)),
                                   dict(zip(names, paused, strict=True)), True)  # fmt: skip
             except Exception as e:

@@ -15,23 +15,28 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from relaymq.arguments import Parameters
-from relaymq.backends import default_backend
-from relaymq.errors import TaskNotFoundError
+from relaymq.errors import ConfigError, TaskNotFoundError
 from relaymq.flows import dependency_ids, dependency_policy
 from relaymq.models import Models, models_of
-from relaymq.options import DEFAULT_QUEUE, Call, Options, check_text
-from relaymq.queue import JobHandle, Queue
-from relaymq.retry import DEFAULT_BACKOFF, Backoff
+from relaymq.options import Call, Options, check_text
+from relaymq.producer import JobHandle
+from relaymq.retry import Backoff
 
 if TYPE_CHECKING:
     from relaymq.backends.base import Backend
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Enqueuer(Protocol):
+    """Where a task's jobs go: its app (``relaymq.App``)."""
+
+    async def enqueue(self, call: Call[R]) -> JobHandle[R]: ...
 
 
 class JobContext:
@@ -75,8 +80,16 @@ class Task(Generic[P, R]):
     """A registered function plus default options."""
 
     def __init__(
-        self, fn: Callable[..., Any], name: str, options: Options, takes_context: bool
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        options: Options,
+        takes_context: bool,
+        app: Enqueuer | None = None,
     ) -> None:
+        self.app = app
+        """The app that registered it (``@app.task``; ``@relaymq.task``: the default app),
+        which its ``enqueue`` goes through."""
         self.fn = fn
         self.name = check_text(name, "task name", max_length=None)
         self.options = options
@@ -109,9 +122,14 @@ class Task(Generic[P, R]):
         return Call(self, args, kwargs, self.options)
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        """Enqueue one job on the task's backend (or the default one); returns its handle."""
-        backend = self.options.backend or await default_backend()
-        return await Queue(self.options.queue, backend).add(self.call(*args, **kwargs))
+        """Enqueue one job through the task's app, on the task's backend if it names one;
+        returns its handle."""
+        if self.app is None:
+            raise ConfigError(
+                f"task {self.name!r} belongs to no app: define it with @app.task "
+                "or @relaymq.task, or enqueue it with Queue.add"
+            )
+        return await self.app.enqueue(self.call(*args, **kwargs))
 
     def with_options(
         self,
@@ -161,7 +179,7 @@ class Task(Generic[P, R]):
         }  # fmt: skip
         options = dataclasses.replace(self.options, **changes)
         options.validate()
-        copy: Task[P, R] = Task(self.fn, self.name, options, self.takes_context)
+        copy: Task[P, R] = Task(self.fn, self.name, options, self.takes_context, self.app)
         copy._models = self._models
         copy._parameters = self._parameters
         return copy
@@ -171,85 +189,7 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
 
-REGISTRY: dict[str, Task[Any, Any]] = {}
-"""Every task defined in this process, by name."""
-
-
-class _Decorator:
-    def __init__(self, name: str | None, options: Options, when: dict[str, Any]) -> None:
-        self.name = name
-        self.options = options
-        self.when = when
-        """``cron``/``every``, ``tz`` and ``missed``: the task's schedule, if it has one."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[Concatenate[JobContext, P], Coroutine[Any, Any, R]]
-    ) -> Task[P, R]: ...
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> Task[P, R]: ...
-    @overload
-    def __call__(self, fn: Callable[Concatenate[JobContext, P], R]) -> Task[P, R]: ...
-    @overload
-    def __call__(self, fn: Callable[P, R]) -> Task[P, R]: ...
-    def __call__(self, fn: Callable[..., Any]) -> Task[Any, Any]:
-        name = self.name or f"{fn.__module__}:{fn.__qualname__}"
-        t: Task[Any, Any] = Task(fn, name, self.options, _takes_context(fn))
-        REGISTRY[name] = t
-        if self.when:
-            from relaymq.schedules import schedule  # it imports this module
-
-            schedule(t, **self.when)
-        return t
-
-
-def task(
-    name: str | None = None,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    retries: int = 0,
-    backoff: Backoff | float = DEFAULT_BACKOFF,
-    ttl: float | None = None,
-    timeout: float | None = None,
-    priority: int = 0,
-    backend: Backend | None = None,
-    sandbox: bool = False,
-    cron: str | None = None,
-    every: float | None = None,
-    tz: str = "UTC",
-    missed: str = "skip",
-) -> _Decorator:
-    """Register a function as a task. Its name defaults to its import path ``pkg.mod:func``
-    (a task defined in a script run as ``__main__`` needs an importable module, or an explicit
-    ``name``). A worker runs the tasks registered by the module it was started with
-    (``relaymq worker MODULE``): it never imports a module because a job names it.
-
-    ``timeout`` limits one attempt, counted as a failed attempt (retried while ``retries``
-    remain). An async handler is cancelled when it passes. A plain function runs in one of
-    the worker's threads, which cannot be stopped: it is told through ``JobContext.cancelled``
-    and keeps its slot and its claim (still renewed) until it returns, and only then is the
-    attempt settled as failed, so the next attempt never runs beside an overrunning one.
-
-    ``sandbox=True`` runs each attempt in a child process of the worker instead, which a
-    timeout, a cancel or the worker's shutdown kills for real, and whose crash fails or retries
-    the attempt (``relaymq.worker.sandbox``). The task must live in an importable module.
-
-    ``cron`` (with ``tz``) or ``every`` (seconds) also schedule it, with no arguments, under
-    its name as the schedule id: the workers serving its queue store the schedule and fire it
-    (``relaymq.schedules``); ``missed`` says what becomes of ticks missed while no worker
-    ran (``skip``, ``once`` or ``all``)."""
-    options = Options(
-        queue=queue, retries=retries, backoff=backoff, ttl=ttl, timeout=timeout,
-        priority=priority, backend=backend, sandbox=sandbox,
-    )  # fmt: skip
-    options.validate()
-    when: dict[str, Any] = {}
-    if cron is not None or every is not None:
-        when = {"cron": cron, "every": every, "tz": tz, "missed": missed}
-    return _Decorator(name, options, when)
-
-
-def _takes_context(fn: Callable[..., Any]) -> bool:
+def takes_context(fn: Callable[..., Any]) -> bool:
     params = list(inspect.signature(fn).parameters.values())
     if not params:
         return False
@@ -259,29 +199,34 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     )
 
 
-def resolve(name: str, import_prefixes: Iterable[str] = ()) -> Task[Any, Any]:
-    """The task registered as ``name`` in this process (by the modules the worker was started
-    with). A job's task name is data anyone who can write to the backend controls: it never
-    makes this process import a module, unless that module is listed in ``import_prefixes``
-    (a module or a package whose modules may be imported by name, ``Settings.import_prefixes``).
+def resolve(
+    registry: Mapping[str, Task[Any, Any]], name: str, import_prefixes: Iterable[str] = ()
+) -> Task[Any, Any]:
+    """The task registered as ``name`` in ``registry`` (an app's ``tasks``, declared by the
+    modules the worker was started with). A job's task name is data anyone who can write to
+    the backend controls: it never makes this process import a module, unless that module is
+    listed in ``import_prefixes`` (a module or a package whose modules may be imported by
+    name, ``Settings.import_prefixes``).
 
     Only functions decorated with ``@task`` can be run, never arbitrary callables.
     """
-    found = REGISTRY.get(name)
+    found = registry.get(name)
     if found is not None:
         return found
     module_name = name.partition(":")[0]
     if any(module_name == p or module_name.startswith(p + ".") for p in import_prefixes):
-        return import_task(name)
+        return import_task(registry, name)
     raise TaskNotFoundError(f"unknown task {name!r}: not registered in this worker")
 
 
-def import_task(name: str, module: str | None = None) -> Task[Any, Any]:
+def import_task(
+    registry: Mapping[str, Task[Any, Any]], name: str, module: str | None = None
+) -> Task[Any, Any]:
     """The task ``name``, importing ``module`` first (by default the part of ``name`` before
     ``:``). For names written in code or by an operator (``schedule("app.tasks:cleanup")``,
     ``relaymq schedule add``), never for a stored job's name (``resolve``).
     """
-    found = REGISTRY.get(name)
+    found = registry.get(name)
     if found is not None:
         return found
     module_name, sep, attr = name.partition(":")
@@ -292,7 +237,7 @@ def import_task(name: str, module: str | None = None) -> Task[Any, Any]:
         imported = importlib.import_module(module_name)
     except ImportError as e:
         raise TaskNotFoundError(f"unknown task {name!r}: cannot import {module_name!r}: {e}") from e
-    found = REGISTRY.get(name)
+    found = registry.get(name)
     obj = getattr(imported, attr, None) if found is None and sep else found
     if not isinstance(obj, Task):
         raise TaskNotFoundError(f"unknown task {name!r}: {module_name} has no @task {attr!r}")

@@ -10,8 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relaymq import instrumented
+from relaymq.app import App
 from relaymq.backends.base import Backend
 from relaymq.job import Job, JobState
+from relaymq.observers import Observer
 from relaymq.records.store import Outcome, Settle
 from relaymq.settings import Settings
 
@@ -47,26 +49,28 @@ class Drained:
 
 
 async def drain(
-    backend: Backend,
+    app: App | Backend,
     queues: Sequence[str],
     *,
     within: float = 30.0,
     wait_for_delayed: bool = False,
     settings: Settings | None = None,
 ) -> Drained:
-    """Run every job of ``queues`` in this process, with a real ``Worker`` on ``backend`` (any
-    backend), until none is waiting or active (nor delayed, with ``wait_for_delayed``: then
-    retries with backoff run too). Returns what ran; ``TimeoutError`` naming what is left when
-    that takes longer than ``within`` seconds. The tasks must be importable here."""
+    """Run every job of ``queues`` in this process, with a real ``Worker`` of ``app`` (or of
+    the default app on a backend given as such, any backend), until none is waiting or active
+    (nor delayed, with ``wait_for_delayed``: then retries with backoff run too). Returns what
+    ran; ``TimeoutError`` naming what is left when that takes longer than ``within`` seconds.
+    The tasks must be importable here."""
     from relaymq.worker import Worker
 
-    worker = Worker(backend, list(queues), settings=settings or Settings())
+    worker = Worker(app, list(queues), settings=settings or Settings())
     failures = _Failures(set(queues))
-    instrumented.observe(failures)
+    worker.app.observe(failures)
+    ops = worker.ops
     running = asyncio.create_task(worker.run())
     try:
         deadline = time.monotonic() + within
-        while (left := await _left(backend, queues, wait_for_delayed)) is not None:
+        while (left := await _left(ops, queues, wait_for_delayed)) is not None:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"drain: {left} after {within}s")
             seen = worker.stats.completed + worker.stats.retried + worker.stats.failed
@@ -79,31 +83,33 @@ async def drain(
     finally:
         worker.stop()
         await running
-        instrumented.unobserve(failures)
+        worker.app.unobserve(failures)
     s = worker.stats
-    delayed = sum([(await backend.counts(q))[JobState.DELAYED] for q in queues])
+    delayed = sum([(await ops.counts(q))[JobState.DELAYED] for q in queues])
     return Drained(
         s.completed, s.retried, s.failed, s.expired, s.cancelled, delayed, failures.errors
     )
 
 
-async def _left(backend: Backend, queues: Sequence[str], wait_for_delayed: bool) -> str | None:
+async def _left(
+    ops: instrumented.Instrumented, queues: Sequence[str], wait_for_delayed: bool
+) -> str | None:
     """What still has to run, in words; None when nothing does. Blocked jobs count (their
     dependencies run here), and so do delayed ones already due (a released flow parent)."""
     states = [JobState.BLOCKED, JobState.WAITING, JobState.ACTIVE] + (
         [JobState.DELAYED] if wait_for_delayed else [])  # fmt: skip
     left = []
     for q in queues:
-        counts = await backend.counts(q)
+        counts = await ops.counts(q)
         left += [f"{counts[s]} {s.value} in {q}" for s in states if counts[s]]
         if counts[JobState.DELAYED] and not wait_for_delayed:
-            first = await backend.list_jobs(q, JobState.DELAYED, 0, 1)
+            first = await ops.list_jobs(q, JobState.DELAYED, 0, 1)
             if first and (first[0].run_at or 0.0) <= time.time():
                 left.append(f"delayed jobs due in {q}")
     return ", ".join(left) or None
 
 
-class _Failures(instrumented.Observer):
+class _Failures(Observer):
     """Collects the error of each job of ``queues`` whose failure for good the backend stored
     (from the worker itself: events may be dropped when the backend is busy)."""
 

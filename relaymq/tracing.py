@@ -32,8 +32,9 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installed extras
     raise ImportError("relaymq.tracing needs opentelemetry-api: pip install 'relaymq[otel]'") from e
 
-from relaymq.instrumented import HOOKS, Observer, observe, unobserve
+from relaymq.app import App, default_app
 from relaymq.job import Job, NewJob
+from relaymq.observers import Observer
 from relaymq.records.store import Enqueued, Outcome, Settle
 
 __all__ = ["Tracing", "instrument", "uninstrument"]
@@ -135,17 +136,18 @@ class Tracing(Observer):
             span.set_status(Status(StatusCode.ERROR, summary[-1] if summary else None))
 
 
-def instrument(tracer_provider: TracerProvider | None = None) -> Tracing:
-    """Trace what this process enqueues and runs (see the module docstring); replaces an
-    earlier ``instrument``. Returns the installed observer."""
-    uninstrument()
+def instrument(tracer_provider: TracerProvider | None = None, *, app: App | None = None) -> Tracing:
+    """Trace what ``app`` (default: the default app) enqueues and runs (see the module
+    docstring); replaces an earlier ``instrument``. Returns the installed observer."""
+    uninstrument(app=app)
     tracing = Tracing(tracer_provider)
-    observe(tracing)
+    (app or default_app()).observe(tracing)
     return tracing
 
 
-def uninstrument() -> None:
-    """Stop tracing in this process (not instrumented: no change)."""
-    for observer in HOOKS.observers:
+def uninstrument(*, app: App | None = None) -> None:
+    """Stop tracing ``app`` (default: the default app; not instrumented: no change)."""
+    app = app or default_app()
+    for observer in app.observers:
         if isinstance(observer, Tracing):
-            unobserve(observer)
+            app.unobserve(observer)

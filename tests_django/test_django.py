@@ -15,8 +15,8 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
 import relaymq
+from relaymq.app import default_app
 from relaymq.contrib.django import RUNNER, RelayMQBackend
-from relaymq.task import REGISTRY
 from tests_django import djtasks
 
 
@@ -94,7 +94,7 @@ def test_a_job_naming_a_module_outside_the_installed_apps_imports_nothing(
     monkeypatch.syspath_prepend(str(tmp_path))
     backend = task_backends["default"]
     assert isinstance(backend, RelayMQBackend)
-    runner = REGISTRY[RUNNER]
+    runner = default_app().tasks[RUNNER]
 
     async def plant() -> str:
         relay = await relaymq.connect(backend.url)

@@ -1,18 +1,15 @@
-"""``connect(url)``: pick a backend by URL scheme, importing its driver only when asked for;
-and the default backend that tasks enqueue on when they name none."""
+"""``connect(url)``: pick a backend by URL scheme, importing its driver only when asked for.
+(The default backend that tasks enqueue on is the default app's: ``relaymq.app``.)"""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
 from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError, UnknownBackendError
 from relaymq.records.store import Clock
-from relaymq.settings import Settings
 
 # scheme -> (module, class, extra that installs its driver)
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
@@ -69,27 +66,3 @@ async def connect(url: str, *, clock: Clock | None = None, **options: Any) -> Ba
     backend = from_url(url, clock=clock, **options)
     await backend.connect()
     return backend
-
-
-_default: Backend | None = None
-_default_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
-"""One guard per event loop: an ``asyncio.Lock`` that waited once is bound to its loop, and a
-process may run several loops one after another (``asyncio.run`` in scripts, the CLI, tests)."""
-
-
-def set_default_backend(backend: Backend | None) -> None:
-    """The backend ``Task.enqueue`` uses when the task names none."""
-    global _default
-    _default = backend
-
-
-async def default_backend() -> Backend:
-    """The default backend, connected on first use from ``RELAYMQ_BACKEND``."""
-    global _default
-    loop = asyncio.get_running_loop()
-    async with _default_locks.setdefault(loop, asyncio.Lock()):
-        if _default is None:
-            _default = await connect(Settings.from_env().backend)
-        return _default

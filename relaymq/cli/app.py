@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
+from relaymq.app import App, default_app
 from relaymq.backends import from_url
-from relaymq.backends.base import Backend
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.cli.common import (
     LOOPS,
@@ -30,7 +30,7 @@ from relaymq.cli.common import (
     loop_factory,
     run,
     settings_from_env,
-    with_backend,
+    with_app,
 )
 from relaymq.cli.dashboard import dashboard
 from relaymq.cli.dlq import dlq_group
@@ -47,7 +47,7 @@ from relaymq.cli.workers import stats, workers
 from relaymq.errors import ConfigError
 from relaymq.options import validate_queue_name
 from relaymq.settings import Settings
-from relaymq.task import REGISTRY, Task
+from relaymq.task import Task
 from relaymq.worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -78,7 +78,16 @@ def _settings_epilog() -> str:
 
 
 @cli.command(epilog=_settings_epilog())
-@click.argument("module")
+@click.argument("module", required=False)
+@click.option(
+    "--app",
+    "-A",
+    "app_path",
+    envvar="RELAYMQ_APP",
+    show_envvar=True,
+    help="MODULE:NAME of the relaymq.App to work (default: MODULE's only App, "
+    "else the default app of @relaymq.task).",
+)
 @click.option("--queue", "-q", "queues", multiple=True, envvar="RELAYMQ_QUEUES",
               show_envvar=True,
               help="Queue to work (repeatable; default: its tasks' queues).")  # fmt: skip
@@ -99,23 +108,36 @@ def _settings_epilog() -> str:
               "(default 60; 0: exit at once).")  # fmt: skip
 @backend_option
 def worker(
-    module: str, queues: tuple[str, ...], concurrency: int | None, worker_id: str | None,
-    metrics_port: int | None, loop: str, connect_timeout: float | None, backend: str,
+    module: str | None, app_path: str | None, queues: tuple[str, ...], concurrency: int | None,
+    worker_id: str | None, metrics_port: int | None, loop: str, connect_timeout: float | None,
+    backend: str,
 ) -> None:  # fmt: skip
-    """Import MODULE (which defines @task functions, schedules and limits) and work its
-    queues, or only those named with -q, until SIGTERM/SIGINT."""
+    """Import MODULE (which declares tasks, schedules and limits on its app) and work its
+    queues, or only those named with -q, until SIGTERM/SIGINT. MODULE:NAME (or -A) names the
+    app; MODULE alone works its only relaymq.App, or the default app of @relaymq.task."""
+    if app_path is not None and module is not None and module != app_path.partition(":")[0]:
+        raise ConfigProblem(f"give MODULE or --app, not both ({module!r}, {app_path!r})")
+    target = app_path or module
+    if target is None:
+        raise ConfigProblem("name the MODULE to work (or --app MODULE:NAME)")
     new_loop = loop_factory(loop)
-    settings = settings_from_env(
-        backend=backend, concurrency=concurrency, connect_timeout=connect_timeout
-    )
+    module_name, _, app_name = target.partition(":")
     for name in queues:
         try:
             validate_queue_name(name)
         except ConfigError as e:
             raise ConfigProblem(str(e)) from e
-    found = import_tasks(module)
-    names = list(queues) or queues_of(module, found)
-    run(lambda: _work(settings, names, worker_id, metrics_port), new_loop)
+    app, found = import_app(module_name, app_name or None)
+    if app.url and click.get_current_context().get_parameter_source("backend") in (
+        click.core.ParameterSource.DEFAULT,
+        None,
+    ):
+        backend = app.url  # the app's own URL, unless --backend or RELAYMQ_BACKEND says
+    settings = settings_from_env(
+        backend=backend, concurrency=concurrency, connect_timeout=connect_timeout
+    )
+    names = list(queues) or queues_of(module_name, found)
+    run(lambda: _work(app, settings, names, worker_id, metrics_port), new_loop)
 
 
 def discover_queues(module_name: str) -> list[str]:
@@ -132,9 +154,16 @@ def queues_of(module_name: str, found: list[Task[Any, Any]]) -> list[str]:
 
 
 def import_tasks(module_name: str) -> list[Task[Any, Any]]:
+    """The tasks of ``module_name``'s app, importing it (``import_app``)."""
+    return import_app(module_name)[1]
+
+
+def import_app(module_name: str, app_name: str | None = None) -> tuple[App, list[Task[Any, Any]]]:
     """Import ``module_name`` with the working directory on ``sys.path``, as a worker always
-    does first (its tasks, schedules and limits are then defined); the tasks that importing it
-    registered (whatever their names) and those it holds as attributes (re-exported ones too).
+    does first (its tasks, schedules and limits are then declared); its app (the attribute
+    ``app_name``; without it the module's only ``App``, else the default app) and the tasks
+    of that app that importing it declared (whatever their names), those it holds as
+    attributes (re-exported ones too) and those named after it.
 
     A module that does not import is one line naming the file and line of the failure."""
     if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
@@ -144,16 +173,28 @@ def import_tasks(module_name: str) -> list[Task[Any, Any]]:
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    known = set(REGISTRY)
+    known = set(default_app().tasks)
     try:
         module = importlib.import_module(module_name)
     except Exception as e:
         problem = _import_failure(module_name, e)
         raise ConfigProblem(f"cannot import {module_name!r}: {problem}") from None
-    found = [t for name, t in REGISTRY.items() if name not in known]
-    found += [t for t in vars(module).values() if isinstance(t, Task)]
-    found += [t for t in REGISTRY.values() if t.name.startswith(module_name + ":")]
-    return list({id(t): t for t in found}.values())
+    app = _app_of(module, module_name, app_name)
+    tasks = app.tasks
+    found = [t for name, t in tasks.items() if app is not default_app() or name not in known]
+    found += [t for t in vars(module).values() if isinstance(t, Task) and t.app in (app, None)]
+    found += [t for t in tasks.values() if t.name.startswith(module_name + ":")]
+    return app, list({id(t): t for t in found}.values())
+
+
+def _app_of(module: Any, module_name: str, app_name: str | None) -> App:
+    if app_name is not None:
+        app = getattr(module, app_name, None)
+        if not isinstance(app, App):
+            raise ConfigProblem(f"{module_name}:{app_name} is not a relaymq.App")
+        return app
+    apps = list({id(a): a for a in vars(module).values() if isinstance(a, App)}.values())
+    return apps[0] if len(apps) == 1 else default_app()
 
 
 def _import_failure(module_name: str, e: Exception) -> str:
@@ -173,15 +214,18 @@ def _import_failure(module_name: str, e: Exception) -> str:
 
 
 async def _work(
-    settings: Settings, queues: list[str], worker_id: str | None, metrics_port: int | None
-) -> None:
+    app: App, settings: Settings, queues: list[str], worker_id: str | None,
+    metrics_port: int | None,
+) -> None:  # fmt: skip
     backend = await connect_waiting(settings.backend, settings.connect_timeout)
+    app.use(backend)
     try:
-        stop_metrics = await _serve_metrics(backend, queues, metrics_port)
+        stop_metrics = await _serve_metrics(app, queues, metrics_port)
     except BaseException:
+        app.use(None)
         await backend.close()
         raise
-    w = Worker(backend, queues, settings=settings, worker_id=worker_id)
+    w = Worker(app, queues, settings=settings, worker_id=worker_id)
     loop = asyncio.get_running_loop()
     stops = 0
 
@@ -200,12 +244,11 @@ async def _work(
         await w.run()
     finally:
         stop_metrics()
+        app.use(None)
         await backend.close()
 
 
-async def _serve_metrics(
-    backend: Backend, queues: list[str], port: int | None
-) -> Callable[[], None]:
+async def _serve_metrics(app: App, queues: list[str], port: int | None) -> Callable[[], None]:
     """Count this process's work and serve it, with the queues' gauges, on ``port``; returns
     what stops serving (nothing to stop without a port)."""
     if port is None:
@@ -214,20 +257,20 @@ async def _serve_metrics(
         from relaymq.metrics import process_metrics
     except ImportError as e:
         raise ConfigError(f"--metrics-port: {e}") from e
-    metrics = process_metrics().install()
-    metrics.watch(backend, queues)
+    metrics = process_metrics().install(app)
+    metrics.watch(app.ops, queues)
     await metrics.refresh()  # the gauges learn the loop they are read on
     try:
         server = metrics.serve(port)
     except OSError as e:
-        metrics.uninstall()
+        metrics.uninstall(app)
         raise ConfigError(f"cannot serve metrics on port {port}: {e}") from e
     logging.getLogger("relaymq").info("metrics at http://0.0.0.0:%d/metrics", port)
 
     def stop() -> None:
         server.shutdown()
         server.server_close()
-        metrics.uninstall()
+        metrics.uninstall(app)
 
     return stop
 
@@ -277,4 +320,4 @@ def demo(jobs: int, keep: bool) -> None:
 for command in (queue_group, job_group, dlq_group, schedule_group, workers, stats, dashboard):
     cli.add_command(command)
 
-__all__ = ["ConfigProblem", "Unreachable", "backend_option", "json_option", "run", "with_backend"]
+__all__ = ["ConfigProblem", "Unreachable", "backend_option", "json_option", "run", "with_app"]

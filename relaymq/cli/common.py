@@ -1,4 +1,5 @@
-"""What every command shares: its options, its exit codes and how it reaches a backend.
+"""What every command shares: its options, its exit codes and how it reaches a backend (through
+an ``App`` over it: ``with_app``).
 
 Exit codes: 0 ok, 1 an error (a queue or job not found, an action refused or declined), 2 a
 usage or configuration error, 3 a backend that cannot be reached.
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from relaymq import registry
+from relaymq.app import App
 from relaymq.backends import from_url
 from relaymq.backends.base import Backend
 from relaymq.errors import BackendUnavailableError, ConfigError, RelayError
@@ -95,11 +96,9 @@ def run(
         raise click.ClickException(str(e)) from e
 
 
-async def with_backend(
-    url: str, fn: Callable[[Backend], Awaitable[T]], *, create: bool = False
-) -> T:
-    """Run ``fn`` on the backend at ``url``; a missing store is an error, never created,
-    unless ``create`` (a command that adds, as producers do)."""
+async def with_app(url: str, fn: Callable[[App], Awaitable[T]], *, create: bool = False) -> T:
+    """Run ``fn`` on an app over the backend at ``url``; a missing store is an error, never
+    created, unless ``create`` (a command that adds, as producers do)."""
     backend = from_url(url)
     backend.create_missing = create
     try:
@@ -108,7 +107,7 @@ async def with_backend(
         await backend.close()
         raise
     try:
-        return await fn(backend)
+        return await fn(App(url, backend=backend))
     finally:
         await backend.close()
 
@@ -116,7 +115,7 @@ async def with_backend(
 async def connect_waiting(url: str, timeout: float) -> Backend:
     """The backend at ``url``, connected; a worker's start waits up to ``timeout`` seconds
     for a server that cannot be reached yet (``relaymq.worker.startup``). Admin commands use
-    ``with_backend``, which fails at once."""
+    ``with_app``, which fails at once."""
 
     async def attempt() -> Backend:
         backend = from_url(url)
@@ -130,13 +129,12 @@ async def connect_waiting(url: str, timeout: float) -> Backend:
     return await patiently(attempt, describe(url), timeout)
 
 
-async def known_queue(backend: Backend, name: str) -> Queue:
+async def known_queue(app: App, name: str) -> Queue:
     """The handle of queue ``name``; ``NotFound`` unless it holds jobs, is paused or a live
     worker serves it (so a mistyped name changes nothing)."""
-    queue = Queue(name, backend)  # validates the name first: a bad one is a usage error
-    names = await backend.list_queues()
-    served = name in names or any(name in w.queues for w in await registry.list_workers(backend))
-    if not served:
+    queue = Queue(name, app)  # validates the name first: a bad one is a usage error
+    names = await app.ops.list_queues()
+    if name not in names and not any(name in w.queues for w in await app.ops.list_workers()):
         known = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
         raise NotFound(f"no queue {name!r}" + (f" (queues: {known})" if names else ""))
     return queue
@@ -145,10 +143,10 @@ async def known_queue(backend: Backend, name: str) -> Queue:
 def with_queue(url: str, name: str, fn: Callable[[Queue], Awaitable[T]]) -> T:
     """Run ``fn`` on the existing queue ``name`` of the backend at ``url``."""
 
-    async def go(backend: Backend) -> T:
-        return await fn(await known_queue(backend, name))
+    async def go(app: App) -> T:
+        return await fn(await known_queue(app, name))
 
-    return run(lambda: with_backend(url, go))
+    return run(lambda: with_app(url, go))
 
 
 # -- filters --------------------------------------------------------------------------------

@@ -103,6 +103,7 @@ async def _serve(url: str, host: str, port: int, token: str | None, password: st
         def stop(self) -> None:
             self.should_exit = True
 
+    from relaymq.app import App
     from relaymq.backends import from_url
     from relaymq.dashboard import create_app
 
@@ -110,8 +111,13 @@ async def _serve(url: str, host: str, port: int, token: str | None, password: st
     backend.create_missing = False
     await backend.connect()
     try:
-        app = create_app(backend, token=token, password=password, allowed_hosts=allowed,
-                         session_key_file=key_file)  # fmt: skip
+        app = create_app(
+            App(url, backend=backend),
+            token=token,
+            password=password,
+            allowed_hosts=allowed,
+            session_key_file=key_file,
+        )
         server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # a graceful stop, then exit code 0

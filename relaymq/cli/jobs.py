@@ -189,7 +189,7 @@ def job_watch(queue: str, job_id: str, backend: str, as_json: bool) -> None:
     """Follow one job's events live until it ends (exit 0), or until it is gone (exit 1)."""
 
     async def follow(q: Queue) -> None:
-        subscription = await events.subscribe(q.backend)  # live before the first read
+        subscription = await q.ops.subscribe()  # live before the first read
         try:
             job = (await require_jobs(q, [job_id]))[0]
             show_state(job, as_json)

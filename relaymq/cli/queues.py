@@ -6,15 +6,14 @@ from typing import Any
 
 import click
 
-from relaymq import registry
-from relaymq.backends.base import Backend
+from relaymq.app import App
 from relaymq.cli.common import (
     backend_option,
     json_option,
     older_than_option,
     run,
     state_option,
-    with_backend,
+    with_app,
     with_queue,
     yes_option,
 )
@@ -35,14 +34,14 @@ def queue_group() -> None:
 def queue_list(backend: str, as_json: bool) -> None:
     """Every queue that holds jobs or is paused, with its jobs per state."""
 
-    async def collect(b: Backend) -> dict[str, tuple[dict[JobState, int], bool]]:
+    async def collect(app: App) -> dict[str, tuple[dict[JobState, int], bool]]:
         out = {}
-        for name in await b.list_queues():
-            q = Queue(name, b)
+        for name in await app.ops.list_queues():
+            q = Queue(name, app)
             out[name] = (await q.counts(), await q.is_paused())
         return out
 
-    found = run(lambda: with_backend(backend, collect))
+    found = run(lambda: with_app(backend, collect))
     if as_json:
         emit_json([{"queue": name, **counts_json(c, p)} for name, (c, p) in found.items()])
     else:
@@ -58,7 +57,7 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
 
     async def collect(q: Queue) -> dict[str, Any]:
         counts, paused = await q.counts(), await q.is_paused()
-        workers = [w for w in await registry.list_workers(q.backend) if q.name in w.queues]
+        workers = [w for w in await q.ops.list_workers() if q.name in w.queues]
         return {
             "queue": q.name, **counts_json(counts, paused),
             "limits": limits_json(await q.limits()),
@@ -133,7 +132,7 @@ def queue_limits(
     if queue is None:
         if changing:
             raise click.UsageError("name the QUEUE whose limits to set")
-        found = run(lambda: with_backend(backend, lambda b: b.list_limits()))
+        found = run(lambda: with_app(backend, lambda app: app.ops.list_limits()))
         if as_json:
             emit_json([{"queue": q, **(limits_json(lim) or {})} for q, lim in found.items()])
         else:
@@ -145,13 +144,13 @@ def queue_limits(
     if clear and (max_active is not None or rate is not None or key_rate is not None):
         raise click.UsageError("--clear removes the limits: give it alone")
 
-    async def go(b: Backend) -> Limits | None:
-        q = Queue(queue, b)
+    async def go(app: App) -> Limits | None:
+        q = Queue(queue, app)
         if not changing:
             return await q.limits()
         return await q.set_limits(max_active=max_active, rate=rate, key_rate=key_rate)
 
-    stored = run(lambda: with_backend(backend, go, create=changing))
+    stored = run(lambda: with_app(backend, go, create=changing))
     if as_json:
         emit_json({"queue": queue, "limits": limits_json(stored)})
     else:

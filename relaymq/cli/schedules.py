@@ -12,14 +12,14 @@ import click
 import orjson
 from rich.table import Table
 
-from relaymq.backends.base import Backend
+from relaymq.app import App
 from relaymq.cli.common import (
     ConfigProblem,
     Duration,
     backend_option,
     json_option,
     run,
-    with_backend,
+    with_app,
     yes_option,
 )
 from relaymq.cli.output import ask, console, done, emit_json
@@ -34,10 +34,10 @@ def on_schedules(url: str, fn: Any, *, create: bool = False) -> Any:
     """Run ``fn(Schedules)`` on the backend at ``url`` (``create``: a missing SQLite file
     is made, as a producer's enqueue makes it)."""
 
-    async def go(backend: Backend) -> Any:
-        return await fn(Schedules(backend))
+    async def go(app: App) -> Any:
+        return await fn(Schedules(app.ops))
 
-    return run(lambda: with_backend(url, go, create=create))
+    return run(lambda: with_app(url, go, create=create))
 
 
 @click.group("schedule")

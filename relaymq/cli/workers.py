@@ -12,10 +12,10 @@ import click
 from rich.live import Live
 from rich.table import Table
 
-from relaymq import registry
-from relaymq.backends.base import Backend
-from relaymq.cli.common import backend_option, json_option, run, with_backend
+from relaymq.app import App
+from relaymq.cli.common import backend_option, json_option, run, with_app
 from relaymq.cli.output import age, console, counts_json, counts_table, emit_json, worker_dict
+from relaymq.instrumented import Instrumented
 from relaymq.job import JobState
 from relaymq.queue import Queue
 
@@ -24,12 +24,13 @@ ACTIVE_PAGE = 1000
 bounded by the workers' concurrency)."""
 
 
-async def collect_workers(backend: Backend) -> list[dict[str, Any]]:
-    """Every live worker with the number of jobs it is running now."""
-    workers = await registry.list_workers(backend)
+async def collect_workers(ops: Instrumented) -> list[dict[str, Any]]:
+    """Every live worker with the number of jobs it is running now (read through ``ops``, an
+    app's facade)."""
+    workers = await ops.list_workers()
     running: Counter[str] = Counter()
     for name in sorted({q for w in workers for q in w.queues}):
-        queue, offset = Queue(name, backend), 0
+        queue, offset = Queue(name, ops), 0
         while True:
             page = await queue.list_jobs(JobState.ACTIVE, offset, ACTIVE_PAGE)
             running.update(j.worker_id for j in page if j.worker_id)
@@ -46,7 +47,7 @@ async def collect_workers(backend: Backend) -> list[dict[str, Any]]:
 def workers(backend: str, as_json: bool) -> None:
     """The live workers: host, pid, queues, concurrency, running jobs, last heartbeat; and the
     queues a worker does not claim from because the backend refuses them as configured."""
-    found = run(lambda: with_backend(backend, collect_workers))
+    found = run(lambda: with_app(backend, lambda app: collect_workers(app.ops)))
     if as_json:
         emit_json(found)
         return
@@ -63,10 +64,10 @@ def workers(backend: str, as_json: bool) -> None:
     console().print(table)
 
 
-async def collect_counts(backend: Backend) -> dict[str, tuple[dict[JobState, int], bool]]:
+async def collect_counts(app: App) -> dict[str, tuple[dict[JobState, int], bool]]:
     out = {}
-    for name in await backend.list_queues():
-        queue = Queue(name, backend)
+    for name in await app.ops.list_queues():
+        queue = Queue(name, app)
         out[name] = (await queue.counts(), await queue.is_paused())
     return out
 
@@ -86,25 +87,25 @@ def stats(watch: bool, interval: float, count: int, backend: str, as_json: bool)
     """Jobs per state in every queue, and whether it is paused; --watch keeps it live (with
     --json, one JSON line per refresh)."""
     if not watch:
-        found = run(lambda: with_backend(backend, collect_counts))
+        found = run(lambda: with_app(backend, collect_counts))
         if as_json:
             emit_json({q: counts_json(c, p) for q, (c, p) in found.items()})
         else:
             console().print(counts_table(found))
         return
     try:
-        run(lambda: with_backend(backend, lambda b: _watch(b, interval, count, as_json)))
+        run(lambda: with_app(backend, lambda app: _watch(app, interval, count, as_json)))
     except KeyboardInterrupt:
         pass  # Ctrl-C ends a watch: that is how it is meant to stop
 
 
-async def _watch(backend: Backend, interval: float, count: int, as_json: bool) -> None:
+async def _watch(app: App, interval: float, count: int, as_json: bool) -> None:
     refreshes = 0
     lines = not as_json and not sys.stdout.isatty()  # a pipe or a file: a line per interval
     live_table = not (as_json or lines)
     with Live(auto_refresh=False, console=console()) if live_table else _NoLive() as live:
         while True:
-            found = await collect_counts(backend)
+            found = await collect_counts(app)
             if as_json:
                 queues = {q: counts_json(c, p) for q, (c, p) in found.items()}
                 emit_json({"at": time.time(), "queues": queues})

@@ -1,5 +1,5 @@
-"""Starlette and FastAPI: a backend connected for the app's lifetime, a worker run inside the
-app if wanted, and each request handler's ``Queue``.
+"""Starlette and FastAPI: a relaymq app connected for the web app's lifetime, a worker run
+inside it if wanted, and each request handler's ``Queue``.
 
 ::
 
@@ -29,7 +29,7 @@ except ImportError as e:  # pragma: no cover - the hint is the point
         "relaymq.contrib.starlette needs Starlette: pip install 'relaymq[starlette]'"
     ) from e
 
-from relaymq.backends import connect
+from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
 from relaymq.queue import Queue
 from relaymq.settings import Settings
@@ -37,10 +37,11 @@ from relaymq.worker import Worker
 
 
 class RelayMQ:
-    """One backend for an app. ``url`` (default: ``RELAYMQ_BACKEND`` or the SQLite default) is
-    connected at startup and closed at shutdown; a ``backend`` given instead is used as it is
-    and left open. With ``worker_queues``, a ``Worker`` runs those queues inside the app and
-    stops gracefully at shutdown (``settings.shutdown_timeout``)."""
+    """One relaymq app for a web app: ``app`` (default: the default app of ``@relaymq.task``)
+    on ``url`` (default: ``RELAYMQ_BACKEND`` or the SQLite default), connected at startup and
+    closed at shutdown; a ``backend`` given instead is used as it is and left open. With
+    ``worker_queues``, a ``Worker`` runs those queues inside the web app and stops gracefully
+    at shutdown (``settings.shutdown_timeout``)."""
 
     def __init__(
         self,
@@ -49,31 +50,39 @@ class RelayMQ:
         backend: Backend | None = None,
         worker_queues: Sequence[str] = (),
         settings: Settings | None = None,
+        app: App | None = None,
     ) -> None:
         self.url = url
+        self._declared = app or default_app()
         self.worker_queues = list(worker_queues)
         self.settings = settings or Settings.from_env()
         self.worker: Worker | None = None
         """The worker running inside the app, while it runs."""
         self._given = backend
-        self._backend: Backend | None = backend
+        self._app: App | None = None if backend is None else self._declared.over(backend)
+
+    @property
+    def app(self) -> App:
+        """The connected relaymq app; only between startup and shutdown."""
+        if self._app is None or not self._app.connected:
+            raise RuntimeError("relaymq: the app has not started (use lifespan=relay.lifespan)")
+        return self._app
 
     @property
     def backend(self) -> Backend:
-        """The connected backend; only between startup and shutdown."""
-        if self._backend is None:
-            raise RuntimeError("relaymq: the app has not started (use lifespan=relay.lifespan)")
-        return self._backend
+        """The connected backend (the app's); only between startup and shutdown."""
+        return self.app.ops.backend
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
         """The app's lifespan: ``Starlette(lifespan=relay.lifespan)``."""
         if self._given is None:
-            self._backend = await connect(self.url or self.settings.backend)
+            self._app = self._declared.on(self.url or self.settings.backend)
+            await self._app.connect()
         running: asyncio.Task[None] | None = None
         try:
             if self.worker_queues:
-                self.worker = Worker(self.backend, self.worker_queues, settings=self.settings)
+                self.worker = Worker(self.app, self.worker_queues, settings=self.settings)
                 running = asyncio.create_task(self.worker.run(), name="relaymq-app-worker")
                 await _started(self.worker, running)
             yield
@@ -82,16 +91,16 @@ class RelayMQ:
                 self.worker.stop()
                 await running
                 self.worker = None
-            if self._given is None and self._backend is not None:
-                await self._backend.close()
-                self._backend = None
+            if self._given is None and self._app is not None:
+                await self._app.close()
+                self._app = None
 
     def queue(self, name: str) -> Callable[[Request], Queue]:
         """A request's ``Queue`` named ``name``: a FastAPI dependency
         (``Depends(relay.queue("emails"))``), or call it with a Starlette request."""
 
         def get(request: Request) -> Queue:
-            return Queue(name, self.backend, settings=self.settings)
+            return Queue(name, self.app, settings=self.settings)
 
         return get
 

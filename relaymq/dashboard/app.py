@@ -1,4 +1,5 @@
-"""The dashboard's pages and actions: a Starlette app over one connected backend.
+"""The dashboard's pages and actions: a Starlette app over one app (``relaymq.App``), whose
+connected backend it reaches through the app's facade only.
 
 Every page is rendered on the server (Jinja2); ``static/dashboard.js`` only keeps counts and a
 job's events live from ``/events`` (Server-Sent Events) and asks before destructive actions.
@@ -29,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
 from relaymq.cli.output import when
 from relaymq.cli.workers import collect_workers
@@ -72,7 +74,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class Dashboard:
-    backend: Backend
+    app: App
     access: Access
     hub: Hub
     templates: Jinja2Templates
@@ -168,12 +170,12 @@ class Dashboard:
     # -- pages ------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        names = await self.backend.list_queues()
+        names = await self.app.ops.list_queues()
         rows = await asyncio.gather(*(self._queue_row(n) for n in names))
         return self.render(request, "overview.html", rows=rows, states=STATES)
 
     async def _queue_row(self, name: str) -> dict[str, Any]:
-        q = Queue(name, self.backend)
+        q = Queue(name, self.app)
         counts, paused, tallies = await asyncio.gather(q.counts(), q.is_paused(), q.history(1440))
         minute = int(time.time() // 60)
         hour = charts.window(tallies, "last hour", minute, 60, 60)
@@ -217,8 +219,8 @@ class Dashboard:
 
     async def dlq(self, request: Request) -> Response:
         sections = []
-        for name in await self.backend.list_queues():
-            q = Queue(name, self.backend)
+        for name in await self.app.ops.list_queues():
+            q = Queue(name, self.app)
             counts = await q.counts()
             if not any(counts.get(s, 0) for s in DLQ):
                 continue
@@ -229,11 +231,11 @@ class Dashboard:
         return self.render(request, "dlq.html", sections=sections)
 
     async def workers(self, request: Request) -> Response:
-        return self.render(request, "workers.html", workers=await collect_workers(self.backend))
+        return self.render(request, "workers.html", workers=await collect_workers(self.app.ops))
 
     async def schedules(self, request: Request) -> Response:
         rows = []
-        for s in await Schedules(self.backend).list():
+        for s in await Schedules(self.app.ops).list():
             spec = s.schedule
             arguments = (
                 ""
@@ -327,7 +329,7 @@ class Dashboard:
     async def dlq_action(self, request: Request, form: FormData) -> Response:
         """Replay (retry) or purge (remove) dead-lettered jobs of one queue: the ticked ones,
         or every one (``every``)."""
-        q = Queue(validate_queue_name(str(form.get("queue", ""))), self.backend)
+        q = Queue(validate_queue_name(str(form.get("queue", ""))), self.app)
         what = str(form.get("action", ""))
         ids = [str(i) for i in form.getlist("ids")]
         selection: dict[str, Any] = {"state": DLQ} if form.get("every") else {"job_ids": ids}
@@ -347,7 +349,7 @@ class Dashboard:
 
     async def schedule_action(self, request: Request, form: FormData) -> Response:
         """Pause, resume, run now or remove one schedule."""
-        book = Schedules(self.backend)
+        book = Schedules(self.app.ops)
         schedule_id = str(form.get("id", ""))
         what = str(form.get("action", ""))
         try:
@@ -417,11 +419,11 @@ class Dashboard:
         return "gone" if job is None else job.state.value
 
     def _queue(self, request: Request) -> Queue:
-        return Queue(validate_queue_name(request.path_params["queue"]), self.backend)
+        return Queue(validate_queue_name(request.path_params["queue"]), self.app)
 
 
 def create_app(
-    backend: Backend,
+    app: App | Backend,
     *,
     token: str | None = None,
     password: str | None = None,
@@ -432,8 +434,9 @@ def create_app(
     session_key_file: str | Path | None = None,
     throttle: Throttle | None = None,
 ) -> Starlette:
-    """The dashboard as an ASGI app over ``backend`` (connected, and closed, by the caller):
-    serve it with uvicorn, or mount it (``Mount("/relaymq", create_app(backend))``).
+    """The dashboard as an ASGI app over ``app`` (connected, and closed, by the caller; a
+    backend given as such is the default app's on it): serve it with uvicorn, or mount it
+    (``Mount("/relaymq", create_app(app))``).
 
     With ``token`` or ``password``, nothing is readable or writable without signing in (or,
     for the token, ``Authorization: Bearer``); without either it is open to anyone who
@@ -453,7 +456,8 @@ def create_app(
     env.filters["pretty"] = pretty
     env.globals["job_href"] = job_href
     access = Access(token, password, SessionKey(session_key_file))
-    d = Dashboard(backend, access, Hub(backend, live_interval), Jinja2Templates(env=env),
+    relay = app if isinstance(app, App) else default_app().over(app)
+    d = Dashboard(relay, access, Hub(relay.ops, live_interval), Jinja2Templates(env=env),
                   page_size, throttle or Throttle())  # fmt: skip
     routes = [
         Route("/", d.page(d.overview), name="overview"),
@@ -486,12 +490,12 @@ def create_app(
             await d.hub.close()
 
     allowed = None if allowed_hosts is None else frozenset(host_name(h) for h in allowed_hosts)
-    app = Starlette(routes=routes, lifespan=lifespan,
+    web = Starlette(routes=routes, lifespan=lifespan,
                     middleware=[Middleware(Guard, allowed=allowed)],
                     exception_handlers={BackendError: backend_error,
                                         Throttled: too_many})  # fmt: skip
-    app.state.dashboard = d
-    return app
+    web.state.dashboard = d
+    return web
 
 
 def by_method(get: Endpoint, post: Endpoint) -> Endpoint:
@@ -514,7 +518,7 @@ class MetricsApp:
 
         self.d = d
         metrics = Metrics(CollectorRegistry())
-        metrics.watch(d.backend)
+        metrics.watch(d.app.ops)
         self.inner = asgi_app(metrics)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from relaymq import events
-from relaymq.backends.base import Backend
 from relaymq.events import Event
+from relaymq.instrumented import Instrumented
 
 log = logging.getLogger("relaymq.dashboard")
 
@@ -58,8 +57,8 @@ class Hub:
     queue's counts and paused flag, after its jobs changed) and ``job`` (an event of the job a
     client follows)."""
 
-    def __init__(self, backend: Backend, interval: float = 0.5) -> None:
-        self.backend = backend
+    def __init__(self, ops: Instrumented, interval: float = 0.5) -> None:
+        self.ops = ops
         self.interval = interval
         self.clients: set[Client] = set()
         self.counts_read = 0
@@ -109,7 +108,7 @@ class Hub:
     async def _read(self) -> None:
         while True:
             try:
-                subscription = await events.subscribe(self.backend)
+                subscription = await self.ops.subscribe()
                 self.ready.set()
                 try:
                     async for event in subscription:
@@ -144,8 +143,8 @@ class Hub:
             if self.clients:
                 for queue in sorted(dirty):
                     try:
-                        counts = await self.backend.counts(queue)
-                        paused = await self.backend.is_paused(queue)
+                        counts = await self.ops.counts(queue)
+                        paused = await self.ops.is_paused(queue)
                     except Exception as e:
                         log.warning("dashboard: could not read %s's counts (%s)", queue, e)
                         continue

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from relaymq import Call, Queue, connect, events
+from relaymq import App, Call, Queue, events
 from relaymq.demo import tasks
 from relaymq.job import TERMINAL, Job, JobState
 
@@ -88,14 +88,15 @@ async def _demo(folder: Path, total: int) -> int:
     ledger = folder / "ledger"
     ledger.mkdir()
     console.print(f"[bold]relaymq demo[/]: {total} jobs, 2 workers, backend {url}")
-    backend = await connect(url)
+    app = App(url)
+    ops = await app.connect()
     workers: dict[str, asyncio.subprocess.Process] = {}
-    online = await events.subscribe(backend)
+    online = await ops.subscribe()
     try:
         for wid in ("demo-w1", "demo-w2"):
             workers[wid] = await _start_worker(wid, url, folder)
         await _until_online(online, set(workers))
-        queue = Queue(tasks.QUEUE, backend)
+        queue = Queue(tasks.QUEUE, app)
         planned = plan(total)
         started = time.monotonic()
         for k in range(0, len(planned), 500):
@@ -114,7 +115,7 @@ async def _demo(folder: Path, total: int) -> int:
                 proc.kill()
                 await proc.wait()
         await online.aclose()
-        await backend.close()
+        await app.close()
 
 
 async def _start_worker(wid: str, url: str, folder: Path) -> asyncio.subprocess.Process:

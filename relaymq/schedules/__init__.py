@@ -5,27 +5,23 @@ fixed interval, fired by one elected scheduler among the workers.
     async def report() -> None: ...
 
     relaymq.schedule(cleanup, every=300, args=("tmp",))            # in code, beside the task
-    await Schedules(backend).add(define(cleanup, id="c2", cron="*/5 * * * *"))  # at run time
+    await Schedules(app.ops).add(define(cleanup, id="c2", cron="*/5 * * * *"))  # at run time
 
-A worker stores the code-defined schedules of its queues when it starts; schedules added at
-run time are stored at once. Both then live in the backend, the same for every process.
+A worker stores the code-defined schedules of its queues (its app's: ``App.schedule``) when it
+starts; schedules added at run time are stored at once. Both then live in the backend, the same
+for every process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relaymq.errors import ArgumentValidationError, ConfigError
 from relaymq.schedules.admin import Schedules, ScheduleState
 from relaymq.schedules.scheduler import Scheduler
 from relaymq.schedules.spec import Schedule
-
-if TYPE_CHECKING:
-    from relaymq.task import Task
-
-DEFINED: dict[str, Schedule] = {}
-"""Schedules defined in code in this process (``schedule``, ``@task(cron=...)``), by id."""
+from relaymq.task import Task, import_task
 
 
 def define(
@@ -42,15 +38,15 @@ def define(
     max_missed: int = 10,
     grace: float = 60.0,
     anchor: float = 0.0,
+    registry: Mapping[str, Task[Any, Any]] | None = None,
 ) -> Schedule:
     """A schedule of ``task`` (a ``Task`` or its name, imported from its module), checked
     through: an unknown task, arguments that do not fit its signature, an invalid cron
     expression or an unknown time zone raise here, and nothing is stored. The job's options
     (queue, priority, retries, ttl, timeout) are the task's; ``queue`` overrides its queue.
-    ``id`` defaults to the task's name."""
-    from relaymq.task import Task, import_task  # it imports this package for @task(cron=...)
-
-    t = import_task(task) if isinstance(task, str) else task
+    ``id`` defaults to the task's name. A name is looked up in ``registry`` (an app's
+    ``tasks``) once its module is imported."""
+    t = import_task(registry or {}, task) if isinstance(task, str) else task
     if not isinstance(t, Task):
         raise ConfigError(f"a schedule's task is a Task or its name, got {type(t).__name__}")
     kwargs = dict(kwargs or {})
@@ -68,12 +64,4 @@ def define(
     )  # fmt: skip
 
 
-def schedule(task: Task[Any, Any] | str, **how: Any) -> Schedule:
-    """``define`` a schedule in code: every worker serving its queue stores it when it
-    starts (an unchanged one keeps its state; a changed one replaces it)."""
-    s = define(task, **how)
-    DEFINED[s.id] = s
-    return s
-
-
-__all__ = ["DEFINED", "Schedule", "ScheduleState", "Scheduler", "Schedules", "define", "schedule"]
+__all__ = ["Schedule", "ScheduleState", "Scheduler", "Schedules", "define"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from relaymq.backends.base import Backend
 from relaymq.errors import CorruptRecordError, ScheduleNotFoundError
 from relaymq.instrumented import Instrumented
-from relaymq.queue import JobHandle
+from relaymq.producer import JobHandle
 from relaymq.records.store import Clock, StoredSchedule
 from relaymq.schedules import store
 from relaymq.schedules.spec import Schedule, check_schedule_id
@@ -30,11 +30,12 @@ class ScheduleState:
 
 
 class Schedules:
-    """The schedules stored in ``backend``. ``clock``: seconds since the epoch (a test clock)."""
+    """The schedules stored in a backend, reached through its app's facade (``app.ops``; a
+    backend given as such gets a facade of its own). ``clock``: seconds since the epoch (a test
+    clock)."""
 
-    def __init__(self, backend: Backend, *, clock: Clock | None = None) -> None:
-        self.backend = backend
-        self.ops = Instrumented(backend)
+    def __init__(self, ops: Instrumented | Backend, *, clock: Clock | None = None) -> None:
+        self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
         self.clock = clock or time.time
 
     def _now_ms(self) -> int:
@@ -78,7 +79,7 @@ class Schedules:
         schedule = await self._readable(schedule_id)
         job_id = f"{schedule.id}@now-{os.urandom(6).hex()}"
         [answer] = await self.ops.enqueue([schedule.new_job(job_id)])
-        return JobHandle(self.backend, schedule.queue, answer.id)
+        return JobHandle(self.ops, schedule.queue, answer.id)
 
     async def _readable(self, schedule_id: str) -> Schedule:
         state = await self.get(schedule_id)

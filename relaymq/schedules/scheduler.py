@@ -36,7 +36,7 @@ class Scheduler:
 
     def __init__(
         self,
-        backend: Backend,
+        ops: Instrumented | Backend,
         owner: str,
         *,
         clock: Clock | None = None,
@@ -44,8 +44,7 @@ class Scheduler:
         lease_ttl: float = 10.0,
         lease: str = LEASE,
     ) -> None:
-        self.backend = backend
-        self.ops = Instrumented(backend)
+        self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
         self.owner = owner
         self.clock = clock or time.time
         self.interval = interval

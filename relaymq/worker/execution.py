@@ -12,13 +12,14 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from typing import Any
 
+from relaymq.app import default_app
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
-from relaymq.instrumented import HOOKS, around, tell
 from relaymq.job import DependencyPolicy, Job, JobState, describe, error_line
+from relaymq.observers import Hooks
 from relaymq.records.store import Outcome, Settle
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
 from relaymq.serializers import Serializer
@@ -60,7 +61,9 @@ def too_large(size: int, limit: int) -> str:
     )
 
 
-def refused(job: Job, settle: Settle, reason: str) -> Settle:
+def refused(
+    job: Job, settle: Settle, reason: str, tasks: Mapping[str, Task[Any, Any]] | None = None
+) -> Settle:
     """What to write instead of an outcome the backend refused for good (``RecordRefusedError``,
     e.g. a result over MongoDB's document limit): a failed attempt without a result, the
     refusal as its error, retried by the task's policy while attempts remain (a completion
@@ -69,7 +72,7 @@ def refused(job: Job, settle: Settle, reason: str) -> Settle:
     if settle.outcome not in (Outcome.COMPLETE, Outcome.RETRY):
         return Settle(settle.claim, settle.outcome, error=error)
     try:
-        backoff = resolve(job.task).options.backoff
+        backoff = resolve(tasks or default_app().tasks, job.task).options.backoff
     except TaskNotFoundError:
         backoff = DEFAULT_BACKOFF
     return failure(job, backoff, error)
@@ -86,9 +89,9 @@ def unknown_task(job: Job, e: TaskNotFoundError) -> str:
     return text
 
 
-def _raised(job: Job, e: BaseException) -> None:
-    if HOOKS.observers:
-        tell(lambda o: o.handler_raised(job, e))
+def _raised(hooks: Hooks, job: Job, e: BaseException) -> None:
+    if hooks.observers:
+        hooks.tell(lambda o: o.handler_raised(job, e))
 
 
 class Overran(Exception):
@@ -124,6 +127,8 @@ class Execution:
         get_jobs: Callable[[str, list[str]], Awaitable[list[Job | None]]] | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         import_prefixes: tuple[str, ...] = (),
+        tasks: Mapping[str, Task[Any, Any]] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.serializer = serializer
         self.max_result_bytes = max_result_bytes
@@ -131,6 +136,10 @@ class Execution:
         self.import_prefixes = import_prefixes
         """Modules a job's task name may make this worker import (``Settings``); none by
         default: only the tasks registered in this process run."""
+        self.tasks = default_app().tasks if tasks is None else tasks
+        """The tasks this worker runs (its app's)."""
+        self.hooks = default_app().hooks if hooks is None else hooks
+        """The observers told of each attempt (its app's)."""
         self.get_jobs = get_jobs
         """Reads the dependencies of a job whose handler takes a ``JobContext``."""
         self.still_held = still_held
@@ -150,11 +159,11 @@ class Execution:
         installed observers see the attempt (a trace span, run-time metrics)."""
         token = logcontext.CURRENT.set(r.job)
         try:
-            if not HOOKS.observers:
+            if not self.hooks.observers:
                 return await self._run(r, now)
-            with around(lambda o: o.attempt(r.job)):
+            with self.hooks.around(lambda o: o.attempt(r.job)):
                 settle = await self._run(r, now)
-                tell(lambda o: o.attempt_ended(r.job, settle, r.ran_for))
+                self.hooks.tell(lambda o: o.attempt_ended(r.job, settle, r.ran_for))
                 return settle
         finally:
             logcontext.CURRENT.reset(token)
@@ -182,7 +191,7 @@ class Execution:
         if r.stop_reason is not None:
             return after_stop(r)
         try:
-            t = resolve(job.task, self.import_prefixes)
+            t = resolve(self.tasks, job.task, self.import_prefixes)
         except TaskNotFoundError as e:  # the job's own backoff is its task's: use the default
             return failure(job, DEFAULT_BACKOFF, unknown_task(job, e))
         try:
@@ -233,16 +242,16 @@ class Execution:
                     value = await t.fn(*args, **kwargs)
         except (Overran, SandboxFailed) as e:
             settle = failure(job, backoff, str(e))
-            _raised(job, e)
+            _raised(self.hooks, job, e)
         except TimeoutError as e:
             settle = failure(job, backoff, f"TimeoutError: timed out after {job.timeout}s")
-            _raised(job, e)
+            _raised(self.hooks, job, e)
         except asyncio.CancelledError:
             r.ran_for = time.monotonic() - began
             raise
         except Exception as e:
             settle = failure(job, backoff, describe(e))
-            _raised(job, e)
+            _raised(self.hooks, job, e)
         r.ran_for = time.monotonic() - began
         if r.stop_reason in (StopReason.LOST, StopReason.CANCELLED):
             return after_stop(r)  # a thread that ended after it was told to stop

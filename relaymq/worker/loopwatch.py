@@ -24,14 +24,16 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import CodeType, FrameType
+from typing import Any
 
 from relaymq import registry
 from relaymq.backends.base import Backend
+from relaymq.instrumented import Instrumented
 from relaymq.job import Job
 from relaymq.records.store import Beat, WorkerInfo
-from relaymq.task import REGISTRY
+from relaymq.task import Task
 from relaymq.worker.running import Claims, RunningJob
 
 log = logging.getLogger("relaymq.worker")
@@ -55,8 +57,11 @@ class LoopWatch:
         max_blocked: float,
         registry_ttl: float,
         unblocked: Callable[[float], None],
+        tasks: Mapping[str, Task[Any, Any]],
     ) -> None:
         self.claims = claims
+        self.tasks = tasks
+        """The worker's tasks (its app's), to name the handler that blocks the loop."""
         self.info = info
         self.interval = interval
         self.max_blocked = max_blocked
@@ -67,7 +72,9 @@ class LoopWatch:
         self.renewed = 0
         """Claims renewed from the thread (a test signal)."""
         self._backend = backend
-        self._handle: Backend | None = None
+        self._handle: Instrumented | None = None
+        """A facade over the backend's own connection for this thread (``heartbeat_handle``),
+        unobserved: the worker's observers live on its loop."""
         self._lock = threading.Lock()
         self._last_tick = time.monotonic()
         self._blocked_since: float | None = None
@@ -145,7 +152,7 @@ class LoopWatch:
         finally:
             if self._handle is not None:
                 with contextlib.suppress(Exception):
-                    await self._handle.close()
+                    await self._handle.backend.close()
 
     def _blocked(self) -> float | None:
         """When the loop stopped ticking, if it is blocked now; warns once per block."""
@@ -175,7 +182,7 @@ class LoopWatch:
                     with contextlib.suppress(Exception):
                         await handle.close()
                     raise
-                self._handle = handle
+                self._handle = Instrumented(handle)
             if held:
                 await self._handle.heartbeat([Beat(c) for c in held])
                 self.renewed += len(held)
@@ -199,7 +206,7 @@ class LoopWatch:
         where = f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
         handlers: dict[CodeType, Job] = {}
         for r in self._snapshot():
-            t = REGISTRY.get(r.job.task)
+            t = self.tasks.get(r.job.task)
             if t is not None and t.is_async:
                 handlers[inspect.unwrap(t.fn).__code__] = r.job
         while frame is not None:

@@ -56,8 +56,9 @@ def child(fd: int) -> None:
     _die_with_parent()
     conn = Connection(fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle
+    from relaymq.app import default_app
     from relaymq.job import describe
-    from relaymq.task import JobContext, import_task
+    from relaymq.task import JobContext
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -68,7 +69,9 @@ def child(fd: int) -> None:
         except (EOFError, OSError):
             return
         try:
-            t = import_task(name, module)  # the worker's own task: it had it registered
+            # the worker's own task: it had it registered (on the default app, or under its
+            # import path on another)
+            t = default_app().import_task(name, module)
             if context is not None:
                 job_id, queue, task_name, attempt, results, failed = context
                 ctx = JobContext(job_id, queue, task_name, attempt,

@@ -31,15 +31,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from relaymq import limits
+from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
 from relaymq.errors import BackendError, ConfigError
-from relaymq.instrumented import Instrumented
 from relaymq.job import Job
 from relaymq.options import validate_queue_name
 from relaymq.records.store import ClaimBatch, WorkerInfo
 from relaymq.recovery import Maintenance
-from relaymq.schedules import DEFINED, Scheduler
+from relaymq.schedules import Scheduler
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
 from relaymq.worker.bookkeeping import Bookkeeping
@@ -68,11 +67,12 @@ LIMIT_POLL = 0.25
 
 
 class Worker:
-    """Runs jobs from ``queues`` with up to ``settings.concurrency`` at once."""
+    """Runs jobs from ``queues`` with the tasks of ``app`` (connected; given a backend: the
+    default app's), up to ``settings.concurrency`` at once (default: the app's settings)."""
 
     def __init__(
         self,
-        backend: Backend,
+        app: App | Backend,
         queues: Sequence[str],
         *,
         settings: Settings | None = None,
@@ -86,9 +86,11 @@ class Worker:
             raise ConfigError("a worker needs at least one queue")
         for name in queues:  # before any backend sees it
             validate_queue_name(name)
-        base = settings or Settings.from_env()
+        self.app = app if isinstance(app, App) else default_app().over(app)
+        base = settings or self.app.settings
         self.settings = base.replace(concurrency=concurrency) if concurrency else base
-        self.backend = backend
+        self.ops = self.app.ops.sibling()  # the app's facade, with an event batch of its own
+        self.backend = backend = self.ops.backend
         self.queues = list(dict.fromkeys(queues))
         self.serializer = serializer
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -96,7 +98,6 @@ class Worker:
         self.stats: WorkerStats = self._counts.stats
         self.started = asyncio.Event()
         """Set once the worker is registered and claiming."""
-        self.ops = Instrumented(backend)
         self.info = WorkerInfo.for_this_process(self.id, self.queues, self.settings.concurrency)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
@@ -120,15 +121,15 @@ class Worker:
         """Child processes for sandboxed tasks, started on first need."""
         self._execution = Execution(
             serializer, self._heartbeats.check, self._report_progress,
-            pool=self._pool, sandbox=self._sandbox, get_jobs=backend.get_jobs,
-            max_result_bytes=self.settings.max_result_bytes,
-            import_prefixes=self.settings.import_prefixes,
+            pool=self._pool, sandbox=self._sandbox, get_jobs=self.ops.get_jobs,
+            max_result_bytes=self.settings.max_result_bytes, tasks=self.app.tasks,
+            import_prefixes=self.settings.import_prefixes, hooks=self.app.hooks,
         )  # fmt: skip
         self._rotation = 0
         self._watch = (
             LoopWatch(backend, self._claims, self.info,
                       interval=self.settings.heartbeat_interval,
-                      max_blocked=self.settings.max_blocked,
+                      max_blocked=self.settings.max_blocked, tasks=self.app.tasks,
                       registry_ttl=self._registry_ttl, unblocked=self._unblocked)
             if self.settings.max_blocked > 0 else None
         )  # fmt: skip
@@ -218,8 +219,8 @@ class Worker:
             await self.backend.check_queue(queue)
         await self.ops.register_worker(self.info, self._registry_ttl, online=True)
         for queue in self.queues:  # the limits defined in code (relaymq.limit) hold from now
-            if queue in limits.DEFINED:
-                await self.ops.set_limits(queue, limits.DEFINED[queue])
+            if queue in self.app.limits:
+                await self.ops.set_limits(queue, self.app.limits[queue])
 
     async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
         """Give running jobs ``shutdown_timeout`` (less when hurried), stop the rest, wait for
@@ -272,8 +273,8 @@ class Worker:
     async def _schedule(self) -> None:
         """Store the code-defined schedules of this worker's queues, then take part in the
         scheduler's election (``relaymq.schedules.scheduler``)."""
-        scheduler = Scheduler(self.backend, self.id)
-        mine = [s for s in DEFINED.values() if s.queue in self.queues]
+        scheduler = Scheduler(self.ops, self.id)
+        mine = [s for s in self.app.schedules.values() if s.queue in self.queues]
         while mine:
             try:
                 await scheduler.define(mine)

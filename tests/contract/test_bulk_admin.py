@@ -170,7 +170,7 @@ async def test_bulk_actions_announce_one_event_per_changed_job(backend: Backend,
     queue = Queue(q, backend)
     await failed_jobs(backend, q, ["f1", "f2"], "mod:x")
     await backend.enqueue([new_job(q, "w1")])
-    subscription = await events.subscribe(backend)
+    subscription = await Instrumented(backend).subscribe()
     try:
         assert await queue.retry_jobs(["f1", "f2", "w1"]) == 2
         assert await queue.cancel_jobs(["f1"]) == 1

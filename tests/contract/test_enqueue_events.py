@@ -10,6 +10,7 @@ import pytest
 
 from relaymq import events
 from relaymq.backends.base import Backend
+from relaymq.instrumented import Instrumented
 from tests.conftest import MakeBackend
 from tests.support.jobs import new_job
 
@@ -26,7 +27,7 @@ async def test_each_enqueue_is_announced_as_waiting_delayed_or_deduplicated(
 
         producer.publish = refused  # type: ignore[method-assign]
     await producer.enqueue([new_job(q, "old")])
-    sub = await events.subscribe(listener)
+    sub = await Instrumented(listener).subscribe()
     try:
         batch = [new_job(q, "a"), new_job(q, "b", delay=60), new_job(q, "old"), new_job(q, "a")]
         answers = await producer.enqueue_announced(batch, at=1_700_000_000.25)

@@ -14,6 +14,7 @@ import pytest
 from relaymq import Queue
 from relaymq.backends.base import Backend
 from relaymq.dashboard.live import Hub
+from relaymq.instrumented import Instrumented
 from tests.dashboard.support import waiting
 from tests.support.jobs import queue_name
 
@@ -44,7 +45,7 @@ async def next_matching(
 
 @pytest.fixture
 async def hub(backend: Backend) -> AsyncIterator[Hub]:
-    h = Hub(backend, interval=0.2)
+    h = Hub(Instrumented(backend), interval=0.2)
     yield h
     await h.close()
 

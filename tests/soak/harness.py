@@ -36,6 +36,7 @@ from relaymq import Queue, events
 from relaymq.backends import connect
 from relaymq.backends.base import Backend
 from relaymq.errors import BackendError
+from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState
 from tests.soak import tasks
 
@@ -325,7 +326,7 @@ async def _stalls(backend: Backend, queue: str, stalls: dict[str, list[float]]) 
     after a server restart."""
     while True:
         try:
-            subscription = await events.subscribe(backend)
+            subscription = await Instrumented(backend).subscribe()
             try:
                 async for event in subscription:
                     if event.name == events.JOB_STALLED and event.queue == queue and event.job_id:

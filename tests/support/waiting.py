@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from relaymq import events
 from relaymq.backends.base import Backend
+from relaymq.instrumented import Instrumented
 from relaymq.job import JobState
 
 Check = Callable[[], bool | Awaitable[bool]]
@@ -48,7 +49,7 @@ class Watch:
 @asynccontextmanager
 async def watch(backend: Backend) -> AsyncIterator[Watch]:
     """Subscribe first, then act, then ``await w.until(...)``: no event can be missed."""
-    subscription = await events.subscribe(backend)
+    subscription = await Instrumented(backend).subscribe()
     try:
         yield Watch(backend, subscription)
     finally:

@@ -4,14 +4,16 @@ import pytest
 
 import relaymq
 from relaymq import ConfigError, Queue
+from relaymq.app import default_app
 from relaymq.backends import backend_class, connect
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.errors import UnknownBackendError
-from relaymq.task import REGISTRY, TaskNotFoundError, import_task, resolve
+from relaymq.task import TaskNotFoundError
 from tests import tasks
 
 PUBLIC = [
-    "TERMINAL", "ArgumentValidationError", "Backend", "BackendError", "BackendUnavailableError",
+    "TERMINAL", "App", "ArgumentValidationError", "Backend", "BackendError",
+    "BackendUnavailableError",
     "Call", "Capabilities", "Claim", "ConfigError", "DependencyPolicy", "Event", "Flow", "Job",
     "JobCancelledError",
     "JobContext", "JobExpiredError", "JobFailedError", "JobHandle", "JobNotFoundError",
@@ -55,8 +57,8 @@ async def test_connect_memory() -> None:
 
 def test_task_names_default_to_import_path_and_resolve() -> None:
     assert tasks.add.name == "tests.tasks:add"
-    assert REGISTRY["tests.tasks:add"] is tasks.add
-    assert resolve("tests.tasks:add") is tasks.add
+    assert default_app().tasks["tests.tasks:add"] is tasks.add
+    assert default_app().resolve("tests.tasks:add") is tasks.add
     assert tasks.blocking_sleep(0) == 0  # still a plain callable
 
 
@@ -72,10 +74,10 @@ def test_unknown_tasks_are_named_in_the_error(name: str, match: str) -> None:
     """``import_task`` (a name written in code) imports the module; ``resolve`` (a stored
     job's name) never does: for it every unregistered name is just not registered."""
     with pytest.raises(TaskNotFoundError, match=match) as e:
-        import_task(name)
+        default_app().import_task(name)
     assert name in str(e.value)
     with pytest.raises(TaskNotFoundError, match="not registered") as e:
-        resolve(name)
+        default_app().resolve(name)
     assert name in str(e.value)
 
 

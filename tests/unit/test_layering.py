@@ -24,9 +24,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                "backends.sqlfile")),
     ("backends", ("backends",)),
     ("above the seam", ("registry", "schedules.store")),
-    ("facade", ("instrumented", "events")),
-    ("features", ("options", "limits", "flows", "bulk", "queue", "task", "schedules",
-                  "recovery", "metrics", "tracing", "app")),
+    ("facade", ("observers", "instrumented", "events")),
+    ("features", ("options", "limits", "flows", "bulk", "producer", "task", "schedules", "app",
+                  "queue", "recovery", "metrics", "tracing")),
     ("worker", ("worker",)),
     ("surfaces", ("cli", "dashboard", "contrib", "demo", "testing", "__main__", "")),
 )  # fmt: skip

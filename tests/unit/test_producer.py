@@ -25,8 +25,8 @@ from relaymq import (
     set_default_backend,
     task,
 )
-from relaymq import queue as queue_module
-from relaymq.backends import default_backend
+from relaymq import producer as producer_module
+from relaymq.app import default_backend
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.records.store import Beat, CancelResult, Outcome, Settle
 from tests import tasks
@@ -152,7 +152,7 @@ async def test_a_queue_paused_elsewhere_is_noticed_after_the_check_interval(
     assert (await queue.add(tasks.add.call(1, 2))).paused is False
     await backend.pause("later")  # another process pauses it
     assert (await queue.add(tasks.add.call(1, 2))).paused is False  # not asked again yet
-    monkeypatch.setattr(queue_module, "PAUSE_CHECK_EVERY", 0.0)
+    monkeypatch.setattr(producer_module, "PAUSE_CHECK_EVERY", 0.0)
     assert (await queue.add(tasks.add.call(1, 2))).paused is True
 
 
@@ -172,8 +172,9 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("relaymq."))))
 
 @pytest.mark.parametrize(
     "module",
-    ["relaymq.task", "relaymq.queue", "relaymq.options", "relaymq.instrumented",
-     "relaymq.backends", "relaymq.settings", "relaymq.worker", "relaymq.cli.app"],
+    ["relaymq.task", "relaymq.producer", "relaymq.app", "relaymq.queue", "relaymq.options",
+     "relaymq.instrumented", "relaymq.backends", "relaymq.settings", "relaymq.worker",
+     "relaymq.cli.app"],
 )  # fmt: skip
 def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     done = subprocess.run(
@@ -183,8 +184,11 @@ def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) 
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
     assert module in loaded
-    if module not in ("relaymq.task", "relaymq.worker", "relaymq.cli.app"):
+    above_the_app = ("relaymq.app", "relaymq.queue", "relaymq.worker", "relaymq.cli.app")
+    if module not in ("relaymq.task", *above_the_app):
         assert "relaymq.task" not in loaded, f"{module} needs the task module"
+    if module not in above_the_app:
+        assert "relaymq.app" not in loaded, f"{module} needs the app"
     if module in ("relaymq.options", "relaymq.backends", "relaymq.settings"):
         assert "relaymq.queue" not in loaded, f"{module} needs the queue module"
 
@@ -216,8 +220,8 @@ def test_no_module_of_the_package_imports_itself_through_a_circle() -> None:
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {name: _runtime_imports(path, name, modules) - {name} for name, path in modules.items()}
-    assert graph["relaymq.task"] >= {"relaymq.queue", "relaymq.options"}  # the graph is read
-    assert "relaymq.events" in graph["relaymq.queue"]  # ``from relaymq import events``
+    assert graph["relaymq.task"] >= {"relaymq.producer", "relaymq.options"}  # the graph is read
+    assert "relaymq.bulk" in graph["relaymq.queue"]  # ``from relaymq import bulk``
 
     done: set[str] = set()
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from relaymq.app import default_app
 from relaymq.errors import TaskNotFoundError
 from relaymq.job import Job, JobState
 from relaymq.records.store import Outcome, Settle
 from relaymq.serializers import DEFAULT_SERIALIZER
 from relaymq.settings import Settings
-from relaymq.task import REGISTRY, import_task, resolve
 from relaymq.worker.execution import Execution
 from relaymq.worker.running import RunningJob
 from tests import tasks
@@ -39,7 +39,7 @@ def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(tmp_path))
     yield marker
     sys.modules.pop("planted_28", None)
-    REGISTRY.pop("planted_28:t", None)
+    default_app().tasks.pop("planted_28:t", None)
 
 
 def claimed(task: str, payload: bytes = b'{"args":[],"kwargs":{}}', attempts: int = 1) -> Job:
@@ -65,7 +65,7 @@ def ran(marker: Path) -> bool:
 
 def test_resolve_imports_nothing_for_an_unregistered_name(planted: Path) -> None:
     with pytest.raises(TaskNotFoundError, match="not registered in this worker"):
-        resolve("planted_28:t")
+        default_app().resolve("planted_28:t")
     assert not planted.exists() and "planted_28" not in sys.modules
 
 
@@ -96,9 +96,12 @@ async def test_import_prefixes_opt_in_to_importing_those_modules_only(planted: P
 
 def test_a_prefix_matches_whole_module_names_only(planted: Path) -> None:
     with pytest.raises(TaskNotFoundError):
-        resolve("planted_28:t", import_prefixes=("planted",))
+        default_app().resolve("planted_28:t", import_prefixes=("planted",))
     assert not planted.exists()
-    assert resolve("planted_28:t", import_prefixes=("planted_28",)).name == "planted_28:t"
+    assert (
+        default_app().resolve("planted_28:t", import_prefixes=("planted_28",)).name
+        == "planted_28:t"
+    )
 
 
 def test_import_prefixes_come_from_the_environment() -> None:
@@ -109,4 +112,4 @@ def test_import_prefixes_come_from_the_environment() -> None:
 
 def test_code_may_still_name_a_task_to_import(planted: Path) -> None:
     """``schedule("mod:fn")`` and ``relaymq schedule add`` are the operator's own words."""
-    assert import_task("planted_28:t").name == "planted_28:t" and planted.exists()
+    assert default_app().import_task("planted_28:t").name == "planted_28:t" and planted.exists()

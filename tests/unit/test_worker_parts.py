@@ -187,7 +187,7 @@ async def test_heartbeats_renew_held_claims_and_stop_lost_and_cancelled_ones(
 
     backend.heartbeat = counting  # type: ignore[method-assign]
     ops = Instrumented(backend)
-    subscription = await events.subscribe(backend)
+    subscription = await Instrumented(backend).subscribe()
     try:
         await Heartbeats(ops, claims, 1.0, noop).beat()
         await ops.flush()

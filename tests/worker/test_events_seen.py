@@ -8,6 +8,7 @@ import asyncio
 
 from relaymq import Queue, Worker, events
 from relaymq.backends.base import Backend
+from relaymq.instrumented import Instrumented
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
 from tests import tasks
@@ -48,7 +49,7 @@ async def test_a_job_past_its_ttl_is_announced_expired_and_never_run(
     q = queue_name("ev-exp")
     handle = await Queue(q, backend).add(tasks.add.with_options(ttl=5).call(1, 2))
     clock.advance(6)
-    subscription = await events.subscribe(observer)
+    subscription = await Instrumented(observer).subscribe()
     worker, running = await _run(backend, q)
     try:
         seen = await _events_until(subscription, q, handle.id, events.JOB_EXPIRED)
@@ -70,7 +71,7 @@ async def test_a_job_recovered_from_a_dead_claim_is_announced_stalled_then_runs(
                                               payload=b'{"args":[2,3],"kwargs":{}}')])  # fmt: skip
     [dead] = (await backend.claim([q], "a-worker-that-died", 1)).jobs
     clock.advance(FAST.stalled_threshold + 1)
-    subscription = await events.subscribe(observer)
+    subscription = await Instrumented(observer).subscribe()
     worker, running = await _run(backend, q)
     try:
         await _events_until(subscription, q, stored.id, events.JOB_STALLED, events.JOB_COMPLETED)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from relaymq import ConfigError, Limits, Queue, limit
-from relaymq.limits import DEFINED, parse_rate
+from relaymq.app import default_app
+from relaymq.limits import parse_rate
 from tests import tasks
 from tests.support.jobs import queue_name
 from tests.worker.conftest import RunWorker
@@ -80,7 +81,7 @@ async def test_limits_defined_in_code_are_stored_by_the_queues_workers(
             assert await queue.limits() == Limits(max_active=7, rate=30, per=60, key_rate=5,
                                                   key_per=1)  # fmt: skip
     finally:
-        DEFINED.pop(queue.name)
+        default_app().limits.pop(queue.name)
     assert await queue.set_limits() is None  # neither: removed
     assert await queue.limits() is None
 

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from relaymq import JobFailedError, JobState, Queue
+from relaymq.app import default_app
 from relaymq.backends.base import Backend
 from relaymq.backends.sqlite import SQLiteBackend
-from relaymq.instrumented import Instrumented
 from relaymq.metrics import Metrics, asgi_app
 from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
@@ -91,7 +91,7 @@ async def test_lost_claims_and_stalled_recovery_are_counted(
 ) -> None:
     clock = FakeClock()
     backend = await make_backend(clock)
-    ops = Instrumented(backend)
+    ops = default_app().over(backend).ops  # the app whose observers the metrics are
     await ops.enqueue([new_job(q, "s", task="t.stalls")])
     [first] = (await ops.claim([q], "w1", 1)).jobs
     clock.advance(60)

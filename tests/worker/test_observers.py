@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from relaymq import Queue
-from relaymq.instrumented import Observer, observe, unobserve
+from relaymq.app import observe, unobserve
+from relaymq.observers import Observer
 from tests import tasks
 from tests.worker.conftest import RunWorker
 

@@ -19,6 +19,7 @@ from relaymq.backends import connect
 from relaymq.backends.base import Backend
 from relaymq.cli.workers import collect_workers
 from relaymq.errors import ConfigError
+from relaymq.instrumented import Instrumented
 from tests.rabbitmq import support
 from tests.support.waiting import poll_until
 from tests.worker import startup_tasks
@@ -88,7 +89,7 @@ async def test_a_queue_refused_while_running_is_set_aside_and_the_others_served(
         assert await (await echo.enqueue("still served")).result(timeout=10) == "still served"
 
         async def shown() -> bool:
-            mine = [w for w in await collect_workers(backend) if w["id"] == worker.id]
+            mine = [w for w in await collect_workers(Instrumented(backend)) if w["id"] == worker.id]
             return bool(mine) and "later" in mine[0]["refused"]
 
         await poll_until(shown, "the refusal on the worker's record", 10)

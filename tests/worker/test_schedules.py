@@ -7,9 +7,9 @@ import itertools
 from datetime import datetime
 
 from relaymq import Queue, Schedules, schedule
+from relaymq.app import default_app
 from relaymq.backends.base import Backend
 from relaymq.job import JobState
-from relaymq.schedules import DEFINED
 from tests import tasks
 from tests.support.waiting import poll_until
 from tests.worker.conftest import RunWorker
@@ -42,5 +42,5 @@ async def test_two_workers_store_a_code_defined_schedule_and_run_each_tick_once(
         gaps = {round(b - a, 3) for a, b in itertools.pairwise(ticks)}
         assert gaps == {EVERY}  # every tick from the first on, none twice, none lost
     finally:
-        DEFINED.pop(s.id, None)
+        default_app().schedules.pop(s.id, None)
         await Schedules(live).remove(s.id)

@@ -46,6 +46,7 @@ except ImportError as e:  # pragma: no cover - the hint is the point
 
 import relaymq
 from relaymq import JobContext, JobState, task
+from relaymq.app import default_app
 from relaymq.job import Job
 from relaymq.serializers import DEFAULT_SERIALIZER
 
@@ -97,7 +98,8 @@ class RelayMQBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.url: str = self.options.get("URL", relaymq.Settings.from_env().backend)
         self._loop = _Loop()
-        self._backend: relaymq.Backend | None = None
+        self.app = default_app().on(self.url)
+        """The default app (whose task ``run`` runs each Django task) on ``URL``."""
 
     def enqueue(self, task: DjangoTask, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
@@ -117,17 +119,15 @@ class RelayMQBackend(BaseTaskBackend):
 
     def close(self) -> None:
         """Close the relaymq backend and the thread that holds it."""
-        if self._backend is not None:
-            self._loop.run(self._backend.close())
-            self._backend = None
+        if self.app.connected:
+            self._loop.run(self.app.close())
         self._loop.stop()
 
     # -- on the backend's own event loop ----------------------------------------------------
 
-    async def _relay(self) -> relaymq.Backend:
-        if self._backend is None:
-            self._backend = await relaymq.connect(self.url)
-        return self._backend
+    async def _queue(self, name: str) -> relaymq.Queue:
+        await self.app.connect()
+        return relaymq.Queue(name, self.app)
 
     async def _enqueue(
         self, task: DjangoTask, args: list[Any], kwargs: dict[str, Any]
@@ -137,7 +137,7 @@ class RelayMQBackend(BaseTaskBackend):
         if task.run_after is not None:
             delay = max(0.0, (task.run_after - datetime.now(UTC)).total_seconds())
         call = run.with_options(queue=task.queue_name, priority=100 - task.priority, delay=delay)
-        queue = relaymq.Queue(task.queue_name, await self._relay())
+        queue = await self._queue(task.queue_name)
         handle = await queue.add(call.call(task.module_path, args, kwargs))
         job = await handle.job()
         return self._to_result(task, job, args, kwargs)
@@ -145,7 +145,7 @@ class RelayMQBackend(BaseTaskBackend):
     async def _get_result(self, result_id: str) -> TaskResult:
         queue, _, job_id = result_id.partition("/")
         try:
-            job = await relaymq.Queue(queue, await self._relay()).get_job(job_id)
+            job = await (await self._queue(queue)).get_job(job_id)
         except relaymq.ConfigError:
             job = None  # not an id this backend made
         if job is None or job.task != RUNNER:

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.tasks import task_backends
 
 import relaymq
+from relaymq.app import default_app
 from relaymq.contrib.django import RelayMQBackend
 from relaymq.testing import drain
 
@@ -39,18 +40,19 @@ class Command(BaseCommand):
     async def _work(
         self, url: str, queues: list[str], settings: relaymq.Settings, until_idle: bool
     ) -> None:
-        relay = await relaymq.connect(url)
+        app = default_app().on(url)  # the default app holds the task that runs Django's
+        await app.connect()
         try:
             if until_idle:
-                done = await drain(relay, queues, settings=settings)
+                done = await drain(app, queues, settings=settings)
                 self.stdout.write(
                     f"ran {done.completed + done.failed} tasks ({done.failed} failed)"
                 )
                 return
-            worker = relaymq.Worker(relay, queues, settings=settings)
+            worker = relaymq.Worker(app, queues, settings=settings)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, worker.stop)
             await worker.run()
         finally:
-            await relay.close()
+            await app.close()
