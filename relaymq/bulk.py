@@ -43,10 +43,14 @@ class Selection:
 
     @classmethod
     def of(
-        cls, ids: Iterable[str] | None = None, state: JobState | Iterable[JobState] | None = None,
-        task: str | None = None, older_than: float | None = None, now: float | None = None,
+        cls,
+        ids: Iterable[str] | None = None,
+        state: JobState | Iterable[JobState] | None = None,
+        task: str | None = None,
+        older_than: float | None = None,
+        now: float | None = None,
         task_contains: str | None = None,
-    ) -> Selection:  # fmt: skip
+    ) -> Selection:
         """Validate and normalise what a caller gave (ids and states without repeats)."""
         if older_than is not None and not older_than >= 0:
             raise ConfigError(f"older_than must be a number of seconds >= 0, not {older_than!r}")
@@ -60,8 +64,9 @@ class Selection:
     @property
     def narrowed(self) -> bool:
         """Whether anything beyond ids and states must be checked on each job."""
-        return (self.task is not None or self.older_than is not None
-                or self.task_contains is not None)  # fmt: skip
+        return (
+            self.task is not None or self.older_than is not None or self.task_contains is not None
+        )
 
     @property
     def empty(self) -> bool:
@@ -83,9 +88,13 @@ class Selection:
 
 
 async def apply(
-    ops: Instrumented, queue: str, selection: Selection, defaults: Sequence[JobState],
-    action: Action, page: int = PAGE,
-) -> int:  # fmt: skip
+    ops: Instrumented,
+    queue: str,
+    selection: Selection,
+    defaults: Sequence[JobState],
+    action: Action,
+    page: int = PAGE,
+) -> int:
     """Run ``action`` over the selected jobs of ``queue``, a page at a time; how many changed.
 
     Explicit ids go in pages of ``page`` (read first only when a state, task or age must be
@@ -118,9 +127,14 @@ async def apply(
 
 
 async def find(
-    ops: Instrumented, queue: str, state: JobState, selection: Selection, offset: int, limit: int,
+    ops: Instrumented,
+    queue: str,
+    state: JobState,
+    selection: Selection,
+    offset: int,
+    limit: int,
     page: int = PAGE,
-) -> list[Job]:  # fmt: skip
+) -> list[Job]:
     """The jobs in ``state`` that ``selection`` matches, skipping ``offset`` of them, at most
     ``limit``. Without a task or age this is one listing; with one it reads pages of the state
     until enough matched (the cost of the jobs read, not of the queue unless nothing matches)."""

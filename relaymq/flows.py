@@ -61,14 +61,16 @@ class Flow:
     def _flatten(self, out: list[Call[Any]]) -> str:
         if not self.children:
             raise ConfigError("a flow needs at least one child")
-        child_ids = [c._flatten(out) if isinstance(c, Flow) else _with_id(c, out)
-                     for c in self.children]  # fmt: skip
+        child_ids = [
+            c._flatten(out) if isinstance(c, Flow) else _with_id(c, out) for c in self.children
+        ]
         parent = self.parent
         options = dataclasses.replace(
-            parent.options, job_id=parent.options.job_id or os.urandom(16).hex(),
+            parent.options,
+            job_id=parent.options.job_id or os.urandom(16).hex(),
             depends_on=(*parent.options.depends_on, *child_ids),
             on_dependency_failure=dependency_policy(self.on_failure),
-        )  # fmt: skip
+        )
         out.append(dataclasses.replace(parent, options=options))
         assert options.job_id is not None
         return options.job_id

@@ -67,19 +67,21 @@ __all__ = ["Metrics", "QueueGauges", "asgi_app", "process_metrics"]
 log = logging.getLogger("relaymq.metrics")
 
 OUTCOME_NAMES = {
-    Outcome.COMPLETE: "completed", Outcome.RETRY: "retried", Outcome.FAIL: "failed",
-    Outcome.EXPIRE: "expired", Outcome.CANCEL: "cancelled", Outcome.RELEASE: "released",
-}  # fmt: skip
+    Outcome.COMPLETE: "completed",
+    Outcome.RETRY: "retried",
+    Outcome.FAIL: "failed",
+    Outcome.EXPIRE: "expired",
+    Outcome.CANCEL: "cancelled",
+    Outcome.RELEASE: "released",
+}
 """The word each outcome is counted under (``relaymq_jobs_<word>_total``)."""
 
-DURATION_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-    600.0, 1800.0, 3600.0,
-)  # fmt: skip
-LATENCY_BUCKETS = (
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-    900.0, 3600.0,
-)  # fmt: skip
+DURATION_BUCKETS = tuple(
+    map(float, "0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 120 300 600 1800 3600".split())
+)
+LATENCY_BUCKETS = tuple(
+    map(float, "0.001 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 300 900 3600".split())
+)
 CALL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 UNTIMED_CALLS = frozenset({"wait"})
@@ -138,41 +140,69 @@ class Metrics(Observer):
         self.registry = prometheus_client.REGISTRY if registry is None else registry
         r = self.registry
         labels = ("queue", "task")
-        self.jobs_enqueued = Counter("relaymq_jobs_enqueued_total",
-                                "New jobs stored by producers in this process.", labels,
-                                registry=r)  # fmt: skip
-        self.jobs_deduplicated = Counter("relaymq_jobs_deduplicated_total",
-                                    "Enqueues that found the job id taken (nothing stored).",
-                                    labels, registry=r)  # fmt: skip
+        self.jobs_enqueued = Counter(
+            "relaymq_jobs_enqueued_total",
+            "New jobs stored by producers in this process.",
+            labels,
+            registry=r,
+        )
+        self.jobs_deduplicated = Counter(
+            "relaymq_jobs_deduplicated_total",
+            "Enqueues that found the job id taken (nothing stored).",
+            labels,
+            registry=r,
+        )
         self.outcomes = {
-            outcome: Counter(f"relaymq_jobs_{name}_total",
-                             f"Attempts that ended {name}, written by workers in this process.",
-                             labels, registry=r)
+            outcome: Counter(
+                f"relaymq_jobs_{name}_total",
+                f"Attempts that ended {name}, written by workers in this process.",
+                labels,
+                registry=r,
+            )
             for outcome, name in OUTCOME_NAMES.items()
-        }  # fmt: skip
-        self.claims_lost = Counter("relaymq_claims_lost_total",
-                                   "Claims found lost by workers in this process: the job "
-                                   "belonged to another worker (or was removed) by then.",
-                                   labels, registry=r)  # fmt: skip
-        self.stalled = Counter("relaymq_stalled_jobs_total",
-                               "Stalled jobs recovered (outcome: requeued, or failed past "
-                               "max_stalled) by maintenance in this process.",
-                               ("queue", "outcome"), registry=r)  # fmt: skip
-        self.duration = Histogram("relaymq_job_duration_seconds",
-                                  "How long handlers ran, by the attempt's outcome.",
-                                  (*labels, "outcome"), buckets=DURATION_BUCKETS,
-                                  registry=r)  # fmt: skip
-        self.pickup_latency = Histogram("relaymq_job_pickup_latency_seconds",
-                                        "First attempts: from the job's run time (or enqueue "
-                                        "time) to its claim, on the backend's clock.",
-                                        labels, buckets=LATENCY_BUCKETS,
-                                        registry=r)  # fmt: skip
-        self.call_duration = Histogram("relaymq_backend_call_duration_seconds",
-                                       "Backend calls made by this process, by operation.",
-                                       ("op",), buckets=CALL_BUCKETS, registry=r)  # fmt: skip
-        self.call_errors = Counter("relaymq_backend_call_errors_total",
-                                   "Backend calls that raised, by operation.", ("op",),
-                                   registry=r)  # fmt: skip
+        }
+        self.claims_lost = Counter(
+            "relaymq_claims_lost_total",
+            "Claims found lost by workers in this process: the job "
+            "belonged to another worker (or was removed) by then.",
+            labels,
+            registry=r,
+        )
+        self.stalled = Counter(
+            "relaymq_stalled_jobs_total",
+            "Stalled jobs recovered (outcome: requeued, or failed past "
+            "max_stalled) by maintenance in this process.",
+            ("queue", "outcome"),
+            registry=r,
+        )
+        self.duration = Histogram(
+            "relaymq_job_duration_seconds",
+            "How long handlers ran, by the attempt's outcome.",
+            (*labels, "outcome"),
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.pickup_latency = Histogram(
+            "relaymq_job_pickup_latency_seconds",
+            "First attempts: from the job's run time (or enqueue "
+            "time) to its claim, on the backend's clock.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.call_duration = Histogram(
+            "relaymq_backend_call_duration_seconds",
+            "Backend calls made by this process, by operation.",
+            ("op",),
+            buckets=CALL_BUCKETS,
+            registry=r,
+        )
+        self.call_errors = Counter(
+            "relaymq_backend_call_errors_total",
+            "Backend calls that raised, by operation.",
+            ("op",),
+            registry=r,
+        )
         self.gauges: QueueGauges | None = None
         self._per_task: dict[tuple[str, str], _PerTask] = {}
         self._calls: dict[str, tuple[Any, Any]] = {}
@@ -190,9 +220,13 @@ class Metrics(Observer):
         (app or default_app()).unobserve(self)
 
     def watch(
-        self, backend: Instrumented | Backend, queues: Sequence[str] | None = None, *,
-        max_age: float = 5.0, timeout: float = 5.0,
-    ) -> QueueGauges:  # fmt: skip
+        self,
+        backend: Instrumented | Backend,
+        queues: Sequence[str] | None = None,
+        *,
+        max_age: float = 5.0,
+        timeout: float = 5.0,
+    ) -> QueueGauges:
         """Serve per-queue gauges of ``queues`` (None: every queue the backend lists), read
         from ``backend`` when scraped, at most once per ``max_age`` seconds. Replaces what an
         earlier ``watch`` set up."""
@@ -227,14 +261,18 @@ class Metrics(Observer):
             return None
         children = self._calls.get(op)
         if children is None:
-            children = self._calls[op] = (self.call_duration.labels(op),
-                                          self.call_errors.labels(op))  # fmt: skip
+            children = self._calls[op] = (
+                self.call_duration.labels(op),
+                self.call_errors.labels(op),
+            )
         return _Timed(*children)
 
     def enqueued(
-        self, jobs: Sequence[NewJob], answers: Sequence[Enqueued] | None,
+        self,
+        jobs: Sequence[NewJob],
+        answers: Sequence[Enqueued] | None,
         error: BaseException | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if answers is None:
             return
         for job, answer in zip(jobs, answers, strict=True):
@@ -295,9 +333,13 @@ class QueueGauges(Collector):
     ``collect()`` never blocks: it serves the last reading."""
 
     def __init__(
-        self, backend: Instrumented | Backend, queues: Sequence[str] | None = None, *,
-        max_age: float = 5.0, timeout: float = 5.0,
-    ) -> None:  # fmt: skip
+        self,
+        backend: Instrumented | Backend,
+        queues: Sequence[str] | None = None,
+        *,
+        max_age: float = 5.0,
+        timeout: float = 5.0,
+    ) -> None:
         raw = backend.backend if isinstance(backend, Instrumented) else backend
         self.ops = Instrumented(raw)
         """Where the gauges are read: a facade of its own, so the reads are not counted."""
@@ -335,8 +377,11 @@ class QueueGauges(Collector):
                         names = await self.ops.list_queues()
                     counts = await asyncio.gather(*(self.ops.counts(q) for q in names))
                     paused = await asyncio.gather(*(self.ops.is_paused(q) for q in names))
-                self._snapshot = (dict(zip(names, counts, strict=True)),
-                                  dict(zip(names, paused, strict=True)), True)  # fmt: skip
+                self._snapshot = (
+                    dict(zip(names, counts, strict=True)),
+                    dict(zip(names, paused, strict=True)),
+                    True,
+                )
             except Exception as e:
                 log.warning("metrics: could not read the queues' counts: %s", e)
                 self._snapshot = ({}, {}, False)
@@ -374,13 +419,16 @@ class QueueGauges(Collector):
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
-            GaugeMetricFamily("relaymq_queue_jobs", "Jobs in the queue, per state.",
-                              labels=["queue", "state"]),
-            GaugeMetricFamily("relaymq_queue_paused", "1 while the queue is paused.",
-                              labels=["queue"]),
-            GaugeMetricFamily("relaymq_backend_up",
-                              "1 when the last reading of the queue gauges succeeded."),
-        )  # fmt: skip
+            GaugeMetricFamily(
+                "relaymq_queue_jobs", "Jobs in the queue, per state.", labels=["queue", "state"]
+            ),
+            GaugeMetricFamily(
+                "relaymq_queue_paused", "1 while the queue is paused.", labels=["queue"]
+            ),
+            GaugeMetricFamily(
+                "relaymq_backend_up", "1 when the last reading of the queue gauges succeeded."
+            ),
+        )
 
 
 def asgi_app(metrics: Metrics) -> ASGIApp:
@@ -390,9 +438,10 @@ def asgi_app(metrics: Metrics) -> ASGIApp:
     inner = prometheus_client.make_asgi_app(metrics.registry)
 
     async def app(
-        scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
         send: Callable[[Any], Awaitable[None]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         if scope["type"] == "lifespan":  # served on its own (uvicorn): nothing to set up
             while True:
                 kind = (await receive())["type"]

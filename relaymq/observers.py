@@ -34,9 +34,11 @@ class Observer:
         return jobs
 
     def enqueued(
-        self, jobs: Sequence[NewJob], answers: Sequence[Enqueued] | None,
+        self,
+        jobs: Sequence[NewJob],
+        answers: Sequence[Enqueued] | None,
         error: BaseException | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``jobs`` were stored (``answers``), or the backend refused them (``error``)."""
 
     def claimed(self, jobs: Sequence[Job]) -> None:

@@ -80,8 +80,12 @@ class Options:
         for name, rule in (("throttle", self.throttle), ("debounce", self.debounce)):
             if rule is None:
                 continue
-            if not (isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)
-                    and isinstance(rule[1], int | float)):  # fmt: skip
+            if not (
+                isinstance(rule, tuple)
+                and len(rule) == 2
+                and isinstance(rule[0], str)
+                and isinstance(rule[1], int | float)
+            ):
                 raise ConfigError(f"{name} must be (key, seconds), got {_shown(rule)}")
             check_text(rule[0], f"{name} key")
             if not rule[1] > 0:
@@ -92,15 +96,19 @@ class Options:
             for d in self.depends_on:
                 check_text(d, "depends_on id")
             if self.delay or self.throttle is not None or self.debounce is not None:
-                raise ConfigError("a job with depends_on starts when its dependencies end: "
-                                  "give it no delay, throttle or debounce")  # fmt: skip
+                raise ConfigError(
+                    "a job with depends_on starts when its dependencies end: "
+                    "give it no delay, throttle or debounce"
+                )
         if self.limit_key is not None and (
             check_text(self.limit_key, "limit_key").split() != [self.limit_key]
         ):
             raise ConfigError(f"limit_key must have no spaces, got {self.limit_key!r}")
         if not isinstance(self.on_dependency_failure, DependencyPolicy):
-            raise ConfigError("on_dependency_failure must be 'fail', 'ignore' or 'include', "
-                              f"got {self.on_dependency_failure!r}")  # fmt: skip
+            raise ConfigError(
+                "on_dependency_failure must be 'fail', 'ignore' or 'include', "
+                f"got {self.on_dependency_failure!r}"
+            )
 
     def rule(self) -> KeyRule | None:
         """The ``KeyRule`` of ``throttle`` or ``debounce``, if either is set."""
@@ -135,8 +143,10 @@ def check_text(value: str, what: str, *, max_length: int | None = MAX_ID) -> str
         limit = "1 or more" if max_length is None else f"1 to {max_length}"
         raise ConfigError(f"{what} must be {limit} characters, got {len(value)}")
     if CONTROL.search(value):
-        raise ConfigError(f"{what} {value!r} holds a control character (such as a newline, "
-                          "tab, ESC or NUL), which ids, names and keys may not")  # fmt: skip
+        raise ConfigError(
+            f"{what} {value!r} holds a control character (such as a newline, "
+            "tab, ESC or NUL), which ids, names and keys may not"
+        )
     return value
 
 

@@ -167,16 +167,25 @@ class Task(Generic[P, R]):
         changes: dict[str, Any] = {
             k: v
             for k, v in {
-                "queue": queue, "delay": delay, "job_id": job_id, "priority": priority,
-                "ttl": ttl, "timeout": timeout, "retries": retries, "backoff": backoff,
-                "backend": backend, "throttle": throttle, "debounce": debounce,
+                "queue": queue,
+                "delay": delay,
+                "job_id": job_id,
+                "priority": priority,
+                "ttl": ttl,
+                "timeout": timeout,
+                "retries": retries,
+                "backoff": backoff,
+                "backend": backend,
+                "throttle": throttle,
+                "debounce": debounce,
                 "depends_on": None if depends_on is None else dependency_ids(depends_on),
-                "on_dependency_failure": None if on_dependency_failure is None
+                "on_dependency_failure": None
+                if on_dependency_failure is None
                 else dependency_policy(on_dependency_failure),
                 "limit_key": limit_key,
             }.items()
             if v is not None
-        }  # fmt: skip
+        }
         options = dataclasses.replace(self.options, **changes)
         options.validate()
         copy: Task[P, R] = Task(self.fn, self.name, options, self.takes_context, self.app)

@@ -97,7 +97,8 @@ async def _left(
     """What still has to run, in words; None when nothing does. Blocked jobs count (their
     dependencies run here), and so do delayed ones already due (a released flow parent)."""
     states = [JobState.BLOCKED, JobState.WAITING, JobState.ACTIVE] + (
-        [JobState.DELAYED] if wait_for_delayed else [])  # fmt: skip
+        [JobState.DELAYED] if wait_for_delayed else []
+    )
     left = []
     for q in queues:
         counts = await ops.counts(q)

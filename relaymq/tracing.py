@@ -65,7 +65,8 @@ class Tracing(Observer):
         stamped.spans = []
         for job in jobs:
             span = self.tracer.start_span(
-                f"send {job.queue}", kind=SpanKind.PRODUCER,
+                f"send {job.queue}",
+                kind=SpanKind.PRODUCER,
                 attributes={
                     "messaging.system": SYSTEM,
                     "messaging.destination.name": job.queue,
@@ -74,19 +75,22 @@ class Tracing(Observer):
                     "messaging.operation.name": "enqueue",
                     "relaymq.task": job.task,
                 },
-            )  # fmt: skip
+            )
             carrier: dict[str, str] = {}
             _W3C.inject(carrier, trace.set_span_in_context(span))
             traceparent = carrier.get("traceparent")
-            stamped.append(dataclasses.replace(job, traceparent=traceparent) if traceparent
-                           else job)  # fmt: skip
+            stamped.append(
+                dataclasses.replace(job, traceparent=traceparent) if traceparent else job
+            )
             stamped.spans.append(span)
         return stamped
 
     def enqueued(
-        self, jobs: Sequence[NewJob], answers: Sequence[Enqueued] | None,
+        self,
+        jobs: Sequence[NewJob],
+        answers: Sequence[Enqueued] | None,
         error: BaseException | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not isinstance(jobs, _Stamped):
             return
         for k, span in enumerate(jobs.spans):
@@ -108,7 +112,10 @@ class Tracing(Observer):
             if producer.is_valid:
                 links.append(Link(producer))
         return self.tracer.start_as_current_span(
-            f"process {job.queue}", context=parent, kind=SpanKind.CONSUMER, links=links,
+            f"process {job.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            links=links,
             attributes={
                 "messaging.system": SYSTEM,
                 "messaging.destination.name": job.queue,
@@ -118,8 +125,9 @@ class Tracing(Observer):
                 "relaymq.task": job.task,
                 "relaymq.attempt": job.attempts,
             },
-            record_exception=False, set_status_on_exception=False,
-        )  # fmt: skip
+            record_exception=False,
+            set_status_on_exception=False,
+        )
 
     def handler_raised(self, job: Job, error: BaseException) -> None:
         trace.get_current_span().record_exception(error)

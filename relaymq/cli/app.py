@@ -55,11 +55,23 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version("relaymq"), "--version", prog_name="relaymq")
-@click.option("--log-level", envvar="RELAYMQ_LOG_LEVEL", default="INFO", show_envvar=True,
-              show_default=True, type=click.Choice(LOG_LEVELS, case_sensitive=False))  # fmt: skip
-@click.option("--log-format", envvar="RELAYMQ_LOG_FORMAT", default="plain", show_envvar=True,
-              show_default=True, type=click.Choice(("plain", "json")),
-              help="plain: one line per record; json: one object per line.")  # fmt: skip
+@click.option(
+    "--log-level",
+    envvar="RELAYMQ_LOG_LEVEL",
+    default="INFO",
+    show_envvar=True,
+    show_default=True,
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+)
+@click.option(
+    "--log-format",
+    envvar="RELAYMQ_LOG_FORMAT",
+    default="plain",
+    show_envvar=True,
+    show_default=True,
+    type=click.Choice(("plain", "json")),
+    help="plain: one line per record; json: one object per line.",
+)
 def cli(log_level: str, log_format: str) -> None:
     """relaymq: an at-least-once job queue for asyncio Python."""
     handler = logging.StreamHandler(sys.stderr)
@@ -88,30 +100,65 @@ def _settings_epilog() -> str:
     help="MODULE:NAME of the relaymq.App to work (default: MODULE's only App, "
     "else the default app of @relaymq.task).",
 )
-@click.option("--queue", "-q", "queues", multiple=True, envvar="RELAYMQ_QUEUES",
-              show_envvar=True,
-              help="Queue to work (repeatable; default: its tasks' queues).")  # fmt: skip
-@click.option("--concurrency", "-c", type=click.IntRange(1, 100_000),
-              envvar="RELAYMQ_CONCURRENCY", show_envvar=True,
-              help="Jobs run at once (default 10).")  # fmt: skip
-@click.option("--worker-id", envvar="RELAYMQ_WORKER_ID", show_envvar=True,
-              help="Worker id (default host:pid:random).")  # fmt: skip
-@click.option("--metrics-port", type=click.IntRange(1, 65535), envvar="RELAYMQ_METRICS_PORT",
-              show_envvar=True,
-              help="Serve Prometheus metrics at :PORT/metrics (relaymq[metrics]).")  # fmt: skip
-@click.option("--loop", type=click.Choice(LOOPS), default="auto", envvar="RELAYMQ_LOOP",
-              show_default=True, show_envvar=True,
-              help="Event loop: uvloop's (faster) when installed, or either one.")  # fmt: skip
-@click.option("--connect-timeout", type=Duration(), envvar="RELAYMQ_CONNECT_TIMEOUT",
-              show_envvar=True,
-              help="Seconds to wait for a backend that cannot be reached yet at start "
-              "(default 60; 0: exit at once).")  # fmt: skip
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    envvar="RELAYMQ_QUEUES",
+    show_envvar=True,
+    help="Queue to work (repeatable; default: its tasks' queues).",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 100_000),
+    envvar="RELAYMQ_CONCURRENCY",
+    show_envvar=True,
+    help="Jobs run at once (default 10).",
+)
+@click.option(
+    "--worker-id",
+    envvar="RELAYMQ_WORKER_ID",
+    show_envvar=True,
+    help="Worker id (default host:pid:random).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    envvar="RELAYMQ_METRICS_PORT",
+    show_envvar=True,
+    help="Serve Prometheus metrics at :PORT/metrics (relaymq[metrics]).",
+)
+@click.option(
+    "--loop",
+    type=click.Choice(LOOPS),
+    default="auto",
+    envvar="RELAYMQ_LOOP",
+    show_default=True,
+    show_envvar=True,
+    help="Event loop: uvloop's (faster) when installed, or either one.",
+)
+@click.option(
+    "--connect-timeout",
+    type=Duration(),
+    envvar="RELAYMQ_CONNECT_TIMEOUT",
+    show_envvar=True,
+    help="Seconds to wait for a backend that cannot be reached yet at start "
+    "(default 60; 0: exit at once).",
+)
 @backend_option
 def worker(
-    module: str | None, app_path: str | None, queues: tuple[str, ...], concurrency: int | None,
-    worker_id: str | None, metrics_port: int | None, loop: str, connect_timeout: float | None,
+    module: str | None,
+    app_path: str | None,
+    queues: tuple[str, ...],
+    concurrency: int | None,
+    worker_id: str | None,
+    metrics_port: int | None,
+    loop: str,
+    connect_timeout: float | None,
     backend: str,
-) -> None:  # fmt: skip
+) -> None:
     """Import MODULE (which declares tasks, schedules and limits on its app) and work its
     queues, or only those named with -q, until SIGTERM/SIGINT. MODULE:NAME (or -A) names the
     app; MODULE alone works its only relaymq.App, or the default app of @relaymq.task."""
@@ -204,8 +251,9 @@ def _import_failure(module_name: str, e: Exception) -> str:
     if isinstance(e, SyntaxError):
         where = f"{e.filename}, line {e.lineno}"
         return f"{type(e).__name__}: {e.msg} ({where})"
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if not f.filename.startswith("<frozen")]  # fmt: skip
+    frames = [
+        f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")
+    ]
     message = " ".join(str(e).split())
     text = f"{type(e).__name__}: {message}" if message else type(e).__name__
     if frames:
@@ -214,9 +262,12 @@ def _import_failure(module_name: str, e: Exception) -> str:
 
 
 async def _work(
-    app: App, settings: Settings, queues: list[str], worker_id: str | None,
+    app: App,
+    settings: Settings,
+    queues: list[str],
+    worker_id: str | None,
     metrics_port: int | None,
-) -> None:  # fmt: skip
+) -> None:
     backend = await connect_waiting(settings.backend, settings.connect_timeout)
     app.use(backend)
     try:
@@ -304,10 +355,21 @@ async def _migrate(url: str) -> str:
 
 
 @cli.command("demo")
-@click.option("--jobs", default=2000, show_default=True, envvar="RELAYMQ_DEMO_JOBS",
-              show_envvar=True, help="How many jobs to enqueue.")  # fmt: skip
-@click.option("--keep", is_flag=True, envvar="RELAYMQ_DEMO_KEEP", show_envvar=True,
-              help="Keep the temporary folder (database, ledgers).")  # fmt: skip
+@click.option(
+    "--jobs",
+    default=2000,
+    show_default=True,
+    envvar="RELAYMQ_DEMO_JOBS",
+    show_envvar=True,
+    help="How many jobs to enqueue.",
+)
+@click.option(
+    "--keep",
+    is_flag=True,
+    envvar="RELAYMQ_DEMO_KEEP",
+    show_envvar=True,
+    help="Keep the temporary folder (database, ledgers).",
+)
 def demo(jobs: int, keep: bool) -> None:
     """Two worker processes on SQLite, one SIGKILLed mid-run; prove nothing is lost."""
     from relaymq.demo.run import run_demo

@@ -26,13 +26,30 @@ from relaymq.worker.startup import describe, patiently
 T = TypeVar("T")
 
 backend_option = click.option(
-    "--backend", "-b", envvar="RELAYMQ_BACKEND", default=DEFAULT_BACKEND_URL, show_default=True,
-    show_envvar=True, help="Backend URL: memory://, sqlite:///path.db, redis://, postgresql://...",
-)  # fmt: skip
-json_option = click.option("--json", "as_json", is_flag=True, envvar="RELAYMQ_JSON",
-                           show_envvar=True, help="Print JSON for scripts.")  # fmt: skip
-yes_option = click.option("--yes", "-y", is_flag=True, envvar="RELAYMQ_YES", show_envvar=True,
-                          help="Do not ask for confirmation.")  # fmt: skip
+    "--backend",
+    "-b",
+    envvar="RELAYMQ_BACKEND",
+    default=DEFAULT_BACKEND_URL,
+    show_default=True,
+    show_envvar=True,
+    help="Backend URL: memory://, sqlite:///path.db, redis://, postgresql://...",
+)
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    envvar="RELAYMQ_JSON",
+    show_envvar=True,
+    help="Print JSON for scripts.",
+)
+yes_option = click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    envvar="RELAYMQ_YES",
+    show_envvar=True,
+    help="Do not ask for confirmation.",
+)
 
 
 class ConfigProblem(click.ClickException):
@@ -185,25 +202,53 @@ def state_option(
     states: tuple[JobState, ...], help: str, default: str | None = None, multiple: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(
-        "--state", "-s", "states" if multiple else "state", multiple=multiple, default=default,
-        type=click.Choice([s.value for s in states]), envvar="RELAYMQ_STATE", show_envvar=True,
-        show_default=default is not None, help=help,
-    )  # fmt: skip
+        "--state",
+        "-s",
+        "states" if multiple else "state",
+        multiple=multiple,
+        default=default,
+        type=click.Choice([s.value for s in states]),
+        envvar="RELAYMQ_STATE",
+        show_envvar=True,
+        show_default=default is not None,
+        help=help,
+    )
 
 
-task_option = click.option("--task", "-t", envvar="RELAYMQ_TASK", show_envvar=True,
-                           help="Only jobs of this task name.")  # fmt: skip
+task_option = click.option(
+    "--task", "-t", envvar="RELAYMQ_TASK", show_envvar=True, help="Only jobs of this task name."
+)
 older_than_option = click.option(
-    "--older-than", type=Duration(), envvar="RELAYMQ_OLDER_THAN", show_envvar=True,
+    "--older-than",
+    type=Duration(),
+    envvar="RELAYMQ_OLDER_THAN",
+    show_envvar=True,
     help="Only jobs that finished (or, not finished, were created) longer ago: 90, 30s, 15m, "
     "2h, 7d.",
-)  # fmt: skip
-offset_option = click.option("--offset", type=click.IntRange(0, MAX_OFFSET), default=0,
-                             show_default=True, envvar="RELAYMQ_OFFSET", show_envvar=True,
-                             help="Skip this many matching jobs.")  # fmt: skip
-limit_option = click.option("--limit", type=click.IntRange(min=1, max=10_000), default=50,
-                            show_default=True, envvar="RELAYMQ_LIMIT", show_envvar=True,
-                            help="Show at most this many jobs.")  # fmt: skip
-all_option = click.option("--all", "everything", is_flag=True, envvar="RELAYMQ_ALL",
-                          show_envvar=True,
-                          help="Select every job the action applies to.")  # fmt: skip
+)
+offset_option = click.option(
+    "--offset",
+    type=click.IntRange(0, MAX_OFFSET),
+    default=0,
+    show_default=True,
+    envvar="RELAYMQ_OFFSET",
+    show_envvar=True,
+    help="Skip this many matching jobs.",
+)
+limit_option = click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=10_000),
+    default=50,
+    show_default=True,
+    envvar="RELAYMQ_LIMIT",
+    show_envvar=True,
+    help="Show at most this many jobs.",
+)
+all_option = click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    envvar="RELAYMQ_ALL",
+    show_envvar=True,
+    help="Select every job the action applies to.",
+)

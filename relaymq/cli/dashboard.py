@@ -19,31 +19,71 @@ log = logging.getLogger("relaymq.dashboard")
 
 @click.command("dashboard")
 @backend_option
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="RELAYMQ_DASHBOARD_HOST",
-              show_envvar=True, help="Address to listen on.")  # fmt: skip
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
-              envvar="RELAYMQ_DASHBOARD_PORT", show_envvar=True)  # fmt: skip
-@click.option("--token", envvar="RELAYMQ_DASHBOARD_TOKEN", show_envvar=True,
-              help="Sign-in secret, also accepted as 'Authorization: Bearer <token>'.")  # fmt: skip
-@click.option("--password", envvar="RELAYMQ_DASHBOARD_PASSWORD", show_envvar=True,
-              help="Sign-in secret for the login form.")  # fmt: skip
-@click.option("--allowed-host", "allowed_hosts", multiple=True,
-              envvar="RELAYMQ_DASHBOARD_ALLOWED_HOSTS", show_envvar=True,
-              help="Another Host name it answers to (repeatable; '*': any, when a proxy in "
-                   "front checks it). It answers to the --host name, and on a loopback "
-                   "address to localhost, 127.0.0.1 and [::1].")  # fmt: skip
-@click.option("--session-key-file", type=click.Path(dir_okay=False),
-              envvar="RELAYMQ_DASHBOARD_SESSION_KEY_FILE", show_envvar=True,
-              help="Keep the key that signs sessions in this file (created if missing), so "
-                   "restarts and processes sharing it share sessions. Without it, every start "
-                   "has a new key: a restart ends every session.")  # fmt: skip
-@click.option("--rotate-sessions", is_flag=True, envvar="RELAYMQ_DASHBOARD_ROTATE_SESSIONS",
-              show_envvar=True,
-              help="Write a new key to --session-key-file and exit: every session of every "
-                   "dashboard using the file ends at its next request.")  # fmt: skip
-def dashboard(backend: str, host: str, port: int, token: str | None, password: str | None,
-              allowed_hosts: tuple[str, ...], session_key_file: str | None,
-              rotate_sessions: bool) -> None:  # fmt: skip
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="RELAYMQ_DASHBOARD_HOST",
+    show_envvar=True,
+    help="Address to listen on.",
+)
+@click.option(
+    "--port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="RELAYMQ_DASHBOARD_PORT",
+    show_envvar=True,
+)
+@click.option(
+    "--token",
+    envvar="RELAYMQ_DASHBOARD_TOKEN",
+    show_envvar=True,
+    help="Sign-in secret, also accepted as 'Authorization: Bearer <token>'.",
+)
+@click.option(
+    "--password",
+    envvar="RELAYMQ_DASHBOARD_PASSWORD",
+    show_envvar=True,
+    help="Sign-in secret for the login form.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="RELAYMQ_DASHBOARD_ALLOWED_HOSTS",
+    show_envvar=True,
+    help="Another Host name it answers to (repeatable; '*': any, when a proxy in "
+    "front checks it). It answers to the --host name, and on a loopback "
+    "address to localhost, 127.0.0.1 and [::1].",
+)
+@click.option(
+    "--session-key-file",
+    type=click.Path(dir_okay=False),
+    envvar="RELAYMQ_DASHBOARD_SESSION_KEY_FILE",
+    show_envvar=True,
+    help="Keep the key that signs sessions in this file (created if missing), so "
+    "restarts and processes sharing it share sessions. Without it, every start "
+    "has a new key: a restart ends every session.",
+)
+@click.option(
+    "--rotate-sessions",
+    is_flag=True,
+    envvar="RELAYMQ_DASHBOARD_ROTATE_SESSIONS",
+    show_envvar=True,
+    help="Write a new key to --session-key-file and exit: every session of every "
+    "dashboard using the file ends at its next request.",
+)
+def dashboard(
+    backend: str,
+    host: str,
+    port: int,
+    token: str | None,
+    password: str | None,
+    allowed_hosts: tuple[str, ...],
+    session_key_file: str | None,
+    rotate_sessions: bool,
+) -> None:
     """Serve the web dashboard: queues, jobs, dead letters, workers, live, with actions.
 
     Anywhere but a loopback address it needs --token or --password. It answers only to the
@@ -66,8 +106,10 @@ def dashboard(backend: str, host: str, port: int, token: str | None, password: s
             write_key(Path(session_key_file))
         except OSError as e:
             raise ConfigProblem(f"cannot write the session key: {e}") from e
-        click.echo(f"a new session key is in {session_key_file}: every session of every "
-                   "dashboard using it has ended")  # fmt: skip
+        click.echo(
+            f"a new session key is in {session_key_file}: every session of every "
+            "dashboard using it has ended"
+        )
         return
     problem = exposure_problem(host, Access(token, password))
     if problem:
@@ -88,8 +130,15 @@ def dashboard(backend: str, host: str, port: int, token: str | None, password: s
         raise Unreachable(str(e)) from e
 
 
-async def _serve(url: str, host: str, port: int, token: str | None, password: str | None,
-                 allowed: frozenset[str] | None, key_file: str | None) -> None:  # fmt: skip
+async def _serve(
+    url: str,
+    host: str,
+    port: int,
+    token: str | None,
+    password: str | None,
+    allowed: frozenset[str] | None,
+    key_file: str | None,
+) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):

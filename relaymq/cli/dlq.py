@@ -37,9 +37,15 @@ def dlq_group() -> None:
 @backend_option
 @json_option
 def dlq_list(
-    queue: str, states: tuple[str, ...], task: str | None, older_than: float | None, offset: int,
-    limit: int, backend: str, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    offset: int,
+    limit: int,
+    backend: str,
+    as_json: bool,
+) -> None:
     """QUEUE's failed, then expired, jobs, oldest first (--offset and --limit count within
     each state)."""
 
@@ -57,9 +63,12 @@ def dlq_list(
 
 
 def _dlq_pick(
-    job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-    older_than: float | None, everything: bool,
-) -> tuple[Pick, Pick]:  # fmt: skip
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+) -> tuple[Pick, Pick]:
     """What was named (for the usage check and the question), and the same confined to the
     DLQ states (what is acted on: a named job that is not in the DLQ is left alone)."""
     named = Pick(job_ids, tuple(JobState(s) for s in states), task, older_than, everything)
@@ -70,26 +79,38 @@ def _dlq_pick(
 @click.argument("queue")
 @bulk_options(DLQ, "replay")
 def dlq_replay(
-    queue: str, job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-    older_than: float | None, everything: bool, backend: str, yes: bool, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+    backend: str,
+    yes: bool,
+    as_json: bool,
+) -> None:
     """Run dead-lettered jobs again (attempts reset): JOB_IDs, a selection or --all. Asks
     first unless --yes."""
     named, pick = _dlq_pick(job_ids, states, task, older_than, everything)
     named.check()
-    run_bulk("replay", queue, pick, backend, yes, as_json, "", lambda q: q.retry_jobs,
-             "replayed")  # fmt: skip
+    run_bulk("replay", queue, pick, backend, yes, as_json, "", lambda q: q.retry_jobs, "replayed")
 
 
 @dlq_group.command("purge")
 @click.argument("queue")
 @bulk_options(DLQ, "purge")
 def dlq_purge(
-    queue: str, job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-    older_than: float | None, everything: bool, backend: str, yes: bool, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+    backend: str,
+    yes: bool,
+    as_json: bool,
+) -> None:
     """Delete dead-lettered jobs: JOB_IDs, a selection or --all. Asks first unless --yes."""
     named, pick = _dlq_pick(job_ids, states, task, older_than, everything)
     named.check()
-    run_bulk("purge", queue, pick, backend, yes, as_json, "", lambda q: q.remove_jobs,
-             "purged")  # fmt: skip
+    run_bulk("purge", queue, pick, backend, yes, as_json, "", lambda q: q.remove_jobs, "purged")

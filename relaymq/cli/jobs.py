@@ -83,8 +83,10 @@ class Pick:
 
     def kwargs(self) -> dict[str, Any]:
         return {
-            "state": self.states or None, "task": self.task, "older_than": self.older_than,
-        }  # fmt: skip
+            "state": self.states or None,
+            "task": self.task,
+            "older_than": self.older_than,
+        }
 
 
 async def require_jobs(queue: Queue, ids: Sequence[str]) -> list[Job]:
@@ -101,7 +103,7 @@ BulkAction = Callable[..., Awaitable[int]]
 
 async def act_in_bulk(
     queue: Queue, pick: Pick, action: BulkAction, question: str, yes: bool
-) -> int:  # fmt: skip
+) -> int:
     """Check the named jobs exist, ask, then run ``action`` (a ``Queue`` bulk method)."""
     if pick.ids:
         await require_jobs(queue, pick.ids)
@@ -129,9 +131,15 @@ def job_group() -> None:
 @backend_option
 @json_option
 def job_list(
-    queue: str, state: str, task: str | None, older_than: float | None, offset: int, limit: int,
-    backend: str, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    state: str,
+    task: str | None,
+    older_than: float | None,
+    offset: int,
+    limit: int,
+    backend: str,
+    as_json: bool,
+) -> None:
     """A page of QUEUE's jobs in one state (waiting, unless --state): waiting in claim order,
     delayed by run time, others oldest first."""
     chosen = JobState(state)
@@ -147,8 +155,9 @@ def job_list(
     console().print(jobs_table(jobs, chosen))
     if counts is not None:
         sys.stdout.flush()  # the table first, then why it is empty
-        click.echo(empty_hint(queue, chosen, counts, filtered=bool(task or older_than or offset)),
-                   err=True)  # fmt: skip
+        click.echo(
+            empty_hint(queue, chosen, counts, filtered=bool(task or older_than or offset)), err=True
+        )
 
 
 def empty_hint(queue: str, state: JobState, counts: dict[JobState, int], filtered: bool) -> str:
@@ -228,8 +237,15 @@ async def next_event(
 
 def show_event(event: events.Event, as_json: bool) -> None:
     if as_json:
-        emit_json({"event": event.name, "queue": event.queue, "job_id": event.job_id,
-                   "at": event.at, "data": event.data})  # fmt: skip
+        emit_json(
+            {
+                "event": event.name,
+                "queue": event.queue,
+                "job_id": event.job_id,
+                "at": event.at,
+                "data": event.data,
+            }
+        )
         return
     data = " ".join(f"{k}={v}" for k, v in event.data.items())
     click.echo(f"{event.name} {data}".rstrip())
@@ -251,11 +267,20 @@ def bulk_options(states: tuple[JobState, ...], what: str) -> Callable[[Any], Any
     """IDS..., --state (repeatable), --task, --older-than, --all, --yes, --backend, --json."""
 
     def add(command: Any) -> Any:
-        for option in reversed((
-            click.argument("job_ids", nargs=-1),
-            state_option(states, f"Only {what} jobs in this state (repeatable).", multiple=True),
-            task_option, older_than_option, all_option, backend_option, yes_option, json_option,
-        )):  # fmt: skip
+        for option in reversed(
+            (
+                click.argument("job_ids", nargs=-1),
+                state_option(
+                    states, f"Only {what} jobs in this state (repeatable).", multiple=True
+                ),
+                task_option,
+                older_than_option,
+                all_option,
+                backend_option,
+                yes_option,
+                json_option,
+            )
+        ):
             command = option(command)
         return command
 
@@ -263,9 +288,16 @@ def bulk_options(states: tuple[JobState, ...], what: str) -> Callable[[Any], Any
 
 
 def run_bulk(
-    name: str, queue: str, pick: Pick, backend: str, yes: bool, as_json: bool, default: str,
-    action: Callable[[Queue], BulkAction], verb: str,
-) -> int:  # fmt: skip
+    name: str,
+    queue: str,
+    pick: Pick,
+    backend: str,
+    yes: bool,
+    as_json: bool,
+    default: str,
+    action: Callable[[Queue], BulkAction],
+    verb: str,
+) -> int:
     pick.check()
     question = f"{name.capitalize()} {pick.words(default)} in queue {queue!r}?"
     n = with_queue(backend, queue, lambda q: act_in_bulk(q, pick, action(q), question, yes))
@@ -273,8 +305,13 @@ def run_bulk(
     return n
 
 
-def _pick(job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-          older_than: float | None, everything: bool) -> Pick:  # fmt: skip
+def _pick(
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+) -> Pick:
     return Pick(job_ids, tuple(JobState(s) for s in states), task, older_than, everything)
 
 
@@ -286,9 +323,16 @@ LIVE = (JobState.WAITING, JobState.DELAYED, JobState.ACTIVE)
 @click.argument("queue")
 @bulk_options(RETRYABLE, "retry")
 def job_retry(
-    queue: str, job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-    older_than: float | None, everything: bool, backend: str, yes: bool, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+    backend: str,
+    yes: bool,
+    as_json: bool,
+) -> None:
     """Run failed, expired or cancelled jobs again: one JOB_ID, several, or a selection
     (several or a selection ask first unless --yes)."""
     pick = _pick(job_ids, states, task, older_than, everything)
@@ -298,45 +342,83 @@ def job_retry(
             if not await q.retry_job(job_ids[0]):
                 job = await q.get_job(job_ids[0])
                 state = job.state.value if job else "gone"
-                raise click.ClickException(f"job {job_ids[0]!r} is {state}: only failed, "
-                                           "expired or cancelled jobs can be retried")  # fmt: skip
+                raise click.ClickException(
+                    f"job {job_ids[0]!r} is {state}: only failed, "
+                    "expired or cancelled jobs can be retried"
+                )
 
         with_queue(backend, queue, one)
-        done(as_json, f"job {job_ids[0]!r} is waiting again", queue=queue, action="retry",
-             changed=1)  # fmt: skip
+        done(
+            as_json, f"job {job_ids[0]!r} is waiting again", queue=queue, action="retry", changed=1
+        )
         return
-    run_bulk("retry", queue, pick, backend, yes or len(job_ids) == 1, as_json,
-             "failed/expired/cancelled", lambda q: q.retry_jobs, "retried")  # fmt: skip
+    run_bulk(
+        "retry",
+        queue,
+        pick,
+        backend,
+        yes or len(job_ids) == 1,
+        as_json,
+        "failed/expired/cancelled",
+        lambda q: q.retry_jobs,
+        "retried",
+    )
 
 
 @job_group.command("cancel")
 @click.argument("queue")
 @bulk_options(LIVE, "cancel")
 def job_cancel(
-    queue: str, job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-    older_than: float | None, everything: bool, backend: str, yes: bool, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+    backend: str,
+    yes: bool,
+    as_json: bool,
+) -> None:
     """Cancel waiting, delayed or running jobs: one JOB_ID, several, or a selection (several
     or a selection ask first unless --yes)."""
     pick = _pick(job_ids, states, task, older_than, everything)
     if len(job_ids) == 1 and not pick.filtered:
         result = with_queue(backend, queue, lambda q: q.cancel(job_ids[0]))
         changed = int(result is CancelResult.CANCELLED)
-        text = (f"job {job_ids[0]!r} cancelled" if changed
-                else f"job {job_ids[0]!r} had already ended: nothing changed")  # fmt: skip
+        text = (
+            f"job {job_ids[0]!r} cancelled"
+            if changed
+            else f"job {job_ids[0]!r} had already ended: nothing changed"
+        )
         done(as_json, text, queue=queue, action="cancel", changed=changed)
         return
-    run_bulk("cancel", queue, pick, backend, yes or len(job_ids) == 1, as_json,
-             "waiting/delayed/active", lambda q: q.cancel_jobs, "cancelled")  # fmt: skip
+    run_bulk(
+        "cancel",
+        queue,
+        pick,
+        backend,
+        yes or len(job_ids) == 1,
+        as_json,
+        "waiting/delayed/active",
+        lambda q: q.cancel_jobs,
+        "cancelled",
+    )
 
 
 @job_group.command("remove")
 @click.argument("queue")
 @bulk_options(ALL_STATES, "remove")
 def job_remove(
-    queue: str, job_ids: tuple[str, ...], states: tuple[str, ...], task: str | None,
-    older_than: float | None, everything: bool, backend: str, yes: bool, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str,
+    job_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    task: str | None,
+    older_than: float | None,
+    everything: bool,
+    backend: str,
+    yes: bool,
+    as_json: bool,
+) -> None:
     """Delete jobs in any state (running ones lose their claim): JOB_IDs or a selection.
     Asks first unless --yes."""
     pick = _pick(job_ids, states, task, older_than, everything)

@@ -66,8 +66,14 @@ def route_warnings() -> None:
     if getattr(original, "relaymq", False):  # routed already (main() called again)
         return
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
         if issubclass(category, RelayWarning):
             logging.getLogger("relaymq").warning("%s", message)
         else:

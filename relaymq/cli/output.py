@@ -46,21 +46,35 @@ def decoded(raw: bytes | None) -> Any:
 def job_dict(job: Job, *, full: bool = False) -> dict[str, Any]:
     """A job as JSON: the fields an operator reads; ``full`` adds arguments and result."""
     out: dict[str, Any] = {
-        "queue": job.queue, "id": job.id, "task": job.task, "state": job.state.value,
-        "priority": job.priority, "attempts": job.attempts, "max_attempts": job.max_attempts,
-        "created_at": job.created_at, "run_at": job.run_at, "finished_at": job.finished_at,
-        "worker_id": job.worker_id, "error": job.error,
-    }  # fmt: skip
+        "queue": job.queue,
+        "id": job.id,
+        "task": job.task,
+        "state": job.state.value,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "created_at": job.created_at,
+        "run_at": job.run_at,
+        "finished_at": job.finished_at,
+        "worker_id": job.worker_id,
+        "error": job.error,
+    }
     if CORRUPT in job.extra:  # listed as far as it could be read: say what is wrong
         out[CORRUPT] = job.extra[CORRUPT]
     if full:
         out |= {
-            "payload": decoded(job.payload), "progress": decoded(job.progress),
-            "result": decoded(job.result), "token": job.token, "claimed_at": job.claimed_at,
-            "heartbeat_at": job.heartbeat_at, "stalls": job.stalls, "ttl": job.ttl,
-            "timeout": job.timeout, "cancel_requested": job.cancel_requested,
+            "payload": decoded(job.payload),
+            "progress": decoded(job.progress),
+            "result": decoded(job.result),
+            "token": job.token,
+            "claimed_at": job.claimed_at,
+            "heartbeat_at": job.heartbeat_at,
+            "stalls": job.stalls,
+            "ttl": job.ttl,
+            "timeout": job.timeout,
+            "cancel_requested": job.cancel_requested,
             "extra": job.extra,
-        }  # fmt: skip
+        }
     return out
 
 
@@ -106,8 +120,15 @@ def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
         error = error_line(j.error)[:60]
         if CORRUPT in j.extra:  # a damaged record: its values are stand-ins, say why
             error = f"corrupt record: {j.extra[CORRUPT]}"[:60]
-        table.add_row(j.id, j.task, j.state.value, f"{j.attempts}/{j.max_attempts}",
-                      when(j.created_at), *extra(j), error)  # fmt: skip
+        table.add_row(
+            j.id,
+            j.task,
+            j.state.value,
+            f"{j.attempts}/{j.max_attempts}",
+            when(j.created_at),
+            *extra(j),
+            error,
+        )
     return table
 
 
@@ -146,11 +167,17 @@ def counts_json(counts: dict[JobState, int], paused: bool) -> dict[str, Any]:
 
 def worker_dict(info: WorkerInfo, running: int, now: float) -> dict[str, Any]:
     return {
-        "id": info.id, "host": info.host, "pid": info.pid, "queues": list(info.queues),
-        "concurrency": info.concurrency, "running": running, "started_at": info.started_at,
-        "seen_at": info.seen_at, "heartbeat_age": max(0.0, now - info.seen_at),
+        "id": info.id,
+        "host": info.host,
+        "pid": info.pid,
+        "queues": list(info.queues),
+        "concurrency": info.concurrency,
+        "running": running,
+        "started_at": info.started_at,
+        "seen_at": info.seen_at,
+        "heartbeat_age": max(0.0, now - info.seen_at),
         "refused": dict(info.refused),
-    }  # fmt: skip
+    }
 
 
 def confirm(question: str, yes: bool) -> None:

@@ -59,11 +59,14 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
         counts, paused = await q.counts(), await q.is_paused()
         workers = [w for w in await q.ops.list_workers() if q.name in w.queues]
         return {
-            "queue": q.name, **counts_json(counts, paused),
+            "queue": q.name,
+            **counts_json(counts, paused),
             "limits": limits_json(await q.limits()),
-            "workers": [{"id": w.id, "host": w.host, "pid": w.pid,
-                         "concurrency": w.concurrency} for w in workers],
-        }  # fmt: skip
+            "workers": [
+                {"id": w.id, "host": w.host, "pid": w.pid, "concurrency": w.concurrency}
+                for w in workers
+            ],
+        }
 
     info = with_queue(backend, queue, collect)
     if as_json:
@@ -120,9 +123,14 @@ def limits_json(limits: Limits | None) -> dict[str, Any] | None:
 @backend_option
 @json_option
 def queue_limits(
-    queue: str | None, max_active: int | None, rate: str | None, key_rate: str | None,
-    clear: bool, backend: str, as_json: bool,
-) -> None:  # fmt: skip
+    queue: str | None,
+    max_active: int | None,
+    rate: str | None,
+    key_rate: str | None,
+    clear: bool,
+    backend: str,
+    as_json: bool,
+) -> None:
     """Show or set QUEUE's limits (every queue's, without QUEUE).
 
     --max-active, --rate and --key-rate replace what is stored (one left out is unset);
@@ -195,8 +203,11 @@ def queue_drain(queue: str, backend: str, yes: bool, as_json: bool) -> None:
 
 @queue_group.command("clean")
 @click.argument("queue")
-@state_option(tuple(s for s in JobState if s in TERMINAL), "Which finished jobs to delete.",
-              default=JobState.COMPLETED.value)  # fmt: skip
+@state_option(
+    tuple(s for s in JobState if s in TERMINAL),
+    "Which finished jobs to delete.",
+    default=JobState.COMPLETED.value,
+)
 @older_than_option
 @backend_option
 @yes_option

@@ -130,24 +130,49 @@ def schedule_list(backend: str, as_json: bool) -> None:
     show_envvar=True,
     help="Ticks missed while no worker ran: fire none, the latest once, or each.",
 )
-@click.option("--max-missed", type=click.IntRange(1, 100_000), default=10, show_default=True,
-              envvar="RELAYMQ_SCHEDULE_MAX_MISSED", show_envvar=True,
-              help="With --missed all: at most this many of the latest missed ticks.")  # fmt: skip
+@click.option(
+    "--max-missed",
+    type=click.IntRange(1, 100_000),
+    default=10,
+    show_default=True,
+    envvar="RELAYMQ_SCHEDULE_MAX_MISSED",
+    show_envvar=True,
+    help="With --missed all: at most this many of the latest missed ticks.",
+)
 @backend_option
 @json_option
 def schedule_add(
-    schedule_id: str, task_name: str, cron: str | None, tz: str, every: float | None,
-    args_json: str, kwargs_json: str, queue: str | None, missed: str, max_missed: int,
-    backend: str, as_json: bool,
-) -> None:  # fmt: skip
+    schedule_id: str,
+    task_name: str,
+    cron: str | None,
+    tz: str,
+    every: float | None,
+    args_json: str,
+    kwargs_json: str,
+    queue: str | None,
+    missed: str,
+    max_missed: int,
+    backend: str,
+    as_json: bool,
+) -> None:
     """Store schedule ID (replacing the one of that id, whose pause it keeps). The task must
     import and the arguments fit it; the cron, the time zone and the arguments are checked
     before anything is stored."""
     args, kwargs = _json_arg("--args", args_json, list), _json_arg("--kwargs", kwargs_json, dict)
     sys.path.insert(0, os.getcwd())
     try:
-        s = define(task_name, id=schedule_id, cron=cron, every=every, tz=tz, args=args,
-                   kwargs=kwargs, queue=queue, missed=missed, max_missed=max_missed)  # fmt: skip
+        s = define(
+            task_name,
+            id=schedule_id,
+            cron=cron,
+            every=every,
+            tz=tz,
+            args=args,
+            kwargs=kwargs,
+            queue=queue,
+            missed=missed,
+            max_missed=max_missed,
+        )
     except ConfigError as e:
         raise ConfigProblem(str(e)) from e
     except RelayError as e:  # an unknown task, arguments JSON cannot carry
@@ -158,8 +183,12 @@ def schedule_add(
 
     changed, state = on_schedules(backend, go, create=True)
     verb = "stored" if changed else "unchanged:"
-    done(as_json, f"schedule {s.id!r} {verb} {s.describe()}, next {_when(state.next_at)}",
-         **_json(state), changed=changed)  # fmt: skip
+    done(
+        as_json,
+        f"schedule {s.id!r} {verb} {s.describe()}, next {_when(state.next_at)}",
+        **_json(state),
+        changed=changed,
+    )
 
 
 @schedule_group.command("remove")
@@ -201,8 +230,13 @@ def schedule_resume(schedule_id: str, backend: str, as_json: bool) -> None:
         return await book.get(schedule_id)
 
     state = on_schedules(backend, go)
-    done(as_json, f"schedule {schedule_id!r} resumed, next {_when(state.next_at)}",
-         id=schedule_id, paused=False, next_at=_iso(state.next_at))  # fmt: skip
+    done(
+        as_json,
+        f"schedule {schedule_id!r} resumed, next {_when(state.next_at)}",
+        id=schedule_id,
+        paused=False,
+        next_at=_iso(state.next_at),
+    )
 
 
 @schedule_group.command("run-now")
@@ -217,8 +251,13 @@ def schedule_run_now(schedule_id: str, backend: str, as_json: bool) -> None:
         return handle.queue, handle.id
 
     queue, job_id = on_schedules(backend, go)
-    done(as_json, f"enqueued job {job_id} in queue {queue!r}", id=schedule_id, queue=queue,
-         job_id=job_id)  # fmt: skip
+    done(
+        as_json,
+        f"enqueued job {job_id} in queue {queue!r}",
+        id=schedule_id,
+        queue=queue,
+        job_id=job_id,
+    )
 
 
 def _json_arg(option: str, text: str, kind: type) -> Any:
@@ -236,9 +275,18 @@ def _json(s: ScheduleState) -> dict[str, Any]:
     if s.schedule is None:
         return {**out, "error": s.error}
     spec = s.schedule
-    return {**out, "task": spec.task, "queue": spec.queue, "cron": spec.cron, "tz": spec.tz,
-            "every": spec.every, "args": list(spec.args), "kwargs": dict(spec.kwargs),
-            "missed": spec.missed, "max_missed": spec.max_missed}  # fmt: skip
+    return {
+        **out,
+        "task": spec.task,
+        "queue": spec.queue,
+        "cron": spec.cron,
+        "tz": spec.tz,
+        "every": spec.every,
+        "args": list(spec.args),
+        "kwargs": dict(spec.kwargs),
+        "missed": spec.missed,
+        "max_missed": spec.max_missed,
+    }
 
 
 def _iso(t: float) -> str:

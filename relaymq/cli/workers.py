@@ -52,15 +52,31 @@ def workers(backend: str, as_json: bool) -> None:
         emit_json(found)
         return
     refusals = any(w["refused"] for w in found)
-    table = Table("worker", "host", "pid", "queues", "concurrency", "running", "heartbeat",
-                  "up", *(["refused"] if refusals else []))  # fmt: skip
+    table = Table(
+        "worker",
+        "host",
+        "pid",
+        "queues",
+        "concurrency",
+        "running",
+        "heartbeat",
+        "up",
+        *(["refused"] if refusals else []),
+    )
     now = time.time()
     for w in found:
         refused = "\n".join(f"{q}: {e}" for q, e in sorted(w["refused"].items()))
-        table.add_row(w["id"], w["host"], str(w["pid"]), ", ".join(w["queues"]),
-                      str(w["concurrency"]), str(w["running"]),
-                      f"{w['heartbeat_age']:.0f}s ago", age(w["started_at"], now),
-                      *([refused] if refusals else []))  # fmt: skip
+        table.add_row(
+            w["id"],
+            w["host"],
+            str(w["pid"]),
+            ", ".join(w["queues"]),
+            str(w["concurrency"]),
+            str(w["running"]),
+            f"{w['heartbeat_age']:.0f}s ago",
+            age(w["started_at"], now),
+            *([refused] if refusals else []),
+        )
     console().print(table)
 
 
@@ -73,14 +89,31 @@ async def collect_counts(app: App) -> dict[str, tuple[dict[JobState, int], bool]
 
 
 @click.command("stats")
-@click.option("--watch", "-w", is_flag=True, envvar="RELAYMQ_WATCH", show_envvar=True,
-              help="Keep the table up to date until Ctrl-C.")  # fmt: skip
-@click.option("--interval", type=click.FloatRange(0.1, 86400), default=2.0, show_default=True,
-              envvar="RELAYMQ_STATS_INTERVAL", show_envvar=True,
-              help="Seconds between two refreshes with --watch.")  # fmt: skip
-@click.option("--count", type=click.IntRange(min=0), default=0, envvar="RELAYMQ_STATS_COUNT",
-              show_envvar=True,
-              help="With --watch, stop after this many refreshes (0: never).")  # fmt: skip
+@click.option(
+    "--watch",
+    "-w",
+    is_flag=True,
+    envvar="RELAYMQ_WATCH",
+    show_envvar=True,
+    help="Keep the table up to date until Ctrl-C.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 86400),
+    default=2.0,
+    show_default=True,
+    envvar="RELAYMQ_STATS_INTERVAL",
+    show_envvar=True,
+    help="Seconds between two refreshes with --watch.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=0),
+    default=0,
+    envvar="RELAYMQ_STATS_COUNT",
+    show_envvar=True,
+    help="With --watch, stop after this many refreshes (0: never).",
+)
 @backend_option
 @json_option
 def stats(watch: bool, interval: float, count: int, backend: str, as_json: bool) -> None:

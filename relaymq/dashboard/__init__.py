@@ -15,8 +15,8 @@ except ImportError as e:  # pragma: no cover - the hint is the point
         "the relaymq dashboard needs Starlette and Jinja2: pip install 'relaymq[dashboard]'"
     ) from e
 
-from relaymq.dashboard.app import create_app
 from relaymq.dashboard.guard import allowed_hosts_for
 from relaymq.dashboard.security import Access, Throttle, exposure_problem
+from relaymq.dashboard.server import create_app
 
 __all__ = ["Access", "Throttle", "allowed_hosts_for", "create_app", "exposure_problem"]

@@ -10,52 +10,39 @@ redirects back with a one-line message of what it did.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-from jinja2 import Environment, PackageLoader, select_autoescape
-from starlette.applications import Starlette
 from starlette.datastructures import FormData
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from relaymq.app import App, default_app
-from relaymq.backends.base import Backend
-from relaymq.cli.output import when
+from relaymq.app import App
 from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
-from relaymq.dashboard.guard import Guard, host_name
 from relaymq.dashboard.live import Hub
-from relaymq.dashboard.security import Access, SessionKey, Throttle, Throttled
-from relaymq.dashboard.views import actions_for, job_view, pretty
+from relaymq.dashboard.security import Access, Throttle, Throttled
+from relaymq.dashboard.views import actions_for, job_view
 from relaymq.dashboard.web import (
     client_of,
     csrf_of,
-    job_href,
     job_id_of,
     job_url,
     page_number,
     with_csrf,
 )
 from relaymq.errors import (
-    BackendError,
-    BackendUnavailableError,
     ConfigError,
     JobNotFoundError,
     ScheduleNotFoundError,
 )
-from relaymq.job import DLQ_STATES, Job, JobState, error_line
+from relaymq.job import DLQ_STATES, Job, JobState
 from relaymq.options import validate_queue_name
 from relaymq.queue import Queue
 from relaymq.records.store import CancelResult
@@ -129,8 +116,9 @@ class Dashboard:
             if not security.csrf_matches(cookie, field if isinstance(field, str) else None):
                 return PlainTextResponse(
                     "This form did not come from this dashboard, or it has expired: reload the "
-                    "page and try again.", status_code=403,
-                )  # fmt: skip
+                    "page and try again.",
+                    status_code=403,
+                )
             try:
                 return await fn(request, form)
             except (ConfigError, ValueError) as e:
@@ -139,8 +127,11 @@ class Dashboard:
         return endpoint
 
     def render(self, request: Request, template: str, **context: Any) -> Response:
-        context |= {"csrf": csrf_of(request), "auth": self.access.required,
-                    "message": self._message(request)}  # fmt: skip
+        context |= {
+            "csrf": csrf_of(request),
+            "auth": self.access.required,
+            "message": self._message(request),
+        }
         return self.templates.TemplateResponse(request, template, context)
 
     def _message(self, request: Request) -> str:
@@ -181,9 +172,14 @@ class Dashboard:
         hour = charts.window(tallies, "last hour", minute, 60, 60)
         day = charts.window(tallies, "last day", minute, 1440, 48)
         return {
-            "name": name, "counts": counts, "paused": paused, "hour": hour, "day": day,
-            "hour_chart": charts.sparkline(hour), "day_chart": charts.sparkline(day),
-        }  # fmt: skip
+            "name": name,
+            "counts": counts,
+            "paused": paused,
+            "hour": hour,
+            "day": day,
+            "hour_chart": charts.sparkline(hour),
+            "day_chart": charts.sparkline(day),
+        }
 
     async def queue(self, request: Request) -> Response:
         q = self._queue(request)
@@ -202,10 +198,20 @@ class Dashboard:
         offset = (page - 1) * self.page_size
         jobs = await q.list_jobs(state, offset, self.page_size + 1, task_contains=task)
         counts, paused, limits = await asyncio.gather(q.counts(), q.is_paused(), q.limits())
-        return {"queue": q.name, "state": state, "task": task or "", "page": page,
-                "jobs": jobs[: self.page_size], "more": len(jobs) > self.page_size,
-                "counts": counts, "paused": paused, "limits": limits, "states": STATES,
-                "missing": None, "actions": actions_for(state)}  # fmt: skip
+        return {
+            "queue": q.name,
+            "state": state,
+            "task": task or "",
+            "page": page,
+            "jobs": jobs[: self.page_size],
+            "more": len(jobs) > self.page_size,
+            "counts": counts,
+            "paused": paused,
+            "limits": limits,
+            "states": STATES,
+            "missing": None,
+            "actions": actions_for(state),
+        }
 
     async def job(self, request: Request) -> Response:
         q = self._queue(request)
@@ -242,8 +248,16 @@ class Dashboard:
                 if spec is None
                 else orjson.dumps({"args": list(spec.args), "kwargs": dict(spec.kwargs)}).decode()
             )
-            rows.append({"id": s.id, "schedule": spec, "next_at": s.next_at, "paused": s.paused,
-                         "error": s.error, "arguments": arguments})  # fmt: skip
+            rows.append(
+                {
+                    "id": s.id,
+                    "schedule": spec,
+                    "next_at": s.next_at,
+                    "paused": s.paused,
+                    "error": s.error,
+                    "arguments": arguments,
+                }
+            )
         return self.render(request, "schedules.html", schedules=rows)
 
     async def events(self, request: Request) -> Response:
@@ -252,9 +266,10 @@ class Dashboard:
         queue, job_id = request.query_params.get("queue"), request.query_params.get("job")
         follow = (queue, job_id) if queue and job_id else None
         return StreamingResponse(
-            self.hub.stream(follow), media_type="text/event-stream",
+            self.hub.stream(follow),
+            media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )  # fmt: skip
+        )
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -304,27 +319,31 @@ class Dashboard:
                 if await q.retry_job(job_id):
                     done = f"job {job_id} is waiting again"
                 else:
-                    done = (f"job {job_id} is {await self._state_of(q, job_id)}: only failed, "
-                            "expired or cancelled jobs can be retried")  # fmt: skip
+                    done = (
+                        f"job {job_id} is {await self._state_of(q, job_id)}: only failed, "
+                        "expired or cancelled jobs can be retried"
+                    )
             elif what == "cancel":
                 if await q.cancel(job_id) is CancelResult.CANCELLED:
                     done = f"job {job_id} cancelled"
                 else:
-                    done = (f"job {job_id} is {await self._state_of(q, job_id)}: it had "
-                            "already ended, so there was nothing to cancel")  # fmt: skip
+                    done = (
+                        f"job {job_id} is {await self._state_of(q, job_id)}: it had "
+                        "already ended, so there was nothing to cancel"
+                    )
             elif what == "remove":
                 await q.remove_job(job_id)
                 return RedirectResponse(
-                    self.with_message(str(request.url_for("queue", queue=q.name)),
-                                      "job removed"),
+                    self.with_message(str(request.url_for("queue", queue=q.name)), "job removed"),
                     status_code=303,
-                )  # fmt: skip
+                )
             else:
                 raise ConfigError(f"unknown action {what!r}; one of {', '.join(BULK)}")
         except JobNotFoundError as e:
             done = str(e)
-        return RedirectResponse(self.with_message(job_url(request, q.name, job_id), done),
-                                status_code=303)  # fmt: skip
+        return RedirectResponse(
+            self.with_message(job_url(request, q.name, job_id), done), status_code=303
+        )
 
     async def dlq_action(self, request: Request, form: FormData) -> Response:
         """Replay (retry) or purge (remove) dead-lettered jobs of one queue: the ticked ones,
@@ -385,15 +404,17 @@ class Dashboard:
         wait = self.throttle.wait(client)
         if wait > 0:
             seconds = Throttled(wait).seconds
-            response = self.render(request, "login.html", failed=False, wait=seconds,
-                                   next=str(form.get("next", "")))  # fmt: skip
+            response = self.render(
+                request, "login.html", failed=False, wait=seconds, next=str(form.get("next", ""))
+            )
             response.status_code = 429
             response.headers["Retry-After"] = str(seconds)
             return response
         if not isinstance(secret, str) or not self.access.accepts_secret(secret):
             self.throttle.failed(client)
-            response = self.render(request, "login.html", failed=True,
-                                   next=str(form.get("next", "")))  # fmt: skip
+            response = self.render(
+                request, "login.html", failed=True, next=str(form.get("next", ""))
+            )
             response.status_code = 401
             return response
         self.throttle.succeeded(client)
@@ -401,9 +422,14 @@ class Dashboard:
         if not target.startswith("/") or target.startswith("//"):  # never off this site
             target = str(request.url_for("overview"))
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(security.SESSION_COOKIE, self.access.new_session(),
-                            max_age=security.SESSION_SECONDS, httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")  # fmt: skip
+        response.set_cookie(
+            security.SESSION_COOKIE,
+            self.access.new_session(),
+            max_age=security.SESSION_SECONDS,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
         return response
 
     async def logout(self, request: Request, form: FormData) -> Response:
@@ -420,124 +446,3 @@ class Dashboard:
 
     def _queue(self, request: Request) -> Queue:
         return Queue(validate_queue_name(request.path_params["queue"]), self.app)
-
-
-def create_app(
-    app: App | Backend,
-    *,
-    token: str | None = None,
-    password: str | None = None,
-    metrics: bool = True,
-    live_interval: float = 0.5,
-    page_size: int = PAGE_SIZE,
-    allowed_hosts: Iterable[str] | None = None,
-    session_key_file: str | Path | None = None,
-    throttle: Throttle | None = None,
-) -> Starlette:
-    """The dashboard as an ASGI app over ``app`` (connected, and closed, by the caller; a
-    backend given as such is the default app's on it): serve it with uvicorn, or mount it
-    (``Mount("/relaymq", create_app(app))``).
-
-    With ``token`` or ``password``, nothing is readable or writable without signing in (or,
-    for the token, ``Authorization: Bearer``); without either it is open to anyone who
-    reaches it, so serve it on a loopback address (``relaymq dashboard`` refuses otherwise).
-    ``metrics``: serve Prometheus metrics at ``/metrics`` (needs prometheus-client).
-    ``allowed_hosts``: the ``Host`` names (any port) it answers to, anything else a 400
-    (``guard.allowed_hosts_for(bind)`` gives a bind address's; ``relaymq dashboard`` always
-    sets them); None: every Host, for an app that checks it in front.
-    ``session_key_file``: keep the session key there, so processes and restarts sharing the
-    file share sessions (``relaymq dashboard --rotate-sessions`` replaces it); without it, a
-    random key per app, so a restart ends every session. ``throttle``: how failed sign-ins
-    and bad Bearer tokens slow a client down (default ``Throttle()``)."""
-    env = Environment(loader=PackageLoader("relaymq.dashboard", "templates"),
-                      autoescape=select_autoescape(default=True))  # fmt: skip
-    env.filters["when"] = when
-    env.filters["summary"] = error_line
-    env.filters["pretty"] = pretty
-    env.globals["job_href"] = job_href
-    access = Access(token, password, SessionKey(session_key_file))
-    relay = app if isinstance(app, App) else default_app().over(app)
-    d = Dashboard(relay, access, Hub(relay.ops, live_interval), Jinja2Templates(env=env),
-                  page_size, throttle or Throttle())  # fmt: skip
-    routes = [
-        Route("/", d.page(d.overview), name="overview"),
-        Route("/queues/{queue}", d.page(d.queue), name="queue"),
-        Route("/queues/{queue}/actions", d.action(d.queue_action), methods=["POST"],
-              name="queue_action"),
-        Route("/queues/{queue}/jobs", d.action(d.jobs_action), methods=["POST"],
-              name="jobs_action"),
-        Route("/queues/{queue}/jobs/{job_id:path}", by_method(d.page(d.job),
-              d.action(d.job_action)), methods=["GET", "POST"], name="job"),
-        Route("/dlq", d.page(d.dlq), name="dlq"),
-        Route("/dlq/actions", d.action(d.dlq_action), methods=["POST"], name="dlq_action"),
-        Route("/workers", d.page(d.workers), name="workers"),
-        Route("/schedules", d.page(d.schedules), name="schedules"),
-        Route("/schedules/actions", d.action(d.schedule_action), methods=["POST"],
-              name="schedule_action"),
-        Route("/events", d.events, name="events"),
-        Route("/login", d.login, methods=["GET", "POST"], name="login"),
-        Route("/logout", d.action(d.logout), methods=["POST"], name="logout"),
-        Mount("/static", StaticFiles(packages=[("relaymq.dashboard", "static")]), name="static"),
-    ]  # fmt: skip
-    if metrics:
-        routes.append(Route("/metrics", MetricsApp(d), name="metrics"))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await d.hub.close()
-
-    allowed = None if allowed_hosts is None else frozenset(host_name(h) for h in allowed_hosts)
-    web = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(Guard, allowed=allowed)],
-                    exception_handlers={BackendError: backend_error,
-                                        Throttled: too_many})  # fmt: skip
-    web.state.dashboard = d
-    return web
-
-
-def by_method(get: Endpoint, post: Endpoint) -> Endpoint:
-    """One URL, two endpoints: a job's page (GET) and its actions (POST)."""
-
-    async def endpoint(request: Request) -> Response:
-        return await (post if request.method == "POST" else get)(request)
-
-    return endpoint
-
-
-class MetricsApp:
-    """Prometheus metrics (the queue gauges, read when scraped) behind the same sign-in: an
-    ASGI app, so ``Route`` passes it the raw request."""
-
-    def __init__(self, d: Dashboard) -> None:
-        from prometheus_client import CollectorRegistry
-
-        from relaymq.metrics import Metrics, asgi_app
-
-        self.d = d
-        metrics = Metrics(CollectorRegistry())
-        metrics.watch(d.app.ops)
-        self.inner = asgi_app(metrics)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if not self.d.signed_in(Request(scope)):
-            await PlainTextResponse("sign in first", status_code=401)(scope, receive, send)
-            return
-        await self.inner(scope, receive, send)
-
-
-async def too_many(request: Request, exc: Exception) -> Response:
-    wait = exc.seconds if isinstance(exc, Throttled) else 60
-    return PlainTextResponse(f"Too many failed sign-ins from this address: try again in "
-                             f"{wait}s.", status_code=429,
-                             headers={"Retry-After": str(wait)})  # fmt: skip
-
-
-async def backend_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, BackendUnavailableError):
-        text = f"The backend cannot be reached right now ({exc}); reload once it is back."
-    else:
-        text = f"The backend answered with an error: {exc}"
-    return PlainTextResponse(text, status_code=503)

@@ -48,8 +48,9 @@ class Window:
         return text
 
 
-def window(tallies: Sequence[Tally], label: str, now_minute: int, minutes: int,
-           buckets: int) -> Window:  # fmt: skip
+def window(
+    tallies: Sequence[Tally], label: str, now_minute: int, minutes: int, buckets: int
+) -> Window:
     """The last ``minutes`` minutes up to ``now_minute`` in ``buckets`` equal buckets."""
     size = max(1, minutes // buckets)
     first = now_minute - size * buckets + 1
@@ -76,9 +77,13 @@ def sparkline(w: Window, width: int = 160, height: int = 32) -> str:
         for value, cls in ((ok, "ok"), (bad, "bad")):
             if value:
                 h = max(1.0, value / top * (height - 2))
-                bars.append(f'<rect class="{cls}" x="{x:.1f}" y="{height - h:.1f}" '
-                            f'width="{max(step - 0.5, 0.5):.1f}" height="{h:.1f}"/>')  # fmt: skip
+                bars.append(
+                    f'<rect class="{cls}" x="{x:.1f}" y="{height - h:.1f}" '
+                    f'width="{max(step - 0.5, 0.5):.1f}" height="{h:.1f}"/>'
+                )
     title = f"{w.label}: {w.summary()}"
-    return (f'<svg class="spark" role="img" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}"><title>{escape(title)}</title>'
-            f'{"".join(bars)}</svg>')  # fmt: skip
+    return (
+        f'<svg class="spark" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}"><title>{escape(title)}</title>'
+        f"{''.join(bars)}</svg>"
+    )

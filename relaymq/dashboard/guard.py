@@ -101,8 +101,9 @@ class Guard:
                 response = PlainTextResponse(
                     f"This dashboard does not answer to Host {host!r}: it is served as "
                     f"{', '.join(sorted(self.allowed)) or 'no name'} (add a name with "
-                    "--allowed-host).", status_code=400,
-                )  # fmt: skip
+                    "--allowed-host).",
+                    status_code=400,
+                )
                 await response(scope, receive, with_headers)
                 return
         await self.app(scope, receive, with_headers)

@@ -60,8 +60,10 @@ class SessionKey:
             except (ValueError, UnicodeDecodeError):
                 key = b""
             if len(key) < 16:
-                raise ConfigError(f"{self.path} holds no session key: write a new one with "
-                                  "relaymq dashboard --rotate-sessions")  # fmt: skip
+                raise ConfigError(
+                    f"{self.path} holds no session key: write a new one with "
+                    "relaymq dashboard --rotate-sessions"
+                )
             self._key, self._seen = key, (stat.st_mtime_ns, stat.st_ino)
         return self._key
 
@@ -95,8 +97,9 @@ class Access:
 
     def _key(self) -> bytes:
         material = f"{self.token or ''}\0{self.password or ''}".encode()
-        return hmac.new(material, b"relaymq-dashboard-session\0" + self.session_key.current(),
-                        hashlib.sha256).digest()  # fmt: skip
+        return hmac.new(
+            material, b"relaymq-dashboard-session\0" + self.session_key.current(), hashlib.sha256
+        ).digest()
 
     def accepts_secret(self, given: str) -> bool:
         """Whether ``given`` (typed at the login form) is the token or the password."""

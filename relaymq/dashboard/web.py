@@ -41,8 +41,13 @@ def with_csrf(request: Request, response: Response) -> Response:
     """Set the CSRF cookie the page's forms were rendered with, if the browser lacks it."""
     token = csrf_of(request)
     if request.cookies.get(security.CSRF_COOKIE) != token:
-        response.set_cookie(security.CSRF_COOKIE, token, httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")  # fmt: skip
+        response.set_cookie(
+            security.CSRF_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
     return response
 
 

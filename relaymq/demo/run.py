@@ -107,8 +107,14 @@ async def _demo(folder: Path, total: int) -> int:
         killed_active = await _watch(queue, len(planned), workers["demo-w1"], started)
         workers["demo-w2"].send_signal(signal.SIGTERM)
         await asyncio.wait_for(workers["demo-w2"].wait(), 30)
-        return await _report(queue, planned, ledger, workers["demo-w1"].pid, killed_active,
-                             time.monotonic() - started)  # fmt: skip
+        return await _report(
+            queue,
+            planned,
+            ledger,
+            workers["demo-w1"].pid,
+            killed_active,
+            time.monotonic() - started,
+        )
     finally:
         for proc in workers.values():
             if proc.returncode is None:
@@ -130,10 +136,23 @@ async def _start_worker(wid: str, url: str, folder: Path) -> asyncio.subprocess.
     }
     log = folder / f"{wid}.log"
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "relaymq.demo.tasks", "-q", tasks.QUEUE,
-        "-c", "10", "--worker-id", wid, "--backend", url, env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=log.open("wb"),
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "relaymq.demo.tasks",
+        "-q",
+        tasks.QUEUE,
+        "-c",
+        "10",
+        "--worker-id",
+        wid,
+        "--backend",
+        url,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
 
 
 async def _until_online(online: events.Subscription, ids: set[str]) -> None:
@@ -212,8 +231,14 @@ async def _report(
 ) -> int:
     executions, by_victim = await asyncio.to_thread(_read_ledger, ledger, victim_pid)
     problems: list[str] = []
-    table = Table("kind", "jobs", "expected state", "ended so", "executions (expected)",
-                  title="relaymq demo: outcome")  # fmt: skip
+    table = Table(
+        "kind",
+        "jobs",
+        "expected state",
+        "ended so",
+        "executions (expected)",
+        title="relaymq demo: outcome",
+    )
     duplicates = interrupted = recovered = as_expected = 0
     for kind in KINDS:
         ids = [job_id for k, job_id, _ in planned if k is kind]
@@ -240,10 +265,17 @@ async def _report(
             elif job_id in killed_active and extra == -1:
                 interrupted += 1
             else:
-                problems.append(f"{job_id}: ran {executions[job_id]}x, expected "
-                                f"{kind.executions}x, not explained by the kill")  # fmt: skip
-        table.add_row(kind.name, str(len(ids)), kind.state.value, f"{right}/{len(ids)}",
-                      f"{runs} ({kind.executions * len(ids)})")  # fmt: skip
+                problems.append(
+                    f"{job_id}: ran {executions[job_id]}x, expected "
+                    f"{kind.executions}x, not explained by the kill"
+                )
+        table.add_row(
+            kind.name,
+            str(len(ids)),
+            kind.state.value,
+            f"{right}/{len(ids)}",
+            f"{runs} ({kind.executions * len(ids)})",
+        )
     console.print(table)
     if not killed_active:
         problems.append("the killed worker held no job: the demo proved nothing about recovery")
@@ -251,8 +283,9 @@ async def _report(
         problems.append(f"only {recovered} of {len(killed_active)} held jobs were recovered")
     lost = sum("lost or stuck" in p for p in problems)
     summary = Table("check", "result", title=f"finished in {elapsed:.1f}s")
-    summary.add_row("jobs that reached the expected terminal state",
-                    f"{as_expected}/{len(planned)}")  # fmt: skip
+    summary.add_row(
+        "jobs that reached the expected terminal state", f"{as_expected}/{len(planned)}"
+    )
     summary.add_row("lost or stuck jobs", str(lost))
     summary.add_row("jobs held by the SIGKILLed worker", str(len(killed_active)))
     summary.add_row("jobs recovered by stalled recovery", str(recovered))

@@ -33,16 +33,18 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_active", "rate", "key_rate"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 1 <= value <= MAX_COUNT):  # fmt: skip
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT
+            ):
                 raise ConfigError(
                     f"limits: {name} must be a whole number >= 1 and at most {MAX_COUNT}, "
                     f"not {value!r}"
                 )
         for name in ("per", "key_per"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value)
-                    and 0 < value <= MAX_PERIOD):  # fmt: skip
+            if not (
+                isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_PERIOD
+            ):
                 raise ConfigError(
                     f"limits: {name} must be a number of seconds > 0 and at most {MAX_PERIOD:g} "
                     f"(a year), not {value!r}"

@@ -215,16 +215,21 @@ class WorkerInfo:
         cls, worker_id: str, queues: Sequence[str], concurrency: int
     ) -> WorkerInfo:
         """The record a worker registers for itself: this host, this pid, started now."""
-        return cls(worker_id, tuple(queues), concurrency, socket.gethostname(), os.getpid(),
-                   time.time())  # fmt: skip
+        return cls(
+            worker_id, tuple(queues), concurrency, socket.gethostname(), os.getpid(), time.time()
+        )
 
     def to_record(self) -> dict[str, Any]:
         """The stored form (every backend keeps these fields; ``seen_at`` is the backend's)."""
         return {
-            "id": self.id, "queues": list(self.queues), "concurrency": self.concurrency,
-            "host": self.host, "pid": self.pid, "started_at": self.started_at,
+            "id": self.id,
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": self.started_at,
             "refused": [list(pair) for pair in self.refused],
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], seen_at: float) -> WorkerInfo:
@@ -235,11 +240,15 @@ class WorkerInfo:
         if isinstance(refused, str | bytes):
             refused = json.loads(refused)
         return cls(
-            str(record["id"]), tuple(str(q) for q in record["queues"]),
-            int(record["concurrency"]), str(record["host"]), int(record["pid"]),
-            float(record["started_at"]), float(seen_at),
+            str(record["id"]),
+            tuple(str(q) for q in record["queues"]),
+            int(record["concurrency"]),
+            str(record["host"]),
+            int(record["pid"]),
+            float(record["started_at"]),
+            float(seen_at),
             tuple((str(q), str(e)) for q, e in dict(refused).items()),
-        )  # fmt: skip
+        )
 
     def seen(self, at: float) -> WorkerInfo:
         """This record as seen by the backend at ``at``."""

@@ -58,10 +58,23 @@ def define(
         args, kwargs = t.models.dump_args(tuple(args), kwargs)
     o = t.options
     return Schedule(
-        id=id or t.name, task=t.name, queue=queue or o.queue, cron=cron, every=every, tz=tz,
-        args=tuple(args), kwargs=kwargs, missed=missed, max_missed=max_missed, grace=grace,
-        anchor=anchor, priority=o.priority, retries=o.retries, ttl=o.ttl, timeout=o.timeout,
-    )  # fmt: skip
+        id=id or t.name,
+        task=t.name,
+        queue=queue or o.queue,
+        cron=cron,
+        every=every,
+        tz=tz,
+        args=tuple(args),
+        kwargs=kwargs,
+        missed=missed,
+        max_missed=max_missed,
+        grace=grace,
+        anchor=anchor,
+        priority=o.priority,
+        retries=o.retries,
+        ttl=o.ttl,
+        timeout=o.timeout,
+    )
 
 
 __all__ = ["Schedule", "ScheduleState", "Scheduler", "Schedules", "define"]

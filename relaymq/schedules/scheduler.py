@@ -129,8 +129,12 @@ class Scheduler:
             answers = await self.ops.enqueue(jobs)
             fired = [a.id for a in answers if not a.duplicate]
         if plan.dropped:
-            log.warning("schedule %s let %d ticks go, missed while no scheduler ran "
-                        "(missed=%s)", schedule.id, plan.dropped, schedule.missed)  # fmt: skip
+            log.warning(
+                "schedule %s let %d ticks go, missed while no scheduler ran (missed=%s)",
+                schedule.id,
+                plan.dropped,
+                schedule.missed,
+            )
         if not await store.advance(self.ops, stored.id, stored.next_ms, plan.next_ms):
             log.info("schedule %s changed during the pass; its new state stands", stored.id)
         return fired

@@ -88,15 +88,19 @@ class Schedule:
         if self.cron is not None and not croniter.is_valid(self.cron):
             raise ConfigError(f"schedule {self.id!r}: invalid cron expression {self.cron!r}")
         if self.every is not None and not self.every >= 0.001:
-            raise ConfigError(f"schedule {self.id!r}: every must be at least 0.001 seconds, "
-                              f"got {self.every!r}")  # fmt: skip
+            raise ConfigError(
+                f"schedule {self.id!r}: every must be at least 0.001 seconds, got {self.every!r}"
+            )
         _zone(self.tz, self.id)
         if self.missed not in MISSED_POLICIES:
-            raise ConfigError(f"schedule {self.id!r}: missed must be one of "
-                              f"{', '.join(MISSED_POLICIES)}, got {self.missed!r}")  # fmt: skip
+            raise ConfigError(
+                f"schedule {self.id!r}: missed must be one of "
+                f"{', '.join(MISSED_POLICIES)}, got {self.missed!r}"
+            )
         if self.max_missed < 1 or self.grace < 0 or self.retries < 0:
-            raise ConfigError(f"schedule {self.id!r}: max_missed must be >= 1, grace and "
-                              "retries >= 0")  # fmt: skip
+            raise ConfigError(
+                f"schedule {self.id!r}: max_missed must be >= 1, grace and retries >= 0"
+            )
         if not 0 <= self.priority <= MAX_PRIORITY:
             raise ConfigError(f"schedule {self.id!r}: priority must be 0 to {MAX_PRIORITY}")
         if (self.ttl is not None and self.ttl <= 0) or (
@@ -175,8 +179,17 @@ class Schedule:
         return f"{self.id}@{stamp(tick_ms)}"
 
     def new_job(self, job_id: str, payload: bytes | None = None) -> NewJob:
-        return NewJob(self.queue, job_id, self.task, payload or self.payload(), self.priority,
-                      0.0, self.ttl, self.retries + 1, self.timeout)  # fmt: skip
+        return NewJob(
+            self.queue,
+            job_id,
+            self.task,
+            payload or self.payload(),
+            self.priority,
+            0.0,
+            self.ttl,
+            self.retries + 1,
+            self.timeout,
+        )
 
     def describe(self) -> str:
         """When it runs, in words: ``cron 0 9 * * 1-5 Europe/Berlin`` or ``every 30s``."""
@@ -205,8 +218,9 @@ def check_schedule_id(schedule_id: str) -> str:
     if not isinstance(schedule_id, str):
         raise ConfigError(f"schedule id must be a str, got {type(schedule_id).__name__}")
     if not SCHEDULE_ID.fullmatch(schedule_id):
-        raise ConfigError(f"invalid schedule id {schedule_id!r}: use 1-200 letters, digits "
-                          "and _ . : @ / -")  # fmt: skip
+        raise ConfigError(
+            f"invalid schedule id {schedule_id!r}: use 1-200 letters, digits and _ . : @ / -"
+        )
     return schedule_id
 
 

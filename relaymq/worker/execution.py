@@ -177,8 +177,12 @@ class Execution:
             if r.stop_reason is not None:
                 return after_stop(r)
             if isinstance(e, BackendError):  # the start check could not ask: run it later
-                log.warning("could not check the claim on %s/%s (%s); releasing it",
-                            r.job.queue, r.job.id, e)  # fmt: skip
+                log.warning(
+                    "could not check the claim on %s/%s (%s); releasing it",
+                    r.job.queue,
+                    r.job.id,
+                    e,
+                )
                 return Settle(r.claim, Outcome.RELEASE)
             log.exception("job %s/%s failed outside its handler", r.job.queue, r.job.id)
             return Settle(r.claim, Outcome.FAIL, error=describe(e))
@@ -214,16 +218,28 @@ class Execution:
             try:
                 results, failed = await self._dependencies(job)
             except BackendError as e:  # run it again once they can be read
-                log.warning("job %s/%s: its dependencies could not be read (%s); released",
-                            job.queue, job.id, e)  # fmt: skip
+                log.warning(
+                    "job %s/%s: its dependencies could not be read (%s); released",
+                    job.queue,
+                    job.id,
+                    e,
+                )
                 return Settle(claim, Outcome.RELEASE)
         if t.takes_context and not sandboxed:
-            r.ctx = JobContext(job.id, job.queue, job.task, job.attempts,
-                               lambda value: self.report(r, value), results, failed)  # fmt: skip
+            r.ctx = JobContext(
+                job.id,
+                job.queue,
+                job.task,
+                job.attempts,
+                lambda value: self.report(r, value),
+                results,
+                failed,
+            )
             args.insert(0, r.ctx)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task,
-                      job.attempts)  # fmt: skip
+            log.debug(
+                "job %s/%s started (%s, attempt %d)", job.queue, job.id, job.task, job.attempts
+            )
         value: Any = None
         settle: Settle | None = None  # the handler failed
         backoff = t.options.backoff
@@ -286,9 +302,13 @@ class Execution:
         return results, failed
 
     async def _in_sandbox(
-        self, r: RunningJob, t: Task[Any, Any], args: list[Any], kwargs: dict[str, Any],
+        self,
+        r: RunningJob,
+        t: Task[Any, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
         dependencies: tuple[dict[str, Any], dict[str, str]],
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """Run the handler in one of the sandbox's child processes; a timeout or a stop
         (the job's task cancelled) kills the child."""
         job = r.job
@@ -297,8 +317,9 @@ class Execution:
             if (t.takes_context)
             else None
         )
-        call = self.sandbox.run(job.task, t.fn.__module__, args, kwargs, context,
-                                lambda v: self.report(r, v))  # fmt: skip
+        call = self.sandbox.run(
+            job.task, t.fn.__module__, args, kwargs, context, lambda v: self.report(r, v)
+        )
         if job.timeout is None:
             return await call
         async with asyncio.timeout(job.timeout):
@@ -319,8 +340,13 @@ class Execution:
                 try:
                     asyncio.run_coroutine_threadsafe(self.still_held(r), loop).result()
                 except Exception as e:
-                    log.warning("could not check the claim on %s/%s (%s); releasing it",
-                                r.job.queue, r.job.id, e, extra=r.log_extra)  # fmt: skip
+                    log.warning(
+                        "could not check the claim on %s/%s (%s); releasing it",
+                        r.job.queue,
+                        r.job.id,
+                        e,
+                        extra=r.log_extra,
+                    )
                     return NOT_STARTED
             if r.stop_reason is not None:
                 return NOT_STARTED
@@ -337,12 +363,19 @@ class Execution:
                 raise  # the handler's own TimeoutError
         if r.ctx is not None:
             r.ctx._cancelled = True
-        log.warning("job %s/%s (%s, attempt %d) overran its timeout of %ss: a plain function "
-                    "cannot be stopped, so it keeps its slot and claim until it returns",
-                    r.job.queue, r.job.id, r.job.task, r.job.attempts,
-                    r.job.timeout)  # fmt: skip
+        log.warning(
+            "job %s/%s (%s, attempt %d) overran its timeout of %ss: a plain function "
+            "cannot be stopped, so it keeps its slot and claim until it returns",
+            r.job.queue,
+            r.job.id,
+            r.job.task,
+            r.job.attempts,
+            r.job.timeout,
+        )
         with contextlib.suppress(Exception):  # overran: what it returned or raised is moot
             await done
-        raise Overran(f"TimeoutError: the handler overran its timeout of {r.job.timeout}s and "
-                      f"returned after {time.monotonic() - began:.1f}s (a plain function cannot "
-                      "be stopped: the next attempt waited for it)")  # fmt: skip
+        raise Overran(
+            f"TimeoutError: the handler overran its timeout of {r.job.timeout}s and "
+            f"returned after {time.monotonic() - began:.1f}s (a plain function cannot "
+            "be stopped: the next attempt waited for it)"
+        )

@@ -58,9 +58,14 @@ class Heartbeats:
             reason = StopReason.CANCELLED if result.cancel_requested else StopReason.LOST
             if reason is StopReason.LOST:
                 self.ops.claim_lost(r.job)
-                log.warning("job %s/%s (%s, attempt %d): lost the claim; stopping its handler",
-                            r.job.queue, r.job.id, r.job.task, r.job.attempts,
-                            extra=r.log_extra)  # fmt: skip
+                log.warning(
+                    "job %s/%s (%s, attempt %d): lost the claim; stopping its handler",
+                    r.job.queue,
+                    r.job.id,
+                    r.job.task,
+                    r.job.attempts,
+                    extra=r.log_extra,
+                )
             r.stop(reason)
 
     async def check(self, r: RunningJob) -> bool:

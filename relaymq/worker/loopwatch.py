@@ -90,8 +90,7 @@ class LoopWatch:
     async def run(self) -> None:
         """Tick until cancelled, with the watching thread beside it."""
         self._loop_thread = threading.get_ident()
-        self._thread = threading.Thread(target=self._watch, name="relaymq-loopwatch",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._watch, name="relaymq-loopwatch", daemon=True)
         self._thread.start()
         try:
             while True:
@@ -142,10 +141,13 @@ class LoopWatch:
                 if now - since > self.max_blocked:
                     if gave_up != since:
                         gave_up = since
-                        log.error("the event loop has been blocked for %.0fs, past max_blocked "
-                                  "(%ss): this worker's claims are no longer renewed and its "
-                                  "jobs will be recovered as stalled", now - since,
-                                  self.max_blocked)  # fmt: skip
+                        log.error(
+                            "the event loop has been blocked for %.0fs, past max_blocked "
+                            "(%ss): this worker's claims are no longer renewed and its "
+                            "jobs will be recovered as stalled",
+                            now - since,
+                            self.max_blocked,
+                        )
                 elif now - renewed_at >= self.interval:
                     renewed_at = now
                     await self._renew()
@@ -163,10 +165,14 @@ class LoopWatch:
             if lag < self.blocked_after:
                 return None
             self._blocked_since = since = self._last_tick
-        log.warning("the event loop is blocked (no turn for %.1fs) by %s; heartbeats go on from "
-                    "their own thread for up to %ss. Blocking work belongs in a plain function "
-                    "(def) or asyncio.to_thread", lag, self._culprit(),
-                    self.max_blocked)  # fmt: skip
+        log.warning(
+            "the event loop is blocked (no turn for %.1fs) by %s; heartbeats go on from "
+            "their own thread for up to %ss. Blocking work belongs in a plain function "
+            "(def) or asyncio.to_thread",
+            lag,
+            self._culprit(),
+            self.max_blocked,
+        )
         return since
 
     async def _renew(self) -> None:

@@ -26,9 +26,11 @@ RECHECK_INTERVAL = 60.0
 
 class Refusals:
     def __init__(
-        self, backend: Backend, queues: Sequence[str],
+        self,
+        backend: Backend,
+        queues: Sequence[str],
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.backend = backend
         self.queues = list(queues)
         self.refused: dict[str, str] = {}
@@ -74,9 +76,14 @@ class Refusals:
         if not found and not unsure:
             found = {q: _one_line(e) for q in candidates if q not in self.refused}
         for queue, why in found.items():
-            log.error("queue %s is refused by the backend, not claimed from until it is "
-                      "accepted (checked again every %.0fs): %s", queue, self.interval, why,
-                      extra={"queue": queue})  # fmt: skip
+            log.error(
+                "queue %s is refused by the backend, not claimed from until it is "
+                "accepted (checked again every %.0fs): %s",
+                queue,
+                self.interval,
+                why,
+                extra={"queue": queue},
+            )
         self.refused.update(found)
         self._checked = self._clock()
 
@@ -95,12 +102,21 @@ class Refusals:
             except ConfigError as e:
                 why = _one_line(e)
                 if queue not in self.refused:
-                    log.error("queue %s is refused by the backend, not claimed from until it "
-                              "is accepted (checked again every %.0fs): %s", queue,
-                              self.interval, why, extra={"queue": queue})  # fmt: skip
+                    log.error(
+                        "queue %s is refused by the backend, not claimed from until it "
+                        "is accepted (checked again every %.0fs): %s",
+                        queue,
+                        self.interval,
+                        why,
+                        extra={"queue": queue},
+                    )
                 else:
-                    log.error("queue %s is still refused by the backend: %s", queue, why,
-                              extra={"queue": queue})  # fmt: skip
+                    log.error(
+                        "queue %s is still refused by the backend: %s",
+                        queue,
+                        why,
+                        extra={"queue": queue},
+                    )
                 changed |= self.refused.get(queue) != why
                 self.refused[queue] = why
                 continue
@@ -111,8 +127,9 @@ class Refusals:
             if queue in self.refused:
                 del self.refused[queue]
                 changed = True
-                log.warning("queue %s is accepted again: claiming from it", queue,
-                            extra={"queue": queue})  # fmt: skip
+                log.warning(
+                    "queue %s is accepted again: claiming from it", queue, extra={"queue": queue}
+                )
         return changed
 
 

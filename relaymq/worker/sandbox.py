@@ -74,9 +74,15 @@ def child(fd: int) -> None:
             t = default_app().import_task(name, module)
             if context is not None:
                 job_id, queue, task_name, attempt, results, failed = context
-                ctx = JobContext(job_id, queue, task_name, attempt,
-                                 lambda value: conn.send(("progress", value)),
-                                 results, failed)  # fmt: skip
+                ctx = JobContext(
+                    job_id,
+                    queue,
+                    task_name,
+                    attempt,
+                    lambda value: conn.send(("progress", value)),
+                    results,
+                    failed,
+                )
                 args = [ctx, *args]
             if t.is_async:  # one event loop for the child's life, as a worker has
                 value = loop.run_until_complete(t.fn(*args, **kwargs))
@@ -112,8 +118,10 @@ class _Child:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or "." for p in sys.path)}
         self.process = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         theirs.close()
 
     @property

@@ -278,16 +278,23 @@ class Settler:
         """The first ``n`` pending outcomes were refused for good: find the one that was (write
         them one by one), or replace it, once, by a failed attempt."""
         if n > 1:
-            log.warning("the backend refused one of %d outcomes for good (%s); writing them "
-                        "one by one", n, e)  # fmt: skip
+            log.warning(
+                "the backend refused one of %d outcomes for good (%s); writing them one by one",
+                n,
+                e,
+            )
             self._alone = n
             return
         r, s = self._outbox[0]
         where = f"{r.job.queue}/{r.job.id}"
         if r in self._replaced:  # the failed attempt written instead was refused too
-            log.error("the backend refused the outcome of job %s and the failed attempt "
-                      "written instead (%s): its claim is left to be recovered as stalled",
-                      where, e, extra=r.log_extra)  # fmt: skip
+            log.error(
+                "the backend refused the outcome of job %s and the failed attempt "
+                "written instead (%s): its claim is left to be recovered as stalled",
+                where,
+                e,
+                extra=r.log_extra,
+            )
             del self._outbox[0]
             self._replaced.discard(r)
             self.claims.drop(r)
@@ -295,9 +302,14 @@ class Settler:
             self._requeues -= back_in_line(s)
             self._line_up()
             return
-        log.warning("the backend refused the outcome (%s) of job %s for good (%s); writing a "
-                    "failed attempt instead", s.outcome.value, where, e,
-                    extra=r.log_extra)  # fmt: skip
+        log.warning(
+            "the backend refused the outcome (%s) of job %s for good (%s); writing a "
+            "failed attempt instead",
+            s.outcome.value,
+            where,
+            e,
+            extra=r.log_extra,
+        )
         instead = refused(r.job, s, storable(str(e)))
         self._outbox[0] = (r, instead)
         self._replaced.add(r)

@@ -36,9 +36,17 @@ FIRST_PAUSE = 0.5
 
 MAX_PAUSE = 8.0
 
-_NAMES = {"postgresql": "PostgreSQL", "postgres": "PostgreSQL", "redis": "Redis",
-          "rediss": "Redis", "redis+cluster": "Redis Cluster", "mongodb": "MongoDB",
-          "amqp": "RabbitMQ", "amqps": "RabbitMQ", "sqlite": "SQLite"}  # fmt: skip
+_NAMES = {
+    "postgresql": "PostgreSQL",
+    "postgres": "PostgreSQL",
+    "redis": "Redis",
+    "rediss": "Redis",
+    "redis+cluster": "Redis Cluster",
+    "mongodb": "MongoDB",
+    "amqp": "RabbitMQ",
+    "amqps": "RabbitMQ",
+    "sqlite": "SQLite",
+}
 
 
 def describe(url: str) -> str:
@@ -80,10 +88,12 @@ FOR_GOOD = (CorruptRecordError, RecordRefusedError)
 
 
 async def patiently(
-    call: Callable[[], Awaitable[T]], what: str, timeout: float,
+    call: Callable[[], Awaitable[T]],
+    what: str,
+    timeout: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> T:  # fmt: skip
+) -> T:
     """``call()``, tried again while it raises a ``BackendError`` that may pass (the server
     unreachable, or answering with an error of its own) until ``timeout`` seconds have passed
     (0: once). ``what`` names the server in the log lines."""

@@ -120,23 +120,39 @@ class Worker:
         self._sandbox = Sandbox(self.settings.concurrency)
         """Child processes for sandboxed tasks, started on first need."""
         self._execution = Execution(
-            serializer, self._heartbeats.check, self._report_progress,
-            pool=self._pool, sandbox=self._sandbox, get_jobs=self.ops.get_jobs,
-            max_result_bytes=self.settings.max_result_bytes, tasks=self.app.tasks,
-            import_prefixes=self.settings.import_prefixes, hooks=self.app.hooks,
-        )  # fmt: skip
+            serializer,
+            self._heartbeats.check,
+            self._report_progress,
+            pool=self._pool,
+            sandbox=self._sandbox,
+            get_jobs=self.ops.get_jobs,
+            max_result_bytes=self.settings.max_result_bytes,
+            tasks=self.app.tasks,
+            import_prefixes=self.settings.import_prefixes,
+            hooks=self.app.hooks,
+        )
         self._rotation = 0
         self._watch = (
-            LoopWatch(backend, self._claims, self.info,
-                      interval=self.settings.heartbeat_interval,
-                      max_blocked=self.settings.max_blocked, tasks=self.app.tasks,
-                      registry_ttl=self._registry_ttl, unblocked=self._unblocked)
-            if self.settings.max_blocked > 0 else None
-        )  # fmt: skip
+            LoopWatch(
+                backend,
+                self._claims,
+                self.info,
+                interval=self.settings.heartbeat_interval,
+                max_blocked=self.settings.max_blocked,
+                tasks=self.app.tasks,
+                registry_ttl=self._registry_ttl,
+                unblocked=self._unblocked,
+            )
+            if self.settings.max_blocked > 0
+            else None
+        )
         self._maintenance = Maintenance(
-            self.ops, self.queues, self.settings, self.id,
+            self.ops,
+            self.queues,
+            self.settings,
+            self.id,
             hold_off=self._watch.recently_blocked if self._watch else None,
-        )  # fmt: skip
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -198,8 +214,12 @@ class Worker:
             with contextlib.suppress(BackendError):  # only a log line: tried again when idle
                 await self._check_paused(self.queues)
             self.started.set()
-            log.info("worker %s started on %s (event loop: %s)", self.id, ", ".join(self.queues),
-                     type(asyncio.get_running_loop()).__module__.split(".")[0])  # fmt: skip
+            log.info(
+                "worker %s started on %s (event loop: %s)",
+                self.id,
+                ", ".join(self.queues),
+                type(asyncio.get_running_loop()).__module__.split(".")[0],
+            )
             try:
                 await self._claim_loop()
             finally:
@@ -228,8 +248,9 @@ class Worker:
         releases included."""
         tasks = [r.task for r in self._claims.running_jobs() if r.task is not None]
         if tasks:
-            await self._until(asyncio.wait(tasks), also=self._hurry,
-                              timeout=self.settings.shutdown_timeout)  # fmt: skip
+            await self._until(
+                asyncio.wait(tasks), also=self._hurry, timeout=self.settings.shutdown_timeout
+            )
             for r in self._claims.running_jobs():
                 r.stop(StopReason.SHUTDOWN)  # cancels async handlers; threads are only told
             running = self._claims.running_jobs()
@@ -238,9 +259,12 @@ class Worker:
                 await asyncio.wait(cancelled)
             threads = [r.task for r in running if r.in_thread and r.task is not None]
             if threads and not self._hurry.is_set():
-                log.warning("waiting for %d plain handlers still running in threads; their "
-                            "jobs stay claimed until they return (stop again to exit now and "
-                            "leave them to stalled recovery)", len(threads))  # fmt: skip
+                log.warning(
+                    "waiting for %d plain handlers still running in threads; their "
+                    "jobs stay claimed until they return (stop again to exit now and "
+                    "leave them to stalled recovery)",
+                    len(threads),
+                )
                 await self._until(asyncio.wait(threads), also=self._hurry)
             for r in self._claims.running_jobs():
                 self._abandon(r)
@@ -253,8 +277,12 @@ class Worker:
         try:
             await self._settler.flush()
         except BackendError as e:
-            log.error("could not settle %d outcomes at shutdown (%s): they will be recovered "
-                      "as stalled jobs", len(self._settler), e)  # fmt: skip
+            log.error(
+                "could not settle %d outcomes at shutdown (%s): they will be recovered "
+                "as stalled jobs",
+                len(self._settler),
+                e,
+            )
         try:
             await self._history.flush()
         except BackendError as e:
@@ -263,9 +291,15 @@ class Worker:
     def _abandon(self, r: RunningJob) -> None:
         """Exit without a handler whose thread still runs: its claim is neither released (it
         would run twice at once) nor renewed any more, so it is recovered as stalled."""
-        log.warning("job %s/%s (%s, attempt %d) is still running in a thread; leaving it "
-                    "claimed, to be recovered as stalled", r.job.queue, r.job.id, r.job.task,
-                    r.job.attempts, extra=r.log_extra)  # fmt: skip
+        log.warning(
+            "job %s/%s (%s, attempt %d) is still running in a thread; leaving it "
+            "claimed, to be recovered as stalled",
+            r.job.queue,
+            r.job.id,
+            r.job.task,
+            r.job.attempts,
+            extra=r.log_extra,
+        )
         self._claims.drop(r)
         if r.task is not None:
             r.task.cancel()
@@ -381,8 +415,7 @@ class Worker:
         """Wait for work after an empty claim. Queues held back by their limits are waited
         for by time (the rate window's end, or a short poll while active jobs must end
         first): their waiting jobs would end ``wait`` at once."""
-        timeout = min((LIMIT_POLL if t is None else t for t in limited.values()),
-                      default=IDLE_WAIT)  # fmt: skip
+        timeout = min((LIMIT_POLL if t is None else t for t in limited.values()), default=IDLE_WAIT)
         timeout = min(IDLE_WAIT, max(timeout, 0.01))
         open_queues = [q for q in self.refusals.serving() if q not in limited]
         if open_queues:
@@ -396,8 +429,9 @@ class Worker:
         self._next_pause_check = time.monotonic() + PAUSE_CHECK_INTERVAL
         paused = {q for q in queues if await self.ops.is_paused(q)}
         for q in sorted(paused - self._paused):
-            log.warning("queue %s is paused: its jobs wait until it is resumed", q,
-                        extra={"queue": q})  # fmt: skip
+            log.warning(
+                "queue %s is paused: its jobs wait until it is resumed", q, extra={"queue": q}
+            )
         self._resumed(set(queues) - paused)
         self._paused |= paused
 
@@ -416,9 +450,12 @@ class Worker:
         return queues[self._rotation :] + queues[: self._rotation]
 
     async def _until(
-        self, awaitable: Awaitable[Any], *, also: asyncio.Event | None = None,
+        self,
+        awaitable: Awaitable[Any],
+        *,
+        also: asyncio.Event | None = None,
         timeout: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Await ``awaitable`` unless the worker is asked to stop first (or ``also`` is set,
         or ``timeout`` passes); re-raise what the awaitable raised."""
         inner = asyncio.ensure_future(awaitable)

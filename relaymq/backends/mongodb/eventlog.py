@@ -60,9 +60,11 @@ class EventLog:
             return
         n = len(bodies)
         counter = await self._counters.find_one_and_update(
-            {"_id": COUNTER_ID}, {"$inc": {"n": n}}, upsert=True,
+            {"_id": COUNTER_ID},
+            {"$inc": {"n": n}},
+            upsert=True,
             return_document=ReturnDocument.AFTER,
-        )  # fmt: skip
+        )
         last = int(counter["n"]) if counter else n
         first = last - n + 1
         await self._events.insert_many(

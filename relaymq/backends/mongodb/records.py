@@ -53,8 +53,10 @@ def text(value: Any, what: str) -> str:
     only through this: a dict there would be read as query operators (``{"$ne": None}`` as a
     job id matches every job)."""
     if not isinstance(value, str):
-        raise ConfigError(f"{what} must be a str, got {type(value).__name__}: MongoDB would "
-                          "read anything else as a query")  # fmt: skip
+        raise ConfigError(
+            f"{what} must be a str, got {type(value).__name__}: MongoDB would "
+            "read anything else as a query"
+        )
     return value
 
 
@@ -188,9 +190,13 @@ def to_limits(doc: Mapping[str, Any] | None) -> Limits | None:
     if not isinstance(stored, Mapping):
         return None
     try:
-        return Limits(max_active=stored.get("max_active"), rate=stored.get("rate"),
-                      per=float(stored.get("per", 1.0)), key_rate=stored.get("key_rate"),
-                      key_per=float(stored.get("key_per", 1.0)))  # fmt: skip
+        return Limits(
+            max_active=stored.get("max_active"),
+            rate=stored.get("rate"),
+            per=float(stored.get("per", 1.0)),
+            key_rate=stored.get("key_rate"),
+            key_per=float(stored.get("key_per", 1.0)),
+        )
     except (ConfigError, TypeError, ValueError):
         return None
 

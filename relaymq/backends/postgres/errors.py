@@ -29,9 +29,11 @@ def translate(e: BaseException, where: str = "") -> BackendError:
         if state.startswith(_UNAVAILABLE_STATES):
             return BackendUnavailableError(f"PostgreSQL{at} unavailable: {_reason(e)}")
         if state == _NOT_IN_REPERTOIRE:
-            return BackendError(f"PostgreSQL{at} refused a text value holding a NUL character "
-                                "(\\x00), which it cannot store: an id, name, key or error "
-                                f"text with one cannot be written or looked up ({e})")  # fmt: skip
+            return BackendError(
+                f"PostgreSQL{at} refused a text value holding a NUL character "
+                "(\\x00), which it cannot store: an id, name, key or error "
+                f"text with one cannot be written or looked up ({e})"
+            )
         return BackendError(f"PostgreSQL error {state}: {_reason(e)}")
     return BackendError(f"PostgreSQL driver error: {_reason(e)}")
 

@@ -83,6 +83,12 @@ def parse(url: str) -> Options:
 
 
 _FIELDS = {
-    "store", "prefix", "max_priority", "prefetch", "queue_expires", "promote_interval",
-    "reconcile_after", "timeout",
-}  # fmt: skip
+    "store",
+    "prefix",
+    "max_priority",
+    "prefetch",
+    "queue_expires",
+    "promote_interval",
+    "reconcile_after",
+    "timeout",
+}

@@ -195,8 +195,9 @@ class Inbox:
     @property
     def room(self) -> int:
         """Deliveries the broker may still push before the window is full."""
-        return self.window - self.held - sum(q.buffered + len(q.parked)
-                                             for q in self._queues.values())  # fmt: skip
+        return (
+            self.window - self.held - sum(q.buffered + len(q.parked) for q in self._queues.values())
+        )
 
     def window_for(self, limit: int) -> int:
         """The window a claim for ``limit`` jobs needs: the held and parked deliveries plus

@@ -47,11 +47,15 @@ def refused(e: BaseException) -> ConfigError | None:
     if isinstance(e, rex.AuthenticationError | rex.AuthorizationError) or text.startswith(
         ("WRONGPASS", "NOPERM", "NOAUTH")
     ):
-        return ConfigError(f"Redis refused the connection: {text} (check the user and "
-                           "password in the URL, and the user's permissions)")  # fmt: skip
+        return ConfigError(
+            f"Redis refused the connection: {text} (check the user and "
+            "password in the URL, and the user's permissions)"
+        )
     if isinstance(e, rex.RedisClusterException) and "cluster mode is not enabled" in text.lower():
-        return ConfigError(f"Redis refused the connection: {text} (redis+cluster:// needs a "
-                           "Redis Cluster; use redis:// for a single server)")  # fmt: skip
+        return ConfigError(
+            f"Redis refused the connection: {text} (redis+cluster:// needs a "
+            "Redis Cluster; use redis:// for a single server)"
+        )
     return None
 
 

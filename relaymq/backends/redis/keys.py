@@ -76,8 +76,16 @@ PRIORITY_SHIFT = 2**40
 PRIORITY_LIMIT = 2**12
 """Priorities must lie in ``(-PRIORITY_LIMIT, PRIORITY_LIMIT)`` to keep scores exact."""
 WAKE_MAX = 32
-STATE_SUFFIXES = ("blocked", "waiting", "delayed", "active", "completed", "failed", "expired",
-                  "cancelled")  # fmt: skip
+STATE_SUFFIXES = (
+    "blocked",
+    "waiting",
+    "delayed",
+    "active",
+    "completed",
+    "failed",
+    "expired",
+    "cancelled",
+)
 
 JOB_FIELDS = (
     "task payload state priority seq created_at run_at ttl max_attempts timeout attempts token "

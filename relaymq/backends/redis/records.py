@@ -78,10 +78,33 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     Raises ``CorruptRecordError`` when the record cannot be read back.
     """
     try:
-        (task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
-         attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-         progress, result, error, finished_at, traceparent, depends_on, dep_policy,
-         limit_key) = values  # fmt: skip
+        (
+            task,
+            payload,
+            state,
+            priority,
+            seq,
+            created_at,
+            run_at,
+            ttl,
+            max_attempts,
+            timeout,
+            attempts,
+            token,
+            claimed_at,
+            heartbeat_at,
+            worker_id,
+            stalls,
+            cancel_requested,
+            progress,
+            result,
+            error,
+            finished_at,
+            traceparent,
+            depends_on,
+            dep_policy,
+            limit_key,
+        ) = values
         if task is None or payload is None:
             raise ValueError(f"job record has no {'task' if task is None else 'payload'!r} field")
         return Job(
@@ -255,8 +278,10 @@ def enqueue_head(j: NewJob) -> str:
     if traceparent == "" or traceparent.split() != [traceparent]:
         raise ConfigError(f"traceparent {j.traceparent!r} of job {j.id!r} is not one word")
     limit_key = "-" if j.limit_key is None else "=" + j.limit_key
-    return (f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {traceparent} "
-            f"{limit_key} ")  # fmt: skip
+    return (
+        f"{j.priority} {float(j.delay)!r} {ttl} {j.max_attempts} {timeout} {traceparent} "
+        f"{limit_key} "
+    )
 
 
 def meta_record(key: str, value: bytes, version: bytes, expires: bytes) -> MetaRecord:

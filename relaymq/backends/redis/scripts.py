@@ -11,11 +11,26 @@ import hashlib
 from importlib.resources import files
 
 NAMES = (
-    "enqueue", "claim", "heartbeat", "settle", "wait_check", "recover",
-    "page", "cancel_jobs", "retry_jobs", "remove_jobs", "purge",
-    "claim_delivered", "promote_due", "prune_keys",
-    "meta_get", "meta_put", "meta_swap", "meta_list", "meta_delete",
-)  # fmt: skip
+    "enqueue",
+    "claim",
+    "heartbeat",
+    "settle",
+    "wait_check",
+    "recover",
+    "page",
+    "cancel_jobs",
+    "retry_jobs",
+    "remove_jobs",
+    "purge",
+    "claim_delivered",
+    "promote_due",
+    "prune_keys",
+    "meta_get",
+    "meta_put",
+    "meta_swap",
+    "meta_list",
+    "meta_delete",
+)
 
 
 class Scripts:

@@ -54,11 +54,14 @@ T = TypeVar("T")
 
 RUNNER = "relaymq.contrib.django:run"
 STATUS = {
-    JobState.WAITING: TaskResultStatus.READY, JobState.DELAYED: TaskResultStatus.READY,
-    JobState.ACTIVE: TaskResultStatus.RUNNING, JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,
-    JobState.FAILED: TaskResultStatus.FAILED, JobState.EXPIRED: TaskResultStatus.FAILED,
+    JobState.WAITING: TaskResultStatus.READY,
+    JobState.DELAYED: TaskResultStatus.READY,
+    JobState.ACTIVE: TaskResultStatus.RUNNING,
+    JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    JobState.FAILED: TaskResultStatus.FAILED,
+    JobState.EXPIRED: TaskResultStatus.FAILED,
     JobState.CANCELLED: TaskResultStatus.FAILED,
-}  # fmt: skip
+}
 
 
 @task(name=RUNNER)
@@ -167,20 +170,34 @@ class RelayMQBackend(BaseTaskBackend):
         if job.state is JobState.COMPLETED:
             object.__setattr__(result, "_return_value", job.result_value())
         elif job.error:
-            result.errors.append(TaskError(exception_class_path=_exception_path(job.error),
-                                           traceback=job.error))  # fmt: skip
+            result.errors.append(
+                TaskError(exception_class_path=_exception_path(job.error), traceback=job.error)
+            )
         return result
 
 
 def _result(
-    task: DjangoTask, result_id: str, status: TaskResultStatus, args: list[Any],
-    kwargs: dict[str, Any], backend: str = "default",
-) -> TaskResult:  # fmt: skip
+    task: DjangoTask,
+    result_id: str,
+    status: TaskResultStatus,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str = "default",
+) -> TaskResult:
     return TaskResult(
-        task=task, id=result_id, status=status, enqueued_at=None, started_at=None,
-        finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=backend,
-        errors=[], worker_ids=[],
-    )  # fmt: skip
+        task=task,
+        id=result_id,
+        status=status,
+        enqueued_at=None,
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=args,
+        kwargs=kwargs,
+        backend=backend,
+        errors=[],
+        worker_ids=[],
+    )
 
 
 def _when(seconds: float | None) -> datetime | None:
@@ -207,8 +224,9 @@ class _Loop:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="relaymq-django",
-                                 daemon=True).start()  # fmt: skip
+                threading.Thread(
+                    target=self._loop.run_forever, name="relaymq-django", daemon=True
+                ).start()
             return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
