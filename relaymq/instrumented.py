@@ -342,23 +342,29 @@ class Instrumented:
 
     # -- admin ------------------------------------------------------------------------------
 
+    # The one-job actions: the batch call with one id, reported under their own names.
+
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        """Cancel one job: ``CANCELLED``; else one read tells ``ALREADY_TERMINAL`` (it had
+        ended; nothing changed) from ``NOT_FOUND``."""
         with self._call("cancel"):
-            result = await self.backend.cancel(queue, job_id)
-        if result is CancelResult.CANCELLED:
+            [done] = await self.backend.cancel_jobs(queue, [job_id])
+        if done:
             await self._announce_one(events.JOB_CANCELLED, queue, job_id)
-        return result
+            return CancelResult.CANCELLED
+        [job] = await self.backend.get_jobs(queue, [job_id])
+        return CancelResult.NOT_FOUND if job is None else CancelResult.ALREADY_TERMINAL
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
         with self._call("retry_job"):
-            done = await self.backend.retry_job(queue, job_id)
+            [done] = await self.backend.retry_jobs(queue, [job_id])
         if done:
             await self._announce_one(events.JOB_WAITING, queue, job_id, {"replay": True})
         return done
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         with self._call("remove_job"):
-            done = await self.backend.remove_job(queue, job_id)
+            [done] = await self.backend.remove_jobs(queue, [job_id])
         if done:
             await self._announce_one(events.JOB_REMOVED, queue, job_id)
         return done

@@ -77,7 +77,7 @@ class JobHandle(Generic[R]):
 
     async def job(self) -> Job:
         """The job's current record; ``JobNotFoundError`` when it no longer exists."""
-        found = await self.backend.get_job(self.queue, self.id)
+        [found] = await self.backend.get_jobs(self.queue, [self.id])
         if found is None:
             raise _not_found(self.queue, self.id)
         return found
@@ -124,7 +124,7 @@ class JobHandle(Generic[R]):
         where = f"job {self.id} in queue {self.queue!r} did not end within {timeout}s"
         try:
             async with asyncio.timeout(_DIAGNOSE_WITHIN):
-                job = await self.backend.get_job(self.queue, self.id)
+                [job] = await self.backend.get_jobs(self.queue, [self.id])
                 paused = job is not None and not job.terminal and (
                     await self.backend.is_paused(self.queue)
                 )  # fmt: skip
@@ -292,7 +292,8 @@ class Queue:
 
     async def get_job(self, job_id: str) -> Job | None:
         """The job's current record, or None when there is no such job."""
-        return await self.backend.get_job(self.name, _job_id(job_id))
+        [job] = await self.backend.get_jobs(self.name, [_job_id(job_id)])
+        return job
 
     async def get_jobs(self, job_ids: Sequence[str]) -> list[Job | None]:
         """The current records of ``job_ids`` in one backend call, None for absent ones."""
@@ -339,7 +340,7 @@ class Queue:
         """
         if await self._ops.retry_job(self.name, _job_id(job_id)):
             return True
-        if await self.backend.get_job(self.name, job_id) is None:  # only on the refusal path
+        if (await self.backend.get_jobs(self.name, [job_id]))[0] is None:  # on refusal only
             raise _not_found(self.name, job_id)
         return False
 

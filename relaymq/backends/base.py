@@ -25,10 +25,11 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from relaymq.backends.notifier import Notifier
 from relaymq.job import Claim, Job, JobState, NewJob
 from relaymq.limits import Limits
 from relaymq.options import MAX_PRIORITY
@@ -263,8 +264,9 @@ class WorkerInfo:
         return dataclasses.replace(self, seen_at=at)
 
 
-class Backend(abc.ABC):
-    """Base class of every backend. Subclasses implement every abstract method, in this order."""
+class Backend(Notifier):
+    """Base class of every backend: the job store, and its ``Notifier`` (``wait``,
+    ``publish``, ``subscribe``). Subclasses implement every abstract method, in this order."""
 
     capabilities: Capabilities
     url: str = ""
@@ -425,15 +427,6 @@ class Backend(abc.ABC):
         except Exception as e:
             return SettledClaimed(applied, claim_error=e)
 
-    @abc.abstractmethod
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when work may have arrived in ``queues``, or after ``timeout`` seconds.
-
-        Returns at once when a job of an unpaused queue is already waiting, so a wake-up sent
-        between an empty claim and this call is never lost. May return early without work.
-        Idle waits make at most about one request a second per queue.
-        """
-
     # -- maintenance ------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -462,10 +455,6 @@ class Backend(abc.ABC):
     # -- admin and observation --------------------------------------------------------------
 
     @abc.abstractmethod
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        """The job's current record, or None. Raises ``CorruptRecordError`` for unreadable ones."""
-
-    @abc.abstractmethod
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         """The current records of ``ids``, in the order given, None for each absent one; one
         round trip for the batch. Raises ``CorruptRecordError`` when one is unreadable."""
@@ -483,39 +472,26 @@ class Backend(abc.ABC):
         """Jobs per state, every state present. O(1) per state: never a scan of the queue."""
 
     @abc.abstractmethod
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        """Cancel a waiting, delayed or active job at once (terminal ``cancelled``).
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """Cancel each of a batch of distinct ids at once (terminal ``cancelled``), in one
+        round trip: per id, True when the job is now cancelled (it was waiting, delayed or
+        active); False when it had ended (it is unchanged) or is absent.
 
         An active job's claim is lost from then on: the worker's heartbeat reports
-        ``cancel_requested`` and its later writes are rejected. A terminal job is unchanged.
-        """
-
-    @abc.abstractmethod
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        """Operator retry: move a failed, expired or cancelled job back to ``waiting`` with its
-        attempts and stalls reset, through the FIFO allocator, with ``created_at = now`` so its
-        TTL counts from the replay. False when the job is not in such a state."""
-
-    @abc.abstractmethod
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        """Delete a job in any state; an active job's claim is lost. False when absent."""
-
-    @abc.abstractmethod
-    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``cancel`` for a batch of distinct ids, in one round trip: per id, True when the
-        job is now cancelled (it was waiting, delayed or active); False when it had ended or
-        is absent."""
+        ``cancel_requested`` and its later writes are rejected."""
 
     @abc.abstractmethod
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``retry_job`` for a batch of distinct ids, in one round trip: per id, True when
-        the job is waiting again, as ``retry_job`` leaves it (``created_at = now``); the
-        retried jobs join the back of the line in the order given."""
+        """Operator retry of a batch of distinct ids, in one round trip: each failed, expired
+        or cancelled job goes back to ``waiting`` with its attempts and stalls reset, through
+        the FIFO allocator (the retried jobs join the back of the line in the order given),
+        with ``created_at = now`` so its TTL counts from the replay. Per id, True when the job
+        is waiting again; False when it was not in such a state or is absent."""
 
     @abc.abstractmethod
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``remove_job`` for a batch of distinct ids, in one round trip: per id, True when
-        it was deleted."""
+        """Delete each of a batch of distinct ids in any state (an active job's claim is
+        lost), in one round trip: per id, True when it was deleted; False when absent."""
 
     @abc.abstractmethod
     async def pause(self, queue: str) -> None:
@@ -620,20 +596,6 @@ class Backend(abc.ABC):
     async def advance_schedule(self, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
         """Move a schedule's ``next_ms`` from ``expected_ms`` to ``next_ms``, only while it is
         still ``expected_ms`` (compare and set): True when this call moved it."""
-
-    # -- events -----------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def publish(self, events: Sequence[bytes]) -> None:
-        """Deliver encoded events to every current subscriber, in every process."""
-
-    @abc.abstractmethod
-    async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        """Start a subscription; iterate it for encoded events published from then on.
-
-        The subscription is live when this returns, so no event published afterwards is
-        missed; order is kept per publisher. Closing the iterator (``aclose``) ends it.
-        """
 
 
 class DeliveryStore(abc.ABC):

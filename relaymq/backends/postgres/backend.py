@@ -24,7 +24,6 @@ from relaymq.backends.base import (
     Backend,
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -78,7 +77,7 @@ CLEAN_BATCH = 5000
 STORED_EVENTS_KEEP = 3600.0
 """Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
 _READS = frozenset(
-    {"get_job", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
+    {"get_jobs", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
      "is_paused", "list_queues", "list_workers", "wait_check", "fetch_event"}
 )  # fmt: skip
 """Statements that change nothing: retried once when a pooled connection turns out dead."""
@@ -424,10 +423,6 @@ class PostgresBackend(Backend, DeliveryStore):
 
     # -- admin and observation --------------------------------------------------------------
 
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        row = await self._fetchrow("get_job", queue, job_id)
-        return to_job(row) if row is not None else None
-
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         if not ids:
             return []
@@ -460,20 +455,6 @@ class PostgresBackend(Backend, DeliveryStore):
             elif r["n"] > 0:
                 strays.append(r["state"])
         return out, strays
-
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        row = await self._fetchrow("cancel", queue, job_id, self._now())
-        if row["cancelled"]:
-            return CancelResult.CANCELLED
-        return CancelResult.ALREADY_TERMINAL if row["found"] else CancelResult.NOT_FOUND
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        [retried] = await self.retry_jobs(queue, [job_id])
-        return retried
-
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        [removed] = await self.remove_jobs(queue, [job_id])
-        return removed
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._batch("cancel_jobs", queue, ids, self._now())

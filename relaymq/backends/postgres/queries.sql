@@ -418,10 +418,6 @@ RETURNING l.owner;
 -- in: $1 name text, $2 owner text. Removes the lease only if $2 holds it.
 DELETE FROM relaymq_leases WHERE name = $1 AND owner = $2;
 
--- name: get_job
--- in: $1 queue, $2 id. out: every column of the job, or no row.
-SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = $2;
-
 -- name: get_jobs
 -- in: $1 queue, $2 ids text[]. out: every column of each of those jobs that exists, any order.
 SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]);
@@ -456,25 +452,8 @@ ORDER BY finished_at, seq OFFSET $3 LIMIT $4;
 -- in: $1 queue. out: state, n for each state with counter rows (the slots summed).
 SELECT state, sum(n)::int8 AS n FROM relaymq_counts WHERE queue = $1 GROUP BY state;
 
--- name: cancel
--- Cancel a waiting, delayed or active job; an active job keeps cancel_requested so its
--- worker's heartbeat learns why the claim was lost.
--- in:  $1 queue, $2 id, $3 now float8|NULL
--- out: one row: found bool, cancelled bool.
-WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
-cur AS (SELECT 1 FROM relaymq_jobs WHERE queue = $1 AND id = $2),
-done AS (
-    UPDATE relaymq_jobs j
-    SET state = 'cancelled', cancel_requested = (j.state = 'active'),
-        error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
-    FROM t
-    WHERE j.queue = $1 AND j.id = $2 AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
-    RETURNING j.id
-)
-SELECT EXISTS (SELECT 1 FROM cur) AS found, EXISTS (SELECT 1 FROM done) AS cancelled;
-
 -- name: cancel_jobs
--- cancel for a batch: each waiting, delayed or active job of $2 becomes cancelled (an active
+-- Cancel a batch: each waiting, delayed or active job of $2 becomes cancelled (an active
 -- one keeps cancel_requested so its worker's heartbeat learns why).
 -- in:  $1 queue, $2 ids text[], $3 now float8|NULL
 -- out: id of each job cancelled now.
@@ -487,7 +466,7 @@ WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state IN ('blocked', 'waitin
 RETURNING j.id;
 
 -- name: retry_jobs
--- retry_job for a batch: each failed, expired or cancelled job of $2 goes back to waiting with
+-- Operator retry of a batch: each failed, expired or cancelled job of $2 goes back to waiting with
 -- its attempts and stalls reset, a new seq (given in the order of $2) and created_at = now.
 -- in:  $1 queue, $2 ids text[], $3 now float8|NULL
 -- out: id of each job retried now.

@@ -430,13 +430,6 @@ RETURNING owner;
 -- In: :name, :owner. Out: nothing. Only the holder can give a lease up.
 DELETE FROM locks WHERE name = :name AND owner = :owner;
 
--- name: get_job
--- In: :queue, :id. Out: <job>, or no row.
-SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
-       timeout, attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested,
-       progress, result, error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
-FROM jobs WHERE queue = :queue AND id = :id;
-
 -- name: get_jobs
 -- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.
 SELECT queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts,
