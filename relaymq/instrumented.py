@@ -3,9 +3,10 @@
 ``Queue``, ``Worker`` and ``Maintenance`` call the backend only through ``Instrumented``, so
 what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call,
 and the events of each call go out through ``_report`` (worker outcomes, batched) or
-``_announce`` (producer and admin actions, at once). Backends publish events themselves in one
+``_announce`` (producer and admin actions, at once). Backends publish by themselves in one
 place only: ``enqueue_announced``, which stores jobs and sends their events in one round trip
-where the backend can, and the facade decides when it is called.
+where the backend can (as the enqueue's facts, which ``relaymq.events`` alone makes events),
+and the facade decides when it is called.
 
 Observers (``relaymq.metrics``, ``relaymq.tracing``) are told what happened through the
 ``Observer`` hooks, installed process-wide with ``observe``. With none installed, each hook

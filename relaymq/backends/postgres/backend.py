@@ -243,8 +243,9 @@ class PostgresBackend(Backend, DeliveryStore):
         return _answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
-        """One statement, whose notification carries the events, when they fit in one."""
-        size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: an event's own bytes
+        """One statement, whose notification carries the enqueue's facts (``events`` makes
+        them events), when they fit in one."""
+        size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: a fact, and escapes
         if not jobs or size >= NOTIFY_LIMIT or keyed(jobs) or dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)

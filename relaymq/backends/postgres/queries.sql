@@ -31,9 +31,10 @@ INSERT INTO relaymq_migrations (name) VALUES ($1);
 -- name: enqueue
 -- Store new jobs in the order given; a (queue, id) that already exists, in the table or
 -- earlier in the same batch, is skipped (a duplicate). Each stored job gets the next seq.
--- With a channel $12, the same statement also sends one notification there carrying each
--- job's event (job:waiting, job:delayed, or job:deduplicated for a job not stored), stamped
--- $14, as events.py writes a batch: payload 't' || $13 || ':' || a JSON array (notify.py).
+-- With a channel $12, the same statement also sends one notification there carrying the
+-- enqueue's facts, stamped $14: per job, stored waiting, stored delayed, or a duplicate (not
+-- stored), as relaymq.events.enqueue_facts describes them; events.py alone turns them into
+-- events. Payload 't' || $13 || ':' || the facts' JSON object (notify.py).
 -- It goes out at commit, so a subscriber never hears of a job before it can be read; the
 -- caller keeps it under NOTIFY's size limit.
 -- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
@@ -65,13 +66,12 @@ asked AS (
     FROM unnest($1::text[], $2::text[], $6::float8[]) WITH ORDINALITY AS u(queue, id, delay, ord)
 ),
 note AS (
-    SELECT pg_notify($12, 't' || $13 || ':[' || p.events || ']') AS sent
+    SELECT pg_notify($12, 't' || $13 || ':' || p.facts) AS sent
     FROM (
-        SELECT string_agg(json_build_object(
-                   'name', CASE WHEN NOT a.first OR ins.id IS NULL THEN 'job:deduplicated'
-                                WHEN a.delay > 0 THEN 'job:delayed' ELSE 'job:waiting' END,
-                   'queue', a.queue, 'at', $14::float8, 'job_id', a.id, 'data', '{}'::json
-               )::text, ',' ORDER BY a.ord) AS events
+        SELECT json_build_object('at', $14::float8, 'enqueued', json_agg(json_build_array(
+                   CASE WHEN NOT a.first OR ins.id IS NULL THEN 'duplicate'
+                        WHEN a.delay > 0 THEN 'delayed' ELSE 'waiting' END,
+                   a.queue, a.id) ORDER BY a.ord))::text AS facts
         FROM asked a LEFT JOIN ins ON ins.queue = a.queue AND ins.id = a.id
     ) p
     WHERE $12::text IS NOT NULL

@@ -139,8 +139,9 @@ class RedisBackend(Backend, DeliveryStore):
         return await self._enqueue(jobs, "", 0.0)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
-        """One round trip: each script call publishes the events of its jobs (two for a
-        batch with dependencies, whose events say more than the script knows)."""
+        """One round trip: each script call publishes the facts of its jobs' enqueue, which
+        ``events`` makes events (two for a batch with dependencies, whose events say more
+        than the script knows)."""
         if dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         return await self._enqueue(jobs, self._keys.events, at)
