@@ -3,9 +3,10 @@
 ``Queue``, ``Worker``, ``Maintenance`` and the rest call the backend only through it, so
 what happened is reported from ONE place. Two hook points: ``_call`` wraps every backend call,
 and the events of each call go out through ``_report`` (worker outcomes, batched) or
-``_announce`` (producer and admin actions, at once). Backends publish events themselves in one
+``_announce`` (producer and admin actions, at once). Backends publish by themselves in one
 place only: ``enqueue_announced``, which stores jobs and sends their events in one round trip
-where the backend can, and the facade decides when it is called.
+where the backend can (as the enqueue's facts, which ``relaymq.events`` alone makes events),
+and the facade decides when it is called.
 
 Observers (``relaymq.observers``: ``relaymq.metrics``, ``relaymq.tracing``) are told what
 happened through the ``Observer`` hooks of the facade's ``hooks``, its app's (``App.observe``).
@@ -247,23 +248,29 @@ class Instrumented(MetaStore):
 
     # -- admin ------------------------------------------------------------------------------
 
+    # The one-job actions: the batch call with one id, reported under their own names.
+
     async def cancel(self, queue: str, job_id: str) -> CancelResult:
+        """Cancel one job: ``CANCELLED``; else one read tells ``ALREADY_TERMINAL`` (it had
+        ended; nothing changed) from ``NOT_FOUND``."""
         with self._call("cancel"):
-            result = await self.backend.cancel(queue, job_id)
-        if result is CancelResult.CANCELLED:
+            [done] = await self.backend.cancel_jobs(queue, [job_id])
+        if done:
             await self._announce_one(events.JOB_CANCELLED, queue, job_id)
-        return result
+            return CancelResult.CANCELLED
+        job = await self.get_job(queue, job_id)
+        return CancelResult.NOT_FOUND if job is None else CancelResult.ALREADY_TERMINAL
 
     async def retry_job(self, queue: str, job_id: str) -> bool:
         with self._call("retry_job"):
-            done = await self.backend.retry_job(queue, job_id)
+            [done] = await self.backend.retry_jobs(queue, [job_id])
         if done:
             await self._announce_one(events.JOB_WAITING, queue, job_id, {"replay": True})
         return done
 
     async def remove_job(self, queue: str, job_id: str) -> bool:
         with self._call("remove_job"):
-            done = await self.backend.remove_job(queue, job_id)
+            [done] = await self.backend.remove_jobs(queue, [job_id])
         if done:
             await self._announce_one(events.JOB_REMOVED, queue, job_id)
         return done
@@ -361,8 +368,10 @@ class Instrumented(MetaStore):
     # -- reads ------------------------------------------------------------------------------
 
     async def get_job(self, queue: str, job_id: str) -> Job | None:
+        """One job's record (the backend's batch read, of one id)."""
         with self._call("get_job"):
-            return await self.backend.get_job(queue, job_id)
+            [job] = await self.backend.get_jobs(queue, [job_id])
+        return job
 
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         with self._call("get_jobs"):

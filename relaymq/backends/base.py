@@ -19,17 +19,17 @@ per batch. Methods are listed in the order every backend module keeps them.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from typing import Any, Self
 
 from relaymq.backends.meta import MetaStore
+from relaymq.backends.notifier import Notifier
 from relaymq.job import Job, JobState, NewJob
 from relaymq.records import events
 from relaymq.records.limits import Limits
 from relaymq.records.store import (
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Enqueued,
@@ -40,7 +40,7 @@ from relaymq.records.store import (
 )
 
 
-class Backend(MetaStore):
+class Backend(MetaStore, Notifier):
     """Base class of every backend. Subclasses implement every abstract method, in this order,
     then the meta store's (``relaymq.backends.meta``: schedules, workers and leases live there)."""
 
@@ -202,15 +202,6 @@ class Backend(MetaStore):
         except Exception as e:
             return SettledClaimed(applied, claim_error=e)
 
-    @abc.abstractmethod
-    async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when work may have arrived in ``queues``, or after ``timeout`` seconds.
-
-        Returns at once when a job of an unpaused queue is already waiting, so a wake-up sent
-        between an empty claim and this call is never lost. May return early without work.
-        Idle waits make at most about one request a second per queue.
-        """
-
     # -- maintenance ------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -226,10 +217,6 @@ class Backend(MetaStore):
         """
 
     # -- admin and observation --------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        """The job's current record, or None. Raises ``CorruptRecordError`` for unreadable ones."""
 
     @abc.abstractmethod
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
@@ -249,39 +236,26 @@ class Backend(MetaStore):
         """Jobs per state, every state present. O(1) per state: never a scan of the queue."""
 
     @abc.abstractmethod
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        """Cancel a waiting, delayed or active job at once (terminal ``cancelled``).
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        """Cancel each of a batch of distinct ids at once (terminal ``cancelled``), in one
+        round trip: per id, True when the job is now cancelled (it was waiting, delayed or
+        active); False when it had ended (it is unchanged) or is absent.
 
         An active job's claim is lost from then on: the worker's heartbeat reports
-        ``cancel_requested`` and its later writes are rejected. A terminal job is unchanged.
-        """
-
-    @abc.abstractmethod
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        """Operator retry: move a failed, expired or cancelled job back to ``waiting`` with its
-        attempts and stalls reset, through the FIFO allocator, with ``created_at = now`` so its
-        TTL counts from the replay. False when the job is not in such a state."""
-
-    @abc.abstractmethod
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        """Delete a job in any state; an active job's claim is lost. False when absent."""
-
-    @abc.abstractmethod
-    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``cancel`` for a batch of distinct ids, in one round trip: per id, True when the
-        job is now cancelled (it was waiting, delayed or active); False when it had ended or
-        is absent."""
+        ``cancel_requested`` and its later writes are rejected."""
 
     @abc.abstractmethod
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``retry_job`` for a batch of distinct ids, in one round trip: per id, True when
-        the job is waiting again, as ``retry_job`` leaves it (``created_at = now``); the
-        retried jobs join the back of the line in the order given."""
+        """Operator retry of a batch of distinct ids, in one round trip: each failed, expired
+        or cancelled job goes back to ``waiting`` with its attempts and stalls reset, through
+        the FIFO allocator (the retried jobs join the back of the line in the order given),
+        with ``created_at = now`` so its TTL counts from the replay. Per id, True when the job
+        is waiting again; False when it was not in such a state or is absent."""
 
     @abc.abstractmethod
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """``remove_job`` for a batch of distinct ids, in one round trip: per id, True when
-        it was deleted."""
+        """Delete each of a batch of distinct ids in any state (an active job's claim is
+        lost), in one round trip: per id, True when it was deleted; False when absent."""
 
     @abc.abstractmethod
     async def pause(self, queue: str) -> None:
@@ -345,20 +319,6 @@ class Backend(MetaStore):
     async def prune_tallies(self, before: int) -> None:
         """Forget every queue's minutes before ``before`` (a backend may keep up to a day
         more, when it stores a day as one record); ``obliterate`` forgets a queue's."""
-
-    # -- events -----------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def publish(self, events: Sequence[bytes]) -> None:
-        """Deliver encoded events to every current subscriber, in every process."""
-
-    @abc.abstractmethod
-    async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        """Start a subscription; iterate it for encoded events published from then on.
-
-        The subscription is live when this returns, so no event published afterwards is
-        missed; order is kept per publisher. Closing the iterator (``aclose``) ends it.
-        """
 
 
 class DeliveryStore(abc.ABC):

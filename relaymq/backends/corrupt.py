@@ -16,7 +16,7 @@ DLQ at once:
 state ``failed``, ``finished_at`` now, ``reason(...)`` as its error, so that ``counts`` counts
 it, ``list_jobs(FAILED)`` lists it with why and nothing hands it out. A listing that meets one
 before that shows it with what could be read and the damage in ``extra[CORRUPT]``;
-``get_job`` raises ``CorruptRecordError`` with the same reason.
+``get_jobs`` raises ``CorruptRecordError`` with the same reason.
 
 Lua scripts and SQL statements that apply this rule name the function they mirror.
 """

@@ -1,5 +1,6 @@
-"""Event names, the Event record and its wire form: the one home of the event format.
-Publishing and subscribing go through the facade (``relaymq.events``)."""
+"""Event names, the Event record and its wire form, and the enqueue facts that backends
+publish in its place: the one home of both formats. Publishing and subscribing go through the
+facade (``relaymq.events`` re-exports what users need)."""
 
 from __future__ import annotations
 
@@ -86,30 +87,64 @@ def encode(events: Sequence[Event]) -> bytes:
 
 
 def decode(raw: bytes) -> list[Event]:
-    """The events of one message; a message that is not ours decodes to nothing."""
+    """The events of one message (a batch of events, or enqueue facts); a message that is not
+    ours decodes to nothing."""
     try:
         items = orjson.loads(raw)
+        if isinstance(items, dict) and FACTS_ENQUEUED in items:
+            return from_enqueue_facts(items)
         return [Event.from_dict(d) for d in (items if isinstance(items, list) else [items])]
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
         return []
+
+
+# Enqueue facts: what a backend that stores jobs and announces them in one round trip (a Redis
+# script, a PostgreSQL statement) publishes instead of events, so that the events' own form is
+# written here alone. One message is a JSON object:
+#     {"at": <seconds since the epoch: a number, or a string of one>,
+#      "enqueued": [[<fact>, <queue>, <job id>], ...]}
+# with one entry per job asked for, in order, and <fact> one of ENQUEUE_FACTS' keys: the state
+# the job was stored in, or "duplicate" when nothing was stored. Subscribers decode it into
+# the events ``enqueued`` gives for the same jobs.
+
+FACTS_ENQUEUED: Final = "enqueued"
+ENQUEUE_FACTS: Final = {
+    "waiting": JOB_WAITING,
+    "delayed": JOB_DELAYED,
+    "blocked": JOB_BLOCKED,
+    "duplicate": JOB_DEDUPLICATED,
+}
+"""Each fact an enqueue reports, and the event it becomes."""
+
+
+def enqueue_facts(jobs: Sequence[NewJob], answers: Sequence[Enqueued], at: float) -> dict[str, Any]:
+    """The facts of an enqueue, as the one-round-trip backends publish them: each job was a
+    duplicate, or stored waiting for its dependencies, delayed, or waiting."""
+    return {
+        "at": at,
+        FACTS_ENQUEUED: [
+            [_fact(new, answer), new.queue, answer.id]
+            for new, answer in zip(jobs, answers, strict=True)
+        ],
+    }
+
+
+def _fact(new: NewJob, answer: Enqueued) -> str:
+    if answer.duplicate:
+        return "duplicate"
+    return "blocked" if new.depends_on else "delayed" if new.delay > 0 else "waiting"
+
+
+def from_enqueue_facts(facts: dict[str, Any]) -> list[Event]:
+    """The events of an enqueue's facts (``enqueue_facts``, or a backend's message of them)."""
+    at = float(facts["at"])
+    return [
+        Event(ENQUEUE_FACTS[fact], str(queue), at, str(job_id))
+        for fact, queue, job_id in facts[FACTS_ENQUEUED]
+    ]
 
 
 def enqueued(jobs: Sequence[NewJob], answers: Sequence[Enqueued], at: float) -> list[Event]:
     """The event of each enqueue: the job waits, is delayed, waits for its dependencies, or was
-    a duplicate. (The Redis and PostgreSQL backends write the same events in their own enqueue
-    script and statement, for batches without dependencies.)"""
-    return [
-        Event(
-            JOB_DEDUPLICATED
-            if answer.duplicate
-            else JOB_BLOCKED
-            if new.depends_on
-            else JOB_DELAYED
-            if new.delay > 0
-            else JOB_WAITING,
-            new.queue,
-            at,
-            answer.id,
-        )
-        for new, answer in zip(jobs, answers, strict=True)
-    ]
+    a duplicate."""
+    return from_enqueue_facts(enqueue_facts(jobs, answers, at))

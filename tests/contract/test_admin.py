@@ -15,7 +15,7 @@ from relaymq.records.store import CancelResult, Outcome, Settle, WorkerInfo
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.support.cases import BackendCase
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job, remove_job, retry_job
 
 
 async def test_counts_cover_every_state(backend: Backend, q: str) -> None:
@@ -29,7 +29,7 @@ async def test_counts_cover_every_state(backend: Backend, q: str) -> None:
             Settle(c.claim, Outcome.EXPIRE, error="ttl"),
         ]
     )
-    await backend.cancel(q, d.id)  # the job blocked on it fails with it
+    await cancel(backend, q, d.id)  # the job blocked on it fails with it
     await backend.enqueue([new_job(q, "also-blocked", depends_on=("blocked", d.id))])
     counts = await backend.counts(q)
     assert counts == {
@@ -68,8 +68,8 @@ async def test_manual_retry_out_of_the_dlq(backend: Backend, q: str) -> None:
     await backend.enqueue([new_job(q, "dead", max_attempts=1)])
     [job] = (await backend.claim([q], "w", 1)).jobs
     await backend.settle([Settle(job.claim, Outcome.FAIL, error="boom")])
-    assert await backend.retry_job(q, "dead")
-    stored = await backend.get_job(q, "dead")
+    assert await retry_job(backend, q, "dead")
+    stored = await get_job(backend, q, "dead")
     assert stored is not None and stored.state is JobState.WAITING and stored.attempts == 0
     [again] = (await backend.claim([q], "w", 1)).jobs
     assert again.token == job.token + 1  # a new claim, a new token
@@ -81,18 +81,18 @@ async def test_manual_retry_out_of_the_dlq(backend: Backend, q: str) -> None:
 async def test_manual_retry_refuses_live_and_completed_jobs(backend: Backend, q: str) -> None:
     await backend.enqueue([new_job(q, "first"), new_job(q, "second")])
     [first] = (await backend.claim([q], "x", 1)).jobs
-    assert not await backend.retry_job(q, first.id)  # active
+    assert not await retry_job(backend, q, first.id)  # active
     await backend.settle([Settle(first.claim, Outcome.COMPLETE, result=b"1")])
-    assert not await backend.retry_job(q, first.id)  # completed
-    assert not await backend.retry_job(q, "second")  # waiting
-    assert not await backend.retry_job(q, "missing")
+    assert not await retry_job(backend, q, first.id)  # completed
+    assert not await retry_job(backend, q, "second")  # waiting
+    assert not await retry_job(backend, q, "missing")
 
 
 async def test_remove_drain_clean_obliterate(backend: Backend, q: str, clock: FakeClock) -> None:
     await backend.enqueue([new_job(q, f"w{i}") for i in range(3)] + [new_job(q, "d", delay=9)])
     await backend.enqueue([new_job(q, "done")])
-    assert await backend.remove_job(q, "w0")
-    assert not await backend.remove_job(q, "w0")
+    assert await remove_job(backend, q, "w0")
+    assert not await remove_job(backend, q, "w0")
     jobs = (await backend.claim([q], "w", 10)).jobs
     done = next(j for j in jobs if j.id == "done")
     for j in jobs:
@@ -103,7 +103,7 @@ async def test_remove_drain_clean_obliterate(backend: Backend, q: str, clock: Fa
     clock.advance(100)
     assert await backend.clean(q, JobState.COMPLETED, older_than=200) == 0
     assert await backend.clean(q, JobState.COMPLETED, older_than=50) == 1
-    assert await backend.get_job(q, "done") is None
+    assert await get_job(backend, q, "done") is None
     await backend.enqueue([new_job(q, "again")])
     await backend.pause(q)
     await backend.obliterate(q)
@@ -121,7 +121,7 @@ async def test_a_paused_queue_keeps_its_due_jobs_delayed(
     await backend.pause(q)
     clock.advance(15)
     assert (await backend.claim([q], "w", 5)).jobs == []
-    job = await backend.get_job(q, "later")
+    job = await get_job(backend, q, "later")
     assert job is not None and job.state is JobState.DELAYED
     await backend.resume(q)
     claimed: list[str] = []
@@ -180,10 +180,10 @@ async def test_manual_retry_replays_expired_and_cancelled_jobs_at_the_back(
         assert job.id == "ended"
         assert await backend.settle([Settle(job.claim, Outcome.EXPIRE, error="ttl")]) == [True]
     else:
-        assert await backend.cancel(q, "ended") is CancelResult.CANCELLED
-    assert (await backend.get_job(q, "ended")).state is ending  # type: ignore[union-attr]
-    assert await backend.retry_job(q, "ended")
-    stored = await backend.get_job(q, "ended")
+        assert await cancel(backend, q, "ended") is CancelResult.CANCELLED
+    assert (await get_job(backend, q, "ended")).state is ending  # type: ignore[union-attr]
+    assert await retry_job(backend, q, "ended")
+    stored = await get_job(backend, q, "ended")
     assert stored is not None and stored.state is JobState.WAITING and stored.attempts == 0
     # a replay goes through the FIFO allocator: behind the job that was waiting all along
     assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["next", "ended"]
@@ -193,12 +193,12 @@ async def test_a_replayed_job_gets_a_fresh_ttl_window(
     backend: Backend, q: str, clock: FakeClock
 ) -> None:
     await backend.enqueue([new_job(q, "stale", ttl=10)])
-    created = (await backend.get_job(q, "stale")).created_at  # type: ignore[union-attr]
+    created = (await get_job(backend, q, "stale")).created_at  # type: ignore[union-attr]
     replayed_at = clock.advance(60)
     [job] = (await backend.claim([q], "w", 1)).jobs
     assert job.expired_at(replayed_at)
     assert await backend.settle([Settle(job.claim, Outcome.EXPIRE, error="ttl")]) == [True]
-    assert await backend.retry_job(q, "stale")
+    assert await retry_job(backend, q, "stale")
     [again] = (await backend.claim([q], "w", 1)).jobs
     # the TTL counts from the replay, not from the first creation: it runs, not expire again
     assert again.created_at == pytest.approx(replayed_at, abs=0.01) and created < replayed_at

@@ -19,7 +19,7 @@ from relaymq.errors import CorruptRecordError
 from relaymq.job import Job, JobState
 from relaymq.testing import FakeClock
 from tests.support.cases import BOGUS_STATE, BackendCase, Corrupt
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 @pytest.fixture
@@ -120,6 +120,6 @@ async def test_a_damaged_field_is_named_by_get_job_and_the_listing(
     await backend.enqueue([new_job(q, "a"), new_job(q, "bad")])
     await corrupt(backend, q, "bad", "field")
     with pytest.raises(CorruptRecordError, match="bad"):  # its words: issue 28, item 12
-        await backend.get_job(q, "bad")
+        await get_job(backend, q, "bad")
     [_, bad] = await backend.list_jobs(q, JobState.WAITING)
     assert bad.id == "bad" and bad.extra["corrupt"], bad

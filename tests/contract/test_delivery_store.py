@@ -9,7 +9,7 @@ from relaymq.job import JobState
 from relaymq.records.limits import Limits
 from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, new_job
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ async def test_delivery_of_a_finished_or_cancelled_job_is_stale(
     await backend.enqueue([new_job(q, "done"), new_job(q, "off")])
     [done] = (await store.claim_delivered(q, [("done", 0)], "w"))[0].jobs
     await backend.settle([Settle(done.claim, Outcome.COMPLETE, result=b"1")])
-    await backend.cancel(q, "off")
+    await cancel(backend, q, "off")
     batch, stale = await store.claim_delivered(q, [("done", 1), ("off", 0)], "w")
     assert batch.jobs == [] and sorted(stale) == ["done", "off"]
 

@@ -13,7 +13,7 @@ from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
 from tests.contract.test_keys import claim_exactly, state
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job, remove_job
 
 IGNORE, INCLUDE = DependencyPolicy.IGNORE, DependencyPolicy.INCLUDE
 
@@ -44,7 +44,7 @@ async def test_a_job_is_blocked_until_its_dependencies_complete(
 ) -> None:
     await backend.enqueue([new_job(q, "a"), new_job(q, "b")])
     await backend.enqueue([after(q, "c", "a", "b")])  # type: ignore[list-item]
-    c = await backend.get_job(q, "c")
+    c = await get_job(backend, q, "c")
     assert c is not None and c.state is JobState.BLOCKED and c.depends_on == ("a", "b")
     assert (await backend.counts(q))[JobState.BLOCKED] == 1
     assert [j.id for j in await backend.list_jobs(q, JobState.BLOCKED)] == ["c"]
@@ -79,7 +79,7 @@ async def test_a_dependency_that_fails_fails_its_dependents_down_the_chain(
     [a] = await claim_exactly(backend, q, 1)
     await done(backend, a, Outcome.FAIL)
     for job_id, dep in (("b", "a"), ("c", "b")):
-        job = await backend.get_job(q, job_id)
+        job = await get_job(backend, q, job_id)
         assert job is not None and job.state is JobState.FAILED
         assert job.error == f"dependency {dep} ended failed"
     # d ignores the failure, e waited for c (failed in the chain): both are due now.
@@ -93,17 +93,17 @@ async def test_cancelling_or_removing_a_dependency_counts_as_its_end(
         new_job(q, "a"), new_job(q, "b"), new_job(q, "c"),
         after(q, "x", "a"), after(q, "y", "b", "c", policy=INCLUDE),
     ])  # type: ignore[list-item]  # fmt: skip
-    assert await backend.remove_job(q, "a")
-    x = await backend.get_job(q, "x")
+    assert await remove_job(backend, q, "a")
+    x = await get_job(backend, q, "x")
     assert x is not None and (x.state, x.error) == (JobState.FAILED, "dependency a ended removed")
-    await backend.cancel(q, "b")
+    await cancel(backend, q, "b")
     assert await state(backend, q, "y") is JobState.BLOCKED  # c has not ended
-    await backend.cancel(q, "c")
+    await cancel(backend, q, "c")
     [y] = await released(backend, clock, q, 1)
     assert y.id == "y"
     # Cancelling a blocked job ends it like any other: its own dependents learn it.
     await backend.enqueue([new_job(q, "p"), after(q, "q1", "p"), after(q, "q2", "q1")])  # type: ignore[list-item]
-    await backend.cancel(q, "q1")
+    await cancel(backend, q, "q1")
     assert await state(backend, q, "q2") is JobState.FAILED
 
 
@@ -116,7 +116,7 @@ async def test_dependencies_that_ended_before_the_enqueue(backend: Backend, q: s
         after(q, "j1", "ok"), after(q, "j2", "ok", "bad"), after(q, "j3", "bad", policy=IGNORE),
         after(q, "j4", "gone", policy=INCLUDE), after(q, "j5", "gone"),
     ])  # type: ignore[list-item]  # fmt: skip
-    j2 = await backend.get_job(q, "j2")
+    j2 = await get_job(backend, q, "j2")
     assert j2 is not None and j2.state is JobState.FAILED
     assert j2.error == "dependency bad ended failed"
     assert await state(backend, q, "j5") is JobState.FAILED

@@ -13,7 +13,7 @@ from relaymq.options import MAX_PRIORITY
 from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 async def test_batch_enqueue_stores_every_job_waiting(backend: Backend, q: str) -> None:
@@ -24,7 +24,7 @@ async def test_batch_enqueue_stores_every_job_waiting(backend: Backend, q: str) 
     counts = await backend.counts(q)
     assert counts[JobState.WAITING] == 5
     assert sum(counts.values()) == 5
-    stored = await backend.get_job(q, jobs[2].id)
+    stored = await get_job(backend, q, jobs[2].id)
     assert stored is not None
     assert (stored.state, stored.payload, stored.max_attempts) == (
         JobState.WAITING,
@@ -35,14 +35,14 @@ async def test_batch_enqueue_stores_every_job_waiting(backend: Backend, q: str) 
 
 
 async def test_get_job_of_unknown_id_is_none(backend: Backend, q: str) -> None:
-    assert await backend.get_job(q, "nope") is None
+    assert await get_job(backend, q, "nope") is None
 
 
 async def test_delayed_job_is_invisible_until_due(
     backend: Backend, q: str, clock: FakeClock
 ) -> None:
     [a] = await backend.enqueue([new_job(q, delay=30)])
-    assert (await backend.get_job(q, a.id)).state is JobState.DELAYED  # type: ignore[union-attr]
+    assert (await get_job(backend, q, a.id)).state is JobState.DELAYED  # type: ignore[union-attr]
     assert (await backend.claim([q], "w", 10)).jobs == []
     clock.advance(29)
     assert (await backend.claim([q], "w", 10)).jobs == []
@@ -84,7 +84,7 @@ async def test_duplicate_job_id_creates_nothing(backend: Backend, q: str) -> Non
         [new_job(q, "same-id", payload=b'{"v":2}'), new_job(q, "other")]
     )
     assert [(a.id, a.duplicate) for a in answers] == [("same-id", True), ("other", False)]
-    stored = await backend.get_job(q, "same-id")
+    stored = await get_job(backend, q, "same-id")
     assert stored is not None and stored.payload == b'{"v":1}'
     assert (await backend.counts(q))[JobState.WAITING] == 2
 
@@ -132,7 +132,7 @@ async def test_a_priority_past_the_backends_range_is_refused_and_nothing_is_stor
         pytest.skip("the backend accepts every priority a job can have")
     with pytest.raises(ConfigError, match=f"max_priority={top}"):
         await backend.enqueue([new_job(q, "ok", priority=top), new_job(q, "no", priority=top + 1)])
-    assert await backend.get_job(q, "ok") is None and await backend.get_job(q, "no") is None
+    assert await get_job(backend, q, "ok") is None and await get_job(backend, q, "no") is None
 
 
 async def test_claim_marks_job_active_with_new_token(backend: Backend, q: str) -> None:
@@ -143,7 +143,7 @@ async def test_claim_marks_job_active_with_new_token(backend: Backend, q: str) -
     assert job.token == 1 and job.attempts == 1
     assert job.worker_id == "worker-7"
     assert job.claimed_at is not None and abs(job.claimed_at - batch.now) < 1
-    stored = await backend.get_job(q, a.id)
+    stored = await get_job(backend, q, a.id)
     assert stored is not None and stored.state is JobState.ACTIVE and stored.token == 1
     counts = await backend.counts(q)
     assert (counts[JobState.WAITING], counts[JobState.ACTIVE]) == (0, 1)

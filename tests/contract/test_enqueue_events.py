@@ -12,7 +12,7 @@ from relaymq import events
 from relaymq.backends.base import Backend
 from relaymq.instrumented import Instrumented
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 async def test_each_enqueue_is_announced_as_waiting_delayed_or_deduplicated(
@@ -44,5 +44,5 @@ async def test_each_enqueue_is_announced_as_waiting_delayed_or_deduplicated(
         (events.JOB_DEDUPLICATED, q, "a", {}),
     ]
     assert all(e.at == pytest.approx(1_700_000_000.25, abs=0.01) for e in got)
-    stored = await producer.get_job(q, "b")
+    stored = await get_job(producer, q, "b")
     assert stored is not None and stored.state.value == "delayed"

@@ -10,7 +10,7 @@ from relaymq.backends.base import Backend
 from relaymq.job import DLQ_STATES, Claim, Job, JobState
 from relaymq.records.store import Beat, BeatResult, CancelResult, Outcome, Settle
 from relaymq.testing import FakeClock
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job, remove_job
 
 
 async def claim_one(backend: Backend, q: str, **options: object) -> Job:
@@ -26,7 +26,7 @@ def stale(claim: Claim) -> Claim:
 async def test_complete_stores_result(backend: Backend, q: str) -> None:
     job = await claim_one(backend, q)
     assert await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b'"ok"')]) == [True]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None
     assert (stored.state, stored.result) == (JobState.COMPLETED, b'"ok"')
     assert stored.finished_at is not None
@@ -38,7 +38,7 @@ async def test_complete_stores_result(backend: Backend, q: str) -> None:
 async def test_fail_and_expire_go_to_the_dlq(backend: Backend, q: str, outcome: Outcome) -> None:
     job = await claim_one(backend, q)
     assert await backend.settle([Settle(job.claim, outcome, error="boom")]) == [True]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state in DLQ_STATES and stored.error == "boom"
     listed = await backend.list_jobs(q, stored.state)
     assert [j.id for j in listed] == [job.id]
@@ -49,7 +49,7 @@ async def test_retry_with_delay_makes_job_delayed_then_claimable(
 ) -> None:
     job = await claim_one(backend, q, max_attempts=3)
     assert await backend.settle([Settle(job.claim, Outcome.RETRY, error="e1", delay=10)]) == [True]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None
     assert (stored.state, stored.error, stored.attempts) == (JobState.DELAYED, "e1", 1)
     assert (await backend.claim([q], "w", 1)).jobs == []
@@ -70,7 +70,7 @@ async def test_release_returns_job_at_once_and_gives_back_the_attempt(
 ) -> None:
     job = await claim_one(backend, q)
     assert await backend.settle([Settle(job.claim, Outcome.RELEASE)]) == [True]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.WAITING and stored.attempts == 0
     [again] = (await backend.claim([q], "w", 1)).jobs
     assert again.id == job.id and again.attempts == 1 and again.token == job.token + 1
@@ -88,10 +88,10 @@ async def test_stale_token_changes_nothing_and_is_reported(
     backend: Backend, q: str, outcome: Outcome
 ) -> None:
     job = await claim_one(backend, q, max_attempts=5)
-    before = await backend.get_job(q, job.id)
+    before = await get_job(backend, q, job.id)
     s = Settle(stale(job.claim), outcome, result=b"1", error="late", delay=1)
     assert await backend.settle([s]) == [False]
-    assert await backend.get_job(q, job.id) == before
+    assert await get_job(backend, q, job.id) == before
 
 
 async def test_batch_settle_answers_each_claim(backend: Backend, q: str) -> None:
@@ -105,7 +105,7 @@ async def test_batch_settle_answers_each_claim(backend: Backend, q: str) -> None
         ]
     )
     assert answers == [True, False, True]
-    states = [(await backend.get_job(q, j.id)).state for j in (a, b, c)]  # type: ignore[union-attr]
+    states = [(await get_job(backend, q, j.id)).state for j in (a, b, c)]  # type: ignore[union-attr]
     assert states == [JobState.COMPLETED, JobState.ACTIVE, JobState.FAILED]
 
 
@@ -120,7 +120,7 @@ async def test_f1_old_claim_cannot_complete_after_reclaim(
     assert job_b.token > job_a.token
     assert await backend.settle([Settle(job_a.claim, Outcome.COMPLETE, result=b"A")]) == [False]
     assert await backend.settle([Settle(job_b.claim, Outcome.COMPLETE, result=b"B")]) == [True]
-    stored = await backend.get_job(q, job_a.id)
+    stored = await get_job(backend, q, job_a.id)
     assert stored is not None and stored.result == b"B"
 
 
@@ -133,7 +133,7 @@ async def test_f2_old_claim_cannot_retry_or_fail(
     await backend.recover_stalled(q, threshold=30, max_stalled=5)
     [job_b] = (await backend.claim([q], "B", 1)).jobs
     assert await backend.settle([Settle(job_a.claim, outcome, error="A", delay=5)]) == [False]
-    stored = await backend.get_job(q, job_a.id)
+    stored = await get_job(backend, q, job_a.id)
     assert stored is not None
     assert (stored.state, stored.token, stored.attempts) == (JobState.ACTIVE, job_b.token, 2)
     assert (await backend.counts(q))[JobState.FAILED] == 0
@@ -146,7 +146,7 @@ async def test_f3_heartbeat_reports_lost_claim(backend: Backend, q: str, clock: 
     await backend.recover_stalled(q, threshold=30, max_stalled=5)
     [result] = await backend.heartbeat([Beat(job.claim)])
     assert not result.held
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.WAITING
 
 
@@ -157,7 +157,7 @@ async def test_f4_old_claim_cannot_complete_a_requeued_job(
     clock.advance(60)
     await backend.recover_stalled(q, threshold=30, max_stalled=5)
     assert await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b"1")]) == [False]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.WAITING and stored.result is None
 
 
@@ -165,9 +165,9 @@ async def test_f13_repeating_a_terminal_transition_is_idempotent(backend: Backen
     job = await claim_one(backend, q)
     done = Settle(job.claim, Outcome.COMPLETE, result=b"1")
     assert await backend.settle([done]) == [True]
-    before = await backend.get_job(q, job.id)
+    before = await get_job(backend, q, job.id)
     assert await backend.settle([done]) == [True]
-    assert await backend.get_job(q, job.id) == before
+    assert await get_job(backend, q, job.id) == before
     # ...but a different outcome with the same token is not a repeat.
     assert await backend.settle([Settle(job.claim, Outcome.FAIL, error="x")]) == [False]
     assert (await backend.counts(q))[JobState.COMPLETED] == 1
@@ -180,7 +180,7 @@ async def test_heartbeat_renews_and_stores_progress(
     clock.advance(20)
     [result] = await backend.heartbeat([Beat(job.claim, progress=b"50")])
     assert result.held and not result.cancel_requested
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.progress == b"50"
     assert stored.heartbeat_at is not None and stored.heartbeat_at >= job.claimed_at + 19  # type: ignore[operator]
     clock.advance(20)  # 40 s after the claim but 20 s after the heartbeat: not stalled
@@ -189,16 +189,16 @@ async def test_heartbeat_renews_and_stores_progress(
 
 async def test_stale_heartbeat_changes_nothing(backend: Backend, q: str) -> None:
     job = await claim_one(backend, q)
-    before = await backend.get_job(q, job.id)
+    before = await get_job(backend, q, job.id)
     [result] = await backend.heartbeat([Beat(stale(job.claim), progress=b"9")])
     assert not result.held
-    assert await backend.get_job(q, job.id) == before
+    assert await get_job(backend, q, job.id) == before
 
 
 async def test_cancel_waiting_and_delayed_jobs(backend: Backend, q: str, clock: FakeClock) -> None:
     await backend.enqueue([new_job(q, "w1"), new_job(q, "d1", delay=10)])
-    assert await backend.cancel(q, "w1") is CancelResult.CANCELLED
-    assert await backend.cancel(q, "d1") is CancelResult.CANCELLED
+    assert await cancel(backend, q, "w1") is CancelResult.CANCELLED
+    assert await cancel(backend, q, "d1") is CancelResult.CANCELLED
     clock.advance(20)
     assert (await backend.claim([q], "w", 10)).jobs == []
     counts = await backend.counts(q)
@@ -211,30 +211,30 @@ async def test_cancel_waiting_and_delayed_jobs(backend: Backend, q: str, clock: 
 
 async def test_cancel_active_job_loses_its_claim(backend: Backend, q: str) -> None:
     job = await claim_one(backend, q)
-    assert await backend.cancel(q, job.id) is CancelResult.CANCELLED
+    assert await cancel(backend, q, job.id) is CancelResult.CANCELLED
     [beat] = await backend.heartbeat([Beat(job.claim)])
     assert (beat.held, beat.cancel_requested) == (False, True)
     assert await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b"1")]) == [False]
     assert await backend.settle([Settle(job.claim, Outcome.RETRY, error="x")]) == [False]
     # The worker acknowledging the cancellation is a repeat of the same terminal state.
     assert await backend.settle([Settle(job.claim, Outcome.CANCEL)]) == [True]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.CANCELLED and stored.result is None
 
 
 async def test_f7_cancel_after_terminal_is_a_clear_no_op(backend: Backend, q: str) -> None:
     job = await claim_one(backend, q)
     await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b"1")])
-    assert await backend.cancel(q, job.id) is CancelResult.ALREADY_TERMINAL
-    assert await backend.cancel(q, "missing") is CancelResult.NOT_FOUND
-    stored = await backend.get_job(q, job.id)
+    assert await cancel(backend, q, job.id) is CancelResult.ALREADY_TERMINAL
+    assert await cancel(backend, q, "missing") is CancelResult.NOT_FOUND
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.COMPLETED
 
 
 async def test_worker_cancel_outcome(backend: Backend, q: str) -> None:
     job = await claim_one(backend, q)
     assert await backend.settle([Settle(job.claim, Outcome.CANCEL, error="asked")]) == [True]
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.CANCELLED
 
 
@@ -247,18 +247,18 @@ async def test_terminal_states_absorb_recovery(backend: Backend, q: str, clock: 
             Settle(b.claim, Outcome.FAIL, error="x"),
         ]
     )
-    await backend.cancel(q, c.id)
+    await cancel(backend, q, c.id)
     clock.advance(3600)
     recovered = await backend.recover_stalled(q, threshold=30, max_stalled=5)
     assert recovered.requeued == [] and recovered.failed == []
-    states = [(await backend.get_job(q, j.id)).state for j in (a, b, c)]  # type: ignore[union-attr]
+    states = [(await get_job(backend, q, j.id)).state for j in (a, b, c)]  # type: ignore[union-attr]
     assert states == [JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]
 
 
 async def test_removed_active_job_loses_its_claim(backend: Backend, q: str) -> None:
     job = await claim_one(backend, q)
-    assert await backend.remove_job(q, job.id)
+    assert await remove_job(backend, q, job.id)
     assert await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=b"1")]) == [False]
     [beat] = await backend.heartbeat([Beat(job.claim)])
     assert not beat.held
-    assert await backend.get_job(q, job.id) is None
+    assert await get_job(backend, q, job.id) is None

@@ -13,7 +13,7 @@ from relaymq.backends.base import Backend
 from relaymq.job import JobState
 from relaymq.records.store import Beat
 from relaymq.testing import FakeClock
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 T = TypeVar("T")
 
@@ -60,5 +60,5 @@ async def test_a_handle_on_another_thread_renews_claims_fenced(
     clock.advance(10)  # "held": renewed 10 s ago; "stale": its claim is 35 s old
     recovered = await backend.recover_stalled(q, threshold=30, max_stalled=5)
     assert recovered.requeued == ["stale"]
-    held = await backend.get_job(q, "held")
+    held = await get_job(backend, q, "held")
     assert held is not None and held.state is JobState.ACTIVE

@@ -11,7 +11,7 @@ from relaymq.job import Job, JobState, KeyMode, KeyRule
 from relaymq.records.store import Enqueued, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job
 
 
 def throttled(q: str, job_id: str, window: float = 60.0, key: str = "k") -> object:
@@ -32,7 +32,7 @@ async def claim_exactly(backend: Backend, q: str, n: int) -> list[Job]:
 
 
 async def state(backend: Backend, q: str, job_id: str) -> JobState | None:
-    job = await backend.get_job(q, job_id)
+    job = await get_job(backend, q, job_id)
     return None if job is None else job.state
 
 
@@ -48,7 +48,7 @@ async def test_a_throttled_key_is_held_while_its_job_is_pending_and_for_its_wind
     assert await backend.settle([Settle(a.claim, Outcome.COMPLETE, result=b"1")]) == [True]
     assert await backend.enqueue([throttled(q, "e")]) == [Enqueued("e")]  # type: ignore[list-item]
     # "e" ends at once, but its window holds the key for 60 s from its enqueue.
-    await backend.cancel(q, "e")
+    await cancel(backend, q, "e")
     clock.advance(59)
     assert await backend.enqueue([throttled(q, "f")]) == [Enqueued("e", duplicate=True)]  # type: ignore[list-item]
     clock.advance(2)

@@ -9,7 +9,7 @@ from relaymq.job import JobState
 from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 async def test_only_stale_active_jobs_are_recovered(
@@ -23,8 +23,8 @@ async def test_only_stale_active_jobs_are_recovered(
     clock.advance(10)  # old: 35 s since claim; fresh: 10 s
     recovered = await backend.recover_stalled(q, threshold=30, max_stalled=5)
     assert recovered.requeued == ["old"] and recovered.failed == []
-    stored_old = await backend.get_job(q, "old")
-    stored_fresh = await backend.get_job(q, "fresh")
+    stored_old = await get_job(backend, q, "old")
+    stored_fresh = await get_job(backend, q, "fresh")
     assert stored_old is not None and stored_old.state is JobState.WAITING
     assert stored_old.stalls == 1
     assert stored_fresh is not None and stored_fresh.state is JobState.ACTIVE
@@ -67,7 +67,7 @@ async def test_job_past_max_stalled_fails_into_the_dlq(
     clock.advance(60)
     recovered = await backend.recover_stalled(q, threshold=30, max_stalled=2)
     assert recovered.failed == ["poison"] and recovered.requeued == []
-    stored = await backend.get_job(q, "poison")
+    stored = await get_job(backend, q, "poison")
     assert stored is not None and stored.state is JobState.FAILED
     assert stored.error is not None and "stalled" in stored.error
     assert [j.id for j in await backend.list_jobs(q, JobState.FAILED)] == ["poison"]
@@ -85,7 +85,7 @@ async def test_f6_concurrent_recoveries_requeue_once(
     )
     requeued = [job_id for r in results for job_id in r.requeued]
     assert len(requeued) == 5 and len(set(requeued)) == 5
-    stalls = [(await a.get_job(q, i)).stalls for i in requeued]  # type: ignore[union-attr]
+    stalls = [(await get_job(a, q, i)).stalls for i in requeued]  # type: ignore[union-attr]
     assert stalls == [1] * 5
 
 
@@ -136,5 +136,5 @@ async def test_f8_recovery_never_touches_a_live_claim(
     clock.advance(29)  # TTL long passed, claim still fresh
     recovered = await backend.recover_stalled(q, threshold=30, max_stalled=0)
     assert recovered.requeued == [] and recovered.failed == []
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.state is JobState.ACTIVE

@@ -10,7 +10,7 @@ import pytest
 
 from relaymq.backends.base import Backend
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 from tests.support.waiting import poll_until
 
 pytestmark = pytest.mark.server_clock
@@ -36,7 +36,7 @@ async def test_a_stale_claim_is_recovered_only_after_the_threshold(live: Backend
 
     await poll_until(recovered, "the claim to go stale on the server clock", every=0.05)
     assert loop.time() - started >= SHORT - 0.05
-    again = await live.get_job(q, "a")
+    again = await get_job(live, q, "a")
     assert again is not None and again.stalls == 1 and again.token == job.token
 
 
@@ -77,13 +77,13 @@ async def test_a_ttl_runs_out_on_the_server_clock(live: Backend, q: str) -> None
     batch = await live.claim([q], "w", 1)
     [fresh] = batch.jobs  # creation time and claim time are on one clock, in seconds
     assert fresh.id == "fresh" and not fresh.expired_at(batch.now)
-    stale = await live.get_job(q, "stale")
+    stale = await get_job(live, q, "stale")
     assert stale is not None
     probe = q + "-probe"
 
     async def ran_out() -> bool:  # a new job's creation time is a reading of the server clock
         [a] = await live.enqueue([new_job(probe)])
-        job = await live.get_job(probe, a.id)
+        job = await get_job(live, probe, a.id)
         return job is not None and job.created_at >= stale.created_at + SHORT
 
     await poll_until(ran_out, "the TTL to run out on the server clock", every=0.05)

@@ -11,7 +11,7 @@ from relaymq.job import Job, JobState
 from relaymq.records.limits import Limits
 from relaymq.records.store import Outcome, Settle
 from tests.contract.test_keys import claim_exactly, state
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 async def the_rest(backend: Backend, q: str, got: list[Job], n: int) -> list[Job]:
@@ -34,7 +34,7 @@ async def test_a_settle_claims_the_next_jobs_in_the_same_call(backend: Backend, 
     assert sorted(j.id for j in got) == ["j1", "j2"]  # FIFO, and no more than the limit
     assert await state(backend, q, first.id) is JobState.COMPLETED
     for j in got:
-        stored = await backend.get_job(q, j.id)
+        stored = await get_job(backend, q, j.id)
         assert stored is not None and stored.state is JobState.ACTIVE
         assert stored.worker_id == "w2" and stored.token == j.claim.token
     assert await state(backend, q, "j3") is JobState.WAITING

@@ -247,12 +247,12 @@ def machine_for(case: BackendCase, tmp: Path, seen: Counter[str]) -> type[RuleBa
 
         @rule(job_id=st.sampled_from(IDS))
         def cancel(self, job_id: str) -> None:
-            real, model = self.both("cancel", self.q, job_id)
+            real, model = self.both("cancel_jobs", self.q, [job_id])
             assert real == model
 
         @rule(job_id=st.sampled_from(IDS))
         def retry(self, job_id: str) -> None:
-            real, model = self.both("retry_job", self.q, job_id)
+            real, model = self.both("retry_jobs", self.q, [job_id])
             assert real == model
 
         @rule(seconds=st.sampled_from([1.0, 15.0, 40.0]))

@@ -17,7 +17,7 @@ from relaymq.job import JobState
 from relaymq.records.store import Outcome, Settle
 from tests.conftest import require
 from tests.support import case_mongodb
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 @pytest_asyncio.fixture
@@ -37,7 +37,7 @@ async def test_a_result_over_the_document_limit_names_the_limit(backend: Backend
         await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=huge)])
     assert not isinstance(raised.value, CorruptRecordError)
     assert "unreadable" not in str(raised.value)
-    stored = await backend.get_job("big", "a")  # nothing was written: still claimed
+    stored = await get_job(backend, "big", "a")  # nothing was written: still claimed
     assert stored is not None and stored.state is JobState.ACTIVE
 
 

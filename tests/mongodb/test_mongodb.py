@@ -23,7 +23,7 @@ from relaymq.testing import FakeClock
 from tests.conftest import require
 from tests.mongodb.conftest import PYMONGO_SOCKET_LEAK, free_port
 from tests.support import case_mongodb
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job
 from tests.support.waiting import poll_until
 
 Make = Callable[..., Awaitable[MongoDBBackend]]
@@ -163,7 +163,7 @@ async def test_a_corrupt_job_is_failed_and_the_claim_goes_on(
     await backend.enqueue([new_job(q, "a"), new_job(q, "broken"), new_job(q, "c")])
     await set_fields(backend, q, "broken", **damage)
     with pytest.raises(CorruptRecordError, match="broken"):
-        await backend.get_job(q, "broken")
+        await get_job(backend, q, "broken")
     batch = await backend.claim([q], "w", 3)
     assert [j.id for j in batch.jobs] == ["a", "c"]
     counts = await backend.counts(q)
@@ -193,7 +193,7 @@ async def test_heartbeat_batch_reports_each_claim(make: Make) -> None:
     q = "beats"
     await backend.enqueue([new_job(q) for _ in range(3)])
     a, b, c = (await backend.claim([q], "w", 3)).jobs
-    await backend.cancel(q, b.id)
+    await cancel(backend, q, b.id)
     await backend.settle([Settle(c.claim, Outcome.COMPLETE)])
     results = await backend.heartbeat([Beat(a.claim), Beat(b.claim), Beat(c.claim)])
     assert [(r.held, r.cancel_requested) for r in results] == [
@@ -210,7 +210,7 @@ async def test_error_strings_are_stored_literally(make: Make) -> None:
     [job] = (await backend.claim([q], "$worker", 1)).jobs
     assert job.worker_id == "$worker"  # not read as a field path
     await backend.settle([Settle(job.claim, Outcome.FAIL, error="$error {$x}")])
-    stored = await backend.get_job(q, job.id)
+    stored = await get_job(backend, q, job.id)
     assert stored is not None and stored.error == "$error {$x}"
 
 
@@ -259,7 +259,7 @@ async def test_dependency_ends_a_crash_left_untold_are_counted_by_recovery(make:
     await backend.settle([Settle(a.claim, Outcome.COMPLETE, result=b"1")])
     # "b" fails, as its settle would store it, but the process dies before telling anyone.
     await set_fields(backend, "q", "b", state="failed", error="x")
-    assert (await backend.get_job("q", "p")).state is JobState.BLOCKED  # type: ignore[union-attr]
+    assert (await get_job(backend, "q", "p")).state is JobState.BLOCKED  # type: ignore[union-attr]
     await backend.recover_stalled("q", 30, 5)
     p, f = await backend.get_jobs("q", ["p", "f"])
     assert p is not None and (p.state, p.error) == (JobState.FAILED, "dependency b ended failed")
@@ -268,4 +268,4 @@ async def test_dependency_ends_a_crash_left_untold_are_counted_by_recovery(make:
     await backend.enqueue([new_job("q", "c"), new_job("q", "r", depends_on=("c",))])
     await set_fields(backend, "q", "r", waiting_on=[])
     await backend.recover_stalled("q", 30, 5)
-    assert (await backend.get_job("q", "r")).state is JobState.DELAYED  # type: ignore[union-attr]
+    assert (await get_job(backend, "q", "r")).state is JobState.DELAYED  # type: ignore[union-attr]

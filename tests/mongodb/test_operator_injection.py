@@ -16,7 +16,7 @@ from relaymq.records.store import CancelResult
 from relaymq.schedules import store
 from tests.conftest import require
 from tests.support import case_mongodb
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job, remove_job, retry_job
 
 INJECTED: list[Any] = [{"$ne": None}, {"$regex": "^victim1$"}, {"$gt": ""}, ["victim1"], 7]
 
@@ -28,15 +28,15 @@ async def test_operator_documents_never_reach_a_query(tmp_path: Path) -> None:
         q = "victims"
         await b.enqueue([new_job(q, "victim1"), new_job(q, "victim2")])
         actions: list[tuple[str, Callable[[Any], Awaitable[Any]]]] = [
-            ("job_id", lambda bad: b.get_job(q, bad)),
-            ("job_id", lambda bad: b.cancel(q, bad)),
-            ("job_id", lambda bad: b.retry_job(q, bad)),
-            ("job_id", lambda bad: b.remove_job(q, bad)),
+            ("job_id", lambda bad: get_job(b, q, bad)),
+            ("job_id", lambda bad: cancel(b, q, bad)),
+            ("job_id", lambda bad: retry_job(b, q, bad)),
+            ("job_id", lambda bad: remove_job(b, q, bad)),
             ("job_id", lambda bad: b.get_jobs(q, [bad])),
             ("job_id", lambda bad: b.cancel_jobs(q, ["victim2", bad])),
             ("job_id", lambda bad: b.retry_jobs(q, [bad])),
             ("job_id", lambda bad: b.remove_jobs(q, ["victim2", bad])),
-            ("queue", lambda bad: b.get_job(bad, "victim1")),
+            ("queue", lambda bad: get_job(b, bad, "victim1")),
             ("queue", lambda bad: b.counts(bad)),
             ("queue", lambda bad: b.drain(bad)),
             ("queue", lambda bad: b.obliterate(bad)),
@@ -56,6 +56,6 @@ async def test_operator_documents_never_reach_a_query(tmp_path: Path) -> None:
                     await action(bad)
         states = [(j.id, j.state) for j in await b.list_jobs(q, JobState.WAITING)]
         assert states == [("victim1", JobState.WAITING), ("victim2", JobState.WAITING)]
-        assert await b.cancel(q, "victim1") is CancelResult.CANCELLED  # plain ids still work
+        assert await cancel(b, q, "victim1") is CancelResult.CANCELLED  # plain ids still work
     finally:
         await b.close()

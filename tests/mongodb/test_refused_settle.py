@@ -24,7 +24,7 @@ from relaymq.worker.running import Claims, RunningJob
 from relaymq.worker.settling import Settler
 from tests.conftest import require
 from tests.support import case_mongodb
-from tests.support.jobs import new_job, queue_name
+from tests.support.jobs import get_job, new_job, queue_name
 from tests.support.notes import Notes
 from tests.worker.conftest import FAST
 
@@ -92,11 +92,11 @@ async def test_a_refused_outcome_does_not_hold_up_the_others_of_its_batch(
     assert sorted((r.job.id, ok) for r, ok in recorded) == [
         ("huge", True), ("huge-again", True), ("small", True),
     ]  # fmt: skip
-    small = await backend.get_job(q, "small")
+    small = await get_job(backend, q, "small")
     assert small is not None and small.state is JobState.COMPLETED and small.result == b'"small"'
-    huge = await backend.get_job(q, "huge")  # its only attempt: failed for good
+    huge = await get_job(backend, q, "huge")  # its only attempt: failed for good
     assert huge is not None and huge.state is JobState.FAILED and huge.result is None
     assert huge.error is not None and "over MongoDB's document size limit" in huge.error
-    again = await backend.get_job(q, "huge-again")  # one attempt left: retried
+    again = await get_job(backend, q, "huge-again")  # one attempt left: retried
     assert again is not None and again.state in (JobState.DELAYED, JobState.WAITING)
     assert again.error is not None and "over MongoDB's document size limit" in again.error

@@ -23,7 +23,7 @@ from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.mongodb.conftest import PYMONGO_SOCKET_LEAK, MongoServer
-from tests.support.jobs import new_job, queue_name
+from tests.support.jobs import get_job, new_job, queue_name
 from tests.support.waiting import watch
 
 pytestmark = [pytest.mark.slow, PYMONGO_SOCKET_LEAK]
@@ -68,7 +68,7 @@ async def test_accepted_jobs_survive_sigkill_and_the_backend_reconnects(
         after, seconds = await first_success(lambda: backend.counts(q), RECONNECT_DEADLINE)
         assert seconds < RECONNECT_DEADLINE
         assert after == before  # nothing lost, nothing moved
-        done = await backend.get_job(q, active[0].id)
+        done = await get_job(backend, q, active[0].id)
         assert done is not None and done.result == b"done"
 
         # F9: the claims from before the crash are recovered, then stay stale.

@@ -11,7 +11,7 @@ from relaymq.errors import BackendError
 from relaymq.job import JobState
 from tests.conftest import require
 from tests.support.case_postgres import CASE
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 async def test_a_nul_character_is_refused_in_words(tmp_path: Path) -> None:
@@ -19,7 +19,7 @@ async def test_a_nul_character_is_refused_in_words(tmp_path: Path) -> None:
     b = await CASE.make(None, tmp_path)
     try:
         q = "nul"
-        for action in (lambda: b.get_job(q, "a\x00b"), lambda: b.enqueue([new_job(q, "a\x00b")]),
+        for action in (lambda: get_job(b, q, "a\x00b"), lambda: b.enqueue([new_job(q, "a\x00b")]),
                        lambda: b.enqueue([new_job(q, "ok", task="app:\x00")])):  # fmt: skip
             with pytest.raises(BackendError) as caught:
                 await action()

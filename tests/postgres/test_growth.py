@@ -21,7 +21,7 @@ from relaymq.recovery import Maintenance
 from relaymq.settings import Settings
 from relaymq.testing import FakeClock
 from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 Make = Callable[..., PostgresBackend]
 
@@ -55,13 +55,13 @@ async def test_finished_jobs_are_pruned_after_retention(make: Make, clock: FakeC
     settings = Settings(stalled_threshold=3600)  # nothing here is stalled: only retention acts
     clock.advance(5)
     await Maintenance(Instrumented(backend), [q], settings, "early").run_once()
-    assert await backend.get_job(q, jobs[0].id) is not None  # not old enough yet
+    assert await get_job(backend, q, jobs[0].id) is not None  # not old enough yet
     clock.advance(6)
     await Maintenance(Instrumented(backend), [q], settings, "early").run_once()
     counts = await backend.counts(q)
     assert counts == {**{s: 0 for s in JobState}, JobState.WAITING: 2, JobState.ACTIVE: 1}
-    assert await backend.get_job(q, jobs[0].id) is None
-    assert await backend.get_job(q, jobs[4].id) is not None  # still active: untouched
+    assert await get_job(backend, q, jobs[0].id) is None
+    assert await get_job(backend, q, jobs[4].id) is not None  # still active: untouched
 
 
 async def test_clean_with_the_retention_age_deletes_in_batches_and_keeps_fresh_jobs(
@@ -103,8 +103,8 @@ async def test_clean_with_the_retention_age_deletes_in_batches_and_keeps_fresh_j
         JobState.ACTIVE: 1,
         JobState.COMPLETED: 1,
     }
-    assert await backend.get_job(q, fresh.id) is not None  # finished 6 s ago: kept
-    assert await backend.get_job(q, jobs[6].id) is not None  # still active: untouched
+    assert await get_job(backend, q, fresh.id) is not None  # finished 6 s ago: kept
+    assert await get_job(backend, q, jobs[6].id) is not None  # still active: untouched
 
 
 def test_retention_follows_the_url() -> None:
@@ -141,7 +141,7 @@ async def test_bytes_with_nul_round_trip(make: Make) -> None:
     assert job.payload == raw
     await backend.heartbeat([Beat(job.claim, progress=raw)])
     await backend.settle([Settle(job.claim, Outcome.COMPLETE, result=raw)])
-    stored = await backend.get_job(q, "nul")
+    stored = await get_job(backend, q, "nul")
     assert stored is not None and (stored.payload, stored.progress, stored.result) == (raw,) * 3
 
 

@@ -15,7 +15,7 @@ from relaymq.backends.postgres import PostgresBackend
 from relaymq.job import JobState
 from relaymq.records.store import Outcome, Settle
 from tests.postgres.cluster import Cluster
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ async def test_accepted_jobs_survive_and_active_ones_are_recovered(cluster: Clus
         assert counts[JobState.ACTIVE] == 30
         assert counts[JobState.COMPLETED] == 20
         for j in jobs:
-            assert await backend.get_job(q, j.id) is not None, f"{j.id} lost in the restart"
+            assert await get_job(backend, q, j.id) is not None, f"{j.id} lost in the restart"
 
         # The claims made before the restart are stale: recovery gives their jobs back, and
         # their old tokens stay fenced off (F9).

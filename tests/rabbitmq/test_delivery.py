@@ -26,7 +26,7 @@ from relaymq.testing import FakeClock
 from tests import tasks
 from tests.rabbitmq import support
 from tests.support import case_sqlite
-from tests.support.jobs import new_job, queue_name
+from tests.support.jobs import get_job, new_job, queue_name, remove_job
 from tests.support.waiting import poll_until
 from tests.worker.conftest import FAST
 
@@ -95,7 +95,7 @@ async def test_a_lost_claim_gives_its_delivery_back_to_the_window(handles: Handl
     await rmq.enqueue([new_job(q, "gone"), new_job(q, "next")])
     [job] = (await rmq.claim([q], "w", 1)).jobs
     assert rmq._inbox is not None and rmq._inbox.held == 1
-    await rmq.remove_job(q, job.id)
+    await remove_job(rmq, q, job.id)
     [beat] = await rmq.heartbeat([_beat(job)])
     assert not beat.held and rmq._inbox.held == 0  # acknowledged: the worker writes nothing
     [again] = (await rmq.claim([q], "w", 1)).jobs
@@ -153,7 +153,7 @@ async def test_an_incompatible_queue_fails_the_enqueue_before_anything_is_stored
         await first.enqueue([new_job(q, "fits")])
         with pytest.raises(ConfigError, match="already exists with arguments"):
             await other.enqueue([new_job(q, "refused")])
-        assert await other.get_job(q, "refused") is None  # a producer retry makes no duplicate
+        assert await get_job(other, q, "refused") is None  # a producer retry makes no duplicate
         assert (await other.counts(q))[JobState.WAITING] == 1
     finally:
         await other.close()

@@ -13,6 +13,7 @@ from relaymq.job import Job, JobState, NewJob
 from relaymq.records.store import Outcome, Settle
 from tests.redis import support
 from tests.support.case_redis import URL
+from tests.support.jobs import get_job
 
 
 def test_claimed_order_is_the_job_field_order() -> None:
@@ -42,14 +43,14 @@ async def test_claimed_job_equals_the_stored_record(tmp_path: Path) -> None:
         claimed = {j.id: j for j in (await b.claim([q], "w2", 10)).jobs}
         claimed.update({j.id: j for j in first if j.id == "plain"})
         for job_id, job in claimed.items():
-            stored = await b.get_job(q, job_id)
+            stored = await get_job(b, q, job_id)
             assert stored == job
             assert job.state is JobState.ACTIVE and job.worker_id in ("w1", "w2")
         assert (claimed["full"].attempts, claimed["full"].token) == (2, 2)
         assert claimed["full"].error == "boom"
         # Settled: the worker id is not reported any more.
         assert await b.settle([Settle(claimed["full"].claim, Outcome.COMPLETE, result=b"r")])
-        done = await b.get_job(q, "full")
+        done = await get_job(b, q, "full")
         assert done is not None and done.worker_id is None and done.result == b"r"
     finally:
         await b.close()
@@ -64,7 +65,7 @@ async def test_a_record_without_its_task_says_so_in_words(tmp_path: Path) -> Non
         await b.enqueue([NewJob("records", "no-task", "t:plain", b"p")])
         await b._run([("HDEL", b._keys.job("records", "no-task"), "task")], "damage")
         with pytest.raises(CorruptRecordError) as caught:
-            await b.get_job("records", "no-task")
+            await get_job(b, "records", "no-task")
         assert "job record has no 'task' field" in str(caught.value)
         assert "AssertionError" not in str(caught.value)
     finally:

@@ -23,7 +23,7 @@ from relaymq.errors import BackendUnavailableError
 from relaymq.records.store import Outcome, Settle
 from tests import tasks
 from tests.redis.server import PrivateRedis
-from tests.support.jobs import new_job, queue_name
+from tests.support.jobs import get_job, new_job, queue_name
 from tests.support.waiting import poll_until, watch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ async def test_accepted_jobs_and_claims_survive_a_sigkill(server: PrivateRedis) 
         counts = await backend.counts(q)
         assert counts[JobState.ACTIVE] == 30
         assert counts[JobState.WAITING] + counts[JobState.DELAYED] == 140
-        stored = await backend.get_job(q, claimed[0].id)
+        stored = await get_job(backend, q, claimed[0].id)
         assert stored is not None and stored.token == claimed[0].token
 
         # Blocking waits and the subscription come back too.

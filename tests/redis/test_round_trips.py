@@ -17,6 +17,7 @@ from relaymq.job import JobState, NewJob
 from relaymq.records.store import Outcome, Settle
 from tests.redis import support
 from tests.support.case_redis import URL
+from tests.support.jobs import get_job
 
 Q = "trips"
 
@@ -51,7 +52,7 @@ def count_writes(b: RedisBackend) -> list[int]:
 
 
 async def state(b: Backend, job_id: str) -> JobState | None:
-    job = await b.get_job(Q, job_id)
+    job = await get_job(b, Q, job_id)
     return None if job is None else job.state
 
 
@@ -75,7 +76,7 @@ async def test_a_failed_settle_gives_back_the_jobs_claimed_beside_it(
     await backend._run([("SET", done, "not a sorted set")], "damage")
     with pytest.raises(BackendError, match="WRONGTYPE"):
         await backend.settle_and_claim([Settle(first.claim, Outcome.COMPLETE)], [Q], "w", 1)
-    j1 = await backend.get_job(Q, "j1")
+    j1 = await get_job(backend, Q, "j1")
     assert j1 is not None and j1.state is JobState.WAITING  # released: it runs again at once
     assert j1.attempts == 0  # a release gives the attempt back
     assert await state(backend, "j2") is JobState.WAITING

@@ -14,7 +14,7 @@ from relaymq.errors import ConfigError, CorruptRecordError
 from relaymq.job import JobState
 from relaymq.testing import FakeClock
 from tests.support.case_sqlite import CASE
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ async def test_claim_fails_a_corrupt_job_and_takes_the_others(
     batch = await backend.claim([q], "w", 2)
     assert [j.id for j in batch.jobs] == ["a", "c"]  # the batch is filled past the bad row
     with pytest.raises(CorruptRecordError, match="token"):
-        await backend.get_job(q, "bad")
+        await get_job(backend, q, "bad")
     [listed] = await backend.list_jobs(q, JobState.FAILED)
     assert listed.id == "bad" and listed.error is not None
     assert "corrupt record" in listed.error and "token is 'garbage'" in listed.error
@@ -77,7 +77,7 @@ async def test_a_row_with_an_unknown_state_is_passed_over_then_quarantined(
     conn.close()
     assert [j.id for j in (await backend.claim([q], "w", 10)).jobs] == ["a", "c"]
     with pytest.raises(CorruptRecordError, match="w@iting"):
-        await backend.get_job(q, "odd")
+        await get_job(backend, q, "odd")
     counts = await backend.counts(q)  # the counts trigger followed the damage, and told it
     assert (counts[JobState.WAITING], counts[JobState.ACTIVE], counts[JobState.FAILED]) == (0, 2, 1)
     [failed] = await backend.list_jobs(q, JobState.FAILED)

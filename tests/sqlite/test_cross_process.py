@@ -14,7 +14,7 @@ from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.job import JobState
 from tests.sqlite.conftest import Child, child
 from tests.support.case_sqlite import url
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 pytestmark = pytest.mark.slow
 
@@ -73,13 +73,13 @@ async def test_sigkill_during_enqueues_loses_no_accepted_job(tmp_path: Path, q: 
     backend = SQLiteBackend(url(tmp_path))
     await backend.connect()
     try:
-        missing = [i for i in accepted if await backend.get_job(q, i) is None]
+        missing = [i for i in accepted if await get_job(backend, q, i) is None]
         assert missing == []
         counts = await backend.counts(q)
         assert counts[JobState.WAITING] >= len(accepted)
         assert counts[JobState.WAITING] % 20 == 0, "a batch was stored in part"
         await backend.enqueue([new_job(q, "after")])  # the file is writable again
-        assert await backend.get_job(q, "after") is not None
+        assert await get_job(backend, q, "after") is not None
     finally:
         await backend.close()
     with sqlite3.connect(tmp_path / "relaymq.db") as conn:
@@ -95,8 +95,8 @@ async def test_sigkill_inside_an_open_write_transaction(tmp_path: Path, q: str) 
     backend = SQLiteBackend(url(tmp_path), busy_timeout=5)
     await backend.connect()
     try:
-        assert await backend.get_job(q, "accepted") is not None
-        assert await backend.get_job(q, "uncommitted") is None  # rolled back
+        assert await get_job(backend, q, "accepted") is not None
+        assert await get_job(backend, q, "uncommitted") is None  # rolled back
         [job] = (await backend.claim([q], "w", 10)).jobs  # the lock died with the process
         assert job.id == "accepted"
         assert (await backend.counts(q))[JobState.ACTIVE] == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.job import JobState
 from tests.support.case_sqlite import url
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 from tests.support.waiting import poll_until
 
 THRESHOLD = 0.3
@@ -32,7 +32,7 @@ async def test_a_claim_that_went_stale_while_the_database_was_locked_is_not_stal
         await asyncio.sleep(LOCKED_FOR)  # the lock held: the condition under test
         holder.execute("ROLLBACK")
         assert (await recovering).requeued == []  # it waited for the lock all that time
-        stored = await b.get_job(q, "j")
+        stored = await get_job(b, q, "j")
         assert stored is not None and stored.state is JobState.ACTIVE
         assert stored.token == job.token
 
@@ -41,7 +41,7 @@ async def test_a_claim_that_went_stale_while_the_database_was_locked_is_not_stal
             return bool((await b.recover_stalled(q, THRESHOLD, max_stalled=5)).requeued)
 
         await poll_until(recovered, "recovery of the claim that stayed stale", every=THRESHOLD / 3)
-        stored = await b.get_job(q, "j")
+        stored = await get_job(b, q, "j")
         assert stored is not None and stored.state is JobState.WAITING
     finally:
         holder.close()

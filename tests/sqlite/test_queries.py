@@ -19,4 +19,4 @@ def test_every_job_row_query_lists_the_columns_records_read() -> None:
             columns = tuple(c.strip() for c in listed.split(","))
             assert columns == COLUMNS, f"query {name!r} lists {columns}"
             checked.append(name)
-    assert len(checked) >= 8  # the listings, get_job(s), claims, recovery, promotion
+    assert len(checked) >= 8  # the listings, get_jobs, claims, recovery, promotion

@@ -15,7 +15,7 @@ from relaymq.records.limits import Limits
 from relaymq.records.store import Enqueued, StoredSchedule, Tally, WorkerInfo
 from relaymq.schedules import store
 from relaymq.testing import FakeClock
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -38,7 +38,7 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
     backend = SQLiteBackend(f"sqlite:///{path}")
     await backend.connect()
     try:
-        old = await backend.get_job(q, "old")
+        old = await get_job(backend, q, "old")
         assert old is not None and (old.state, old.traceparent) == (JobState.WAITING, None)
         await backend.enqueue([new_job(q, "new", traceparent=TRACEPARENT)])
         claimed = {j.id: j.traceparent for j in (await backend.claim([q], "w", 10)).jobs}
@@ -55,8 +55,8 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert await backend.list_limits() == {q: Limits(max_active=1)}
         await backend.enqueue([new_job(q, "child"),  # schema 7: a dependency failure counted
                                new_job(q, "parent", depends_on=("child",))])  # fmt: skip
-        await backend.cancel(q, "child")
-        failed = await backend.get_job(q, "parent")
+        await cancel(backend, q, "child")
+        failed = await get_job(backend, q, "parent")
         assert failed is not None and failed.state is JobState.FAILED
         assert sum(t.failed for t in await backend.tallies(q, 0)) == 1
         info = WorkerInfo("w", (q,), 1, "h", 1, 0.0, refused=((q, "refused"),))  # schema 8
@@ -70,7 +70,7 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
     again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
     await again.connect()
     try:
-        assert (await again.get_job(q, "new")).traceparent == TRACEPARENT  # type: ignore[union-attr]
+        assert (await get_job(again, q, "new")).traceparent == TRACEPARENT  # type: ignore[union-attr]
     finally:
         await again.close()
 

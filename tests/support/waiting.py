@@ -12,6 +12,7 @@ from relaymq import events
 from relaymq.backends.base import Backend
 from relaymq.instrumented import Instrumented
 from relaymq.job import JobState
+from tests.support.jobs import get_job
 
 Check = Callable[[], bool | Awaitable[bool]]
 
@@ -40,7 +41,7 @@ class Watch:
 
     async def state(self, queue: str, job_id: str, state: JobState, within: float = 10) -> None:
         async def reached() -> bool:
-            job = await self.backend.get_job(queue, job_id)
+            job = await get_job(self.backend, queue, job_id)
             return job is not None and job.state is state
 
         await self.until(reached, f"job {queue}/{job_id} to be {state.value}", within)

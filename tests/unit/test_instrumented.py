@@ -20,7 +20,7 @@ from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.recovery import KEY_GRACE, Maintenance
 from relaymq.settings import Settings
 from relaymq.testing import FakeClock
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ async def test_worker_events_are_batched_and_a_stale_settle_reports_the_lost_cla
     assert applied is False
     names = [(e.name, e.job_id, e.data.get("attempt")) for e in seen]
     assert names == [("job:active", "a", 1), ("job:claim_lost", "a", 1)]
-    assert (await backend.get_job("q", "a")).state is JobState.WAITING  # type: ignore[union-attr]
+    assert (await get_job(backend, "q", "a")).state is JobState.WAITING  # type: ignore[union-attr]
 
 
 async def test_a_retry_reports_its_error_and_delay(
@@ -174,7 +174,7 @@ async def test_maintenance_holds_off_while_its_worker_loop_was_blocked(
     finally:
         running.cancel()
     assert asked[:4] == [0, 0, 0, 0] and asked[4] == 1
-    job = await backend.get_job("q", "a")
+    job = await get_job(backend, "q", "a")
     assert job is not None and job.state is JobState.WAITING
 
 
@@ -203,8 +203,8 @@ async def test_retention_cleans_old_finished_jobs_of_led_queues(
     await backend.settle([Settle(new.claim, Outcome.FAIL, error="x")])
     m = Maintenance(ops, ["q"], Settings(), "w")
     await m.run_once()
-    assert await backend.get_job("q", "old") is None
-    assert await backend.get_job("q", "new") is not None
+    assert await get_job(backend, "q", "old") is None
+    assert await get_job(backend, "q", "new") is not None
 
 
 async def test_maintenance_forgets_keys_that_hold_nothing_without_retention(
@@ -217,7 +217,7 @@ async def test_maintenance_forgets_keys_that_hold_nothing_without_retention(
     clock.advance(10 + KEY_GRACE + 1)
     await Maintenance(Instrumented(backend), ["q"], Settings(), "w").run_once()
     assert await backend.prune_keys("q", 0) == 0  # the pass forgot it already
-    assert await backend.get_job("q", "a") is not None  # and kept the job (no retention)
+    assert await get_job(backend, "q", "a") is not None  # and kept the job (no retention)
 
 
 async def test_no_retention_keeps_everything(backend: InMemoryBackend, clock: FakeClock) -> None:
@@ -226,7 +226,7 @@ async def test_no_retention_keeps_everything(backend: InMemoryBackend, clock: Fa
     await backend.settle([Settle(job.claim, Outcome.COMPLETE, b"1")])
     clock.advance(10**8)
     await Maintenance(Instrumented(backend), ["q"], Settings(), "w").run_once()
-    assert await backend.get_job("q", "a") is not None
+    assert await get_job(backend, "q", "a") is not None
 
 
 async def test_every_backend_call_goes_through_the_per_call_hook(
@@ -293,11 +293,11 @@ async def test_retention_runs_at_most_once_per_interval(
 
     await finished("a")
     await m.run_once()
-    assert await backend.get_job("q", "a") is None
+    assert await get_job(backend, "q", "a") is None
     await finished("b")
     mono.advance(recovery.RETENTION_INTERVAL - 1)
     await m.run_once()
-    assert await backend.get_job("q", "b") is not None  # not due yet
+    assert await get_job(backend, "q", "b") is not None  # not due yet
     mono.advance(1)
     await m.run_once()
-    assert await backend.get_job("q", "b") is None
+    assert await get_job(backend, "q", "b") is None

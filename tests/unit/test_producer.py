@@ -30,6 +30,7 @@ from relaymq.app import default_backend
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.records.store import Beat, CancelResult, Outcome, Settle
 from tests import tasks
+from tests.support.jobs import get_job
 
 
 def test_with_options_rejects_negative_retries_like_the_decorator() -> None:
@@ -253,9 +254,9 @@ async def test_enqueue_uses_the_tasks_backend_then_the_default_one(
     default, own = InMemoryBackend(), InMemoryBackend()
     set_default_backend(default)
     handle = await tasks.add.enqueue(1, 2)
-    assert handle.backend is default and await default.get_job("tests", handle.id) is not None
+    assert handle.backend is default and await get_job(default, "tests", handle.id) is not None
     handle = await tasks.add.with_options(backend=own).enqueue(1, 2)
-    assert handle.backend is own and await default.get_job("tests", handle.id) is None
+    assert handle.backend is own and await get_job(default, "tests", handle.id) is None
 
 
 async def test_the_default_backend_connects_once_from_the_environment(

@@ -10,7 +10,7 @@ from relaymq import events
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.job import Claim, JobState
 from relaymq.records.store import Enqueued, Outcome, Settle
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 
 
 def test_the_records_that_were_hashable_still_are_and_by_value() -> None:
@@ -33,10 +33,10 @@ async def test_a_job_handed_out_does_not_change_with_the_stored_one() -> None:
     [claimed] = (await backend.claim(["q"], "w", 1)).jobs
     await backend.settle([Settle(claimed.claim, Outcome.COMPLETE, b"1")])
     assert claimed.state is JobState.ACTIVE and claimed.result is None
-    stored = await backend.get_job("q", "a")
+    stored = await get_job(backend, "q", "a")
     assert stored is not None and stored.state is JobState.COMPLETED and stored.result == b"1"
     stored.result = b"changed"  # a snapshot: changing it changes nothing stored
-    again = await backend.get_job("q", "a")
+    again = await get_job(backend, "q", "a")
     assert again is not None and again.result == b"1"
 
 

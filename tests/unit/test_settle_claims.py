@@ -20,7 +20,7 @@ from relaymq.records.store import ClaimBatch, Outcome, Settle, SettledClaimed
 from relaymq.testing import FakeClock
 from relaymq.worker.running import Claims
 from relaymq.worker.settling import Settler
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 from tests.support.notes import Notes
 
 
@@ -154,7 +154,7 @@ async def test_the_error_of_a_claim_made_with_a_settle_goes_to_the_claimer(
     ended(settler, first)
     with pytest.raises(RuntimeError, match="boom"):
         await claim(settler, 5)
-    assert (await backend.get_job("q", "a")).state is JobState.COMPLETED  # type: ignore[union-attr]
+    assert (await get_job(backend, "q", "a")).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
 async def test_closing_ends_a_claim_and_gives_back_what_a_claim_in_flight_took(
@@ -186,7 +186,7 @@ async def test_closing_ends_a_claim_and_gives_back_what_a_claim_in_flight_took(
         await flushing
     assert notes.claimed_jobs == 2 and len(settler) == 1  # b, claimed, to be given back
     await settler.flush()
-    b = await backend.get_job("q", "b")
+    b = await get_job(backend, "q", "b")
     assert b is not None and b.state is JobState.WAITING and b.attempts == 0
     assert len(settler.claims) == 0
     assert await settler.claim(["q"], "w", 5) is None  # nothing is claimed once closed

@@ -12,6 +12,7 @@ import pytest
 from relaymq.backends import connect
 from relaymq.errors import BackendUnavailableError
 from tests.support.blackhole import black_hole
+from tests.support.jobs import get_job
 
 URLS = {
     "redis": "redis://127.0.0.1:{port}/0?timeout=1",
@@ -29,6 +30,6 @@ async def test_connect_gives_up_and_names_the_server(kind: str) -> None:
         with pytest.raises(BackendUnavailableError) as e:
             async with asyncio.timeout(20):  # the backend's own deadline must come first
                 backend = await connect(URLS[kind].format(port=port))
-                await backend.get_job("q", "j")  # MongoDB connects lazily: the first call
+                await get_job(backend, "q", "j")  # MongoDB connects lazily: the first call
         assert time.monotonic() - started < 15
         assert f"127.0.0.1:{port}" in str(e.value), str(e.value)

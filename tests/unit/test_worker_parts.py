@@ -24,7 +24,7 @@ from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.settling import Settler
 from relaymq.worker.threads import ThreadPool
-from tests.support.jobs import new_job
+from tests.support.jobs import cancel, get_job, new_job, remove_job
 from tests.support.notes import Notes
 
 
@@ -114,7 +114,7 @@ async def test_a_failed_settle_keeps_every_outcome_for_the_next_try(
     assert len(settler) == 0 and len(claims) == 0
     assert [ok for _, ok in recorded] == [True, True]
     for j in jobs:
-        assert (await backend.get_job("q", j.id)).state is JobState.COMPLETED  # type: ignore[union-attr]
+        assert (await get_job(backend, "q", j.id)).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
 async def test_a_settle_of_a_lost_claim_is_recorded_as_not_applied(
@@ -175,9 +175,9 @@ async def test_heartbeats_renew_held_claims_and_stop_lost_and_cancelled_ones(
     claims = Claims()
     running = {j.id: claims.add(j) for j in (kept, removed, cancelled, settling)}
     running[settling.id].settling = True  # renewed, but its own write says how it went
-    await backend.remove_job("q", removed.id)
-    await backend.cancel("q", cancelled.id)
-    await backend.remove_job("q", settling.id)
+    await remove_job(backend, "q", removed.id)
+    await cancel(backend, "q", cancelled.id)
+    await remove_job(backend, "q", settling.id)
     renewed: list[int] = []
     original = backend.heartbeat
 
@@ -209,7 +209,7 @@ async def test_the_fenced_start_check_stops_a_lost_claim_without_interrupting_it
     held, lost = await claim(backend, 2)
     claims = Claims()
     a, b = claims.add(held), claims.add(lost)
-    await backend.remove_job("q", lost.id)
+    await remove_job(backend, "q", lost.id)
     beats = Heartbeats(Instrumented(backend), claims, 1.0, noop)
     assert await beats.check(a) is True and a.stop_reason is None
     assert await beats.check(b) is False and b.stop_reason is StopReason.LOST
@@ -228,7 +228,7 @@ class CountingBackend(InMemoryBackend):
 async def test_start_checks_asked_in_one_loop_turn_share_one_round_trip(clock: FakeClock) -> None:
     backend = CountingBackend(clock=clock)
     jobs = await claim(backend, 3)
-    await backend.cancel("q", jobs[2].id)
+    await cancel(backend, "q", jobs[2].id)
     claims = Claims()
     running = [claims.add(j) for j in jobs]
     beats = Heartbeats(Instrumented(backend), claims, 1.0, noop)

@@ -41,7 +41,7 @@ from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.support.cases import BackendCase
-from tests.support.jobs import new_job, queue_name
+from tests.support.jobs import get_job, new_job, queue_name
 from tests.support.waiting import poll_until, watch
 from tests.worker.conftest import FAST, RunWorker
 
@@ -107,7 +107,7 @@ async def test_unknown_task_is_retried_then_fails_into_the_dlq_naming_it(
     await live.enqueue([new_job(q, "ghost", task="tests.nowhere:missing", max_attempts=2)])
     async with run_worker():
         await wait_state(live, q, "ghost", JobState.FAILED)  # after a backoff of 1-1.2 s
-    job = await live.get_job(q, "ghost")
+    job = await get_job(live, q, "ghost")
     assert job is not None and job.attempts == 2  # retried (a rolling deploy), then failed
     assert job.error is not None and "tests.nowhere:missing" in job.error
 
@@ -120,7 +120,7 @@ async def test_undecodable_payload_fails_and_others_go_on(
     async with run_worker():
         assert await good.result(timeout=10) == 2
         await wait_state(live, q, "garbled", JobState.FAILED)
-    job = await live.get_job(q, "garbled")
+    job = await get_job(live, q, "garbled")
     assert job is not None and job.error is not None and "payload" in job.error
 
 
@@ -143,7 +143,7 @@ def damage(case: BackendCase) -> BackendCase:
 
 async def assert_failed_or_unreadable(backend: Backend, q: str, job_id: str) -> None:
     try:
-        job = await backend.get_job(q, job_id)
+        job = await get_job(backend, q, job_id)
     except CorruptRecordError:
         return
     assert job is not None and job.state is JobState.FAILED, job
@@ -205,7 +205,7 @@ async def test_a_clock_jumping_forward_is_a_recovery_and_fenced(
     stale = await backend.settle([Settle(old.claim, Outcome.COMPLETE, result=b"1")])
     assert stale == [False]  # the first worker's late outcome is refused
     assert await backend.settle([Settle(new.claim, Outcome.COMPLETE, result=b"2")]) == [True]
-    job = await backend.get_job(q, "a")
+    job = await get_job(backend, q, "a")
     assert job is not None and job.state is JobState.COMPLETED and job.result == b"2"
 
 

@@ -18,6 +18,7 @@ from relaymq import Queue
 from relaymq.backends import from_url
 from tests import tasks
 from tests.support.cases import BackendCase
+from tests.support.jobs import get_job
 from tests.worker.conftest import RunWorker
 
 SETTINGS = {"heartbeat_interval": 0.1, "stalled_threshold": 0.6}
@@ -93,7 +94,7 @@ async def test_a_handler_blocking_the_loop_keeps_its_job(
             assert await handle.result(timeout=20) == key
         await worker.until(lambda s: s.loop_blocked >= 1, "the loop running again")
     assert rescuer.requeued == []
-    job = await queue.backend.get_job(queue.name, handle.id)
+    job = await get_job(queue.backend, queue.name, handle.id)
     assert job is not None and job.attempts == 1 and job.stalls == 0
     assert tasks.LEDGER[key] == 1
     [warning] = warnings_about(caplog, "event loop is blocked")

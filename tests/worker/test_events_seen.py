@@ -13,7 +13,7 @@ from relaymq.job import JobState
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job, queue_name
+from tests.support.jobs import get_job, new_job, queue_name
 from tests.worker.conftest import FAST
 
 
@@ -79,5 +79,5 @@ async def test_a_job_recovered_from_a_dead_claim_is_announced_stalled_then_runs(
         await subscription.aclose()
         worker.stop()
         await running
-    done = await backend.get_job(q, stored.id)
+    done = await get_job(backend, q, stored.id)
     assert done is not None and done.stalls == 1 and done.token > dead.token

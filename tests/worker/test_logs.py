@@ -11,6 +11,7 @@ import pytest
 from relaymq import JobFailedError, Queue
 from relaymq.worker import worker as worker_module
 from tests import tasks
+from tests.support.jobs import remove_job
 from tests.worker.conftest import RunWorker
 
 
@@ -48,7 +49,7 @@ async def test_a_lost_claim_is_logged(
     async with run_worker() as worker:
         handle = await queue.add(tasks.wait_for_gate.call(k))
         await worker.until(lambda s: s.claimed >= 1, "the claim")
-        await queue.backend.remove_job(queue.name, handle.id)
+        await remove_job(queue.backend, queue.name, handle.id)
         await worker.wait_idle()  # the next heartbeat stops the handler
     [lost] = [r for r in about(caplog, handle.id) if "lost the claim" in r.getMessage()]
     assert lost.levelno == logging.WARNING and lost.attempt == 1  # type: ignore[attr-defined]

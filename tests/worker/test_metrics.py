@@ -22,7 +22,7 @@ from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import new_job, remove_job
 from tests.worker.conftest import RunWorker
 
 
@@ -121,7 +121,7 @@ async def test_a_claim_lost_while_running_is_counted(
     async with run_worker() as worker:
         handle = await queue.add(tasks.wait_for_gate.call(key))
         await worker.until(lambda s: s.claimed >= 1, "the claim")
-        await queue.backend.remove_job(queue.name, handle.id)
+        await remove_job(queue.backend, queue.name, handle.id)
         await worker.wait_idle()  # the next heartbeat finds the claim lost, stops the handler
     task = tasks.wait_for_gate.name
     assert sample(metrics, "relaymq_claims_lost_total", queue=queue.name, task=task) == 1

@@ -10,7 +10,7 @@ from relaymq.backends.base import Backend
 from relaymq.errors import ArgumentValidationError
 from relaymq.job import JobState
 from tests import pydantic_tasks as pt
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job
 from tests.worker.conftest import RunWorker
 
 
@@ -42,6 +42,6 @@ async def test_a_stored_argument_that_no_longer_validates_fails_the_job(
     [stored] = await live.enqueue([new_job(q, task=pt.register.name, payload=payload)])
     async with run_worker() as worker:
         await worker.until(lambda s: s.failed == 1, "the job to fail")
-    job = await live.get_job(q, stored.id)
+    job = await get_job(live, q, stored.id)
     assert job is not None and job.state is JobState.FAILED
     assert "cannot decode the job's payload" in (job.error or "") and "'customer'" in job.error

@@ -16,7 +16,7 @@ from relaymq import Queue
 from relaymq.backends.base import Backend
 from relaymq.contrib.starlette import RelayMQ
 from tests import tasks
-from tests.support.jobs import queue_name
+from tests.support.jobs import get_job, queue_name
 from tests.worker.conftest import FAST
 
 
@@ -53,7 +53,7 @@ async def test_a_starlette_app_connects_its_url_and_closes_it(tmp_path: Path) ->
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
             job_id = (await client.post("/")).json()["job"]
-        stored = await relay.backend.get_job(q, job_id)
+        stored = await get_job(relay.backend, q, job_id)
         assert stored is not None and stored.state.value == "waiting"  # no worker in this app
     try:
         relay.backend  # noqa: B018 - closed with the app

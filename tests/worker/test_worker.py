@@ -20,7 +20,7 @@ from relaymq.backends.base import Backend
 from relaymq.testing import FakeClock
 from tests import tasks
 from tests.conftest import MakeBackend
-from tests.support.jobs import new_job
+from tests.support.jobs import get_job, new_job, remove_job
 from tests.support.waiting import poll_until, watch
 from tests.worker.conftest import RunWorker
 
@@ -189,7 +189,7 @@ async def test_stalled_job_of_a_dead_worker_is_recovered_and_completed(
     [job] = (await live.claim([q], "dead-worker", 1)).jobs  # a worker that then died
     async with run_worker():
         await wait_state(live, q, "orphan", JobState.COMPLETED)
-    done = await live.get_job(q, "orphan")
+    done = await get_job(live, q, "orphan")
     assert done is not None and done.stalls == 1 and done.token == job.token + 1
     assert done.result == b"42"
 
@@ -201,10 +201,10 @@ async def test_lost_claim_stops_the_handler_and_writes_nothing(
     async with run_worker() as worker:
         handle = await queue.add(tasks.wait_for_gate.call(k))
         await wait_state(live, queue.name, handle.id, JobState.ACTIVE)
-        await live.remove_job(queue.name, handle.id)  # the claim is gone from under the worker
+        await remove_job(live, queue.name, handle.id)  # the claim is gone from under the worker
         async with asyncio.timeout(5):  # the next heartbeat noticing
             await worker.wait_idle()
-    assert await live.get_job(queue.name, handle.id) is None
+    assert await get_job(live, queue.name, handle.id) is None
     assert tasks.RUNNING[k] == 0
 
 

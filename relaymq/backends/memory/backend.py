@@ -34,7 +34,6 @@ from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -281,10 +280,6 @@ class InMemoryBackend(Backend, DeliveryStore):
 
     # -- admin and observation --------------------------------------------------------------
 
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        row = self._find(queue, job_id)[1]
-        return row.freeze() if row is not None else None
-
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         rows = [self._find(queue, i)[1] for i in ids]
         return [row.freeze() if row is not None else None for row in rows]
@@ -305,18 +300,22 @@ class InMemoryBackend(Backend, DeliveryStore):
         q = self._queues.get(queue)
         return {s: len(q.by_state[s]) if q else 0 for s in JobState}
 
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
+    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return [self._cancel(queue, i) for i in ids]
+
+    def _cancel(self, queue: str, job_id: str) -> bool:
         q, row = self._find(queue, job_id)
-        if q is None or row is None:
-            return CancelResult.NOT_FOUND
-        if row.state in TERMINAL:
-            return CancelResult.ALREADY_TERMINAL
+        if q is None or row is None or row.state in TERMINAL:
+            return False
         row.cancel_requested = row.state is JobState.ACTIVE
         row.error = "cancelled by request"
         q.finish(row, JobState.CANCELLED, self._now())
-        return CancelResult.CANCELLED
+        return True
 
-    async def retry_job(self, queue: str, job_id: str) -> bool:
+    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
+        return [self._retry(queue, i) for i in ids]
+
+    def _retry(self, queue: str, job_id: str) -> bool:
         q, row = self._find(queue, job_id)
         if q is None or row is None or row.state not in TERMINAL - {JobState.COMPLETED}:
             return False
@@ -328,18 +327,9 @@ class InMemoryBackend(Backend, DeliveryStore):
         self._wakeup.notify()
         return True
 
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        q = self._queues.get(queue)
-        return q is not None and q.remove(job_id) is not None
-
-    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return [await self.cancel(queue, i) is CancelResult.CANCELLED for i in ids]
-
-    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return [await self.retry_job(queue, i) for i in ids]
-
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return [await self.remove_job(queue, i) for i in ids]
+        q = self._queues.get(queue)
+        return [q is not None and q.remove(i) is not None for i in ids]
 
     async def pause(self, queue: str) -> None:
         self._queue(queue).paused = True

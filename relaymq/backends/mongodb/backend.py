@@ -83,7 +83,6 @@ from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -659,12 +658,6 @@ class MongoDBBackend(Backend):
     # -- admin and observation --------------------------------------------------------------
 
     @translated
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        doc = await self._jobs.find_one({"queue": text(queue, "queue"),
-                                         "id": text(job_id, "job_id")})  # fmt: skip
-        return None if doc is None else to_job(doc)
-
-    @translated
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         text(queue, "queue")
         ids = texts(ids, "job_id")
@@ -720,39 +713,6 @@ class MongoDBBackend(Backend):
                 ids.append(str(doc.get("id", doc["_id"])))
         await self._deps.ended_among(queue, ids)
         return ids
-
-    @translated
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        text(queue, "queue")
-        text(job_id, "job_id")
-        before = await self._jobs.find_one_and_update(
-            {"queue": queue, "id": job_id, "state": {"$in": tx.LIVE}},
-            tx.cancel_update(self._now),
-            projection={"_id": 1},
-        )
-        if before is not None:
-            await self._deps.ended_among(queue, [job_id])
-            return CancelResult.CANCELLED
-        exists = await self._jobs.find_one({"queue": queue, "id": job_id}, {"_id": 1})
-        return CancelResult.NOT_FOUND if exists is None else CancelResult.ALREADY_TERMINAL
-
-    @translated
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        text(queue, "queue")
-        text(job_id, "job_id")
-        seq, _ = await self._sequences(queue, 1)
-        result = await self._jobs.update_one(
-            {"queue": queue, "id": job_id, "state": {"$in": tx.RETRYABLE}},
-            tx.manual_retry_update(seq, self._now),
-        )
-        if result.modified_count:
-            self._wakeup.notify()
-        return result.modified_count == 1
-
-    @translated
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        [removed] = await self.remove_jobs(queue, [job_id])
-        return removed
 
     @translated
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:

@@ -49,7 +49,7 @@ JOB_KEYS: Final = "job_keys"
 
 INDEXES: Final[dict[str, list[IndexModel]]] = {
     JOBS: [
-        # Deduplication across processes; also get_job, settle and heartbeat filters.
+        # Deduplication across processes; also get_jobs, settle and heartbeat filters.
         IndexModel([("queue", ASCENDING), ("id", ASCENDING)], unique=True, name="queue_id"),
         # Claims (state in waiting/delayed, ready_at <= now, sorted by priority then line
         # position), the waiting page of list_jobs, counts per state.

@@ -50,7 +50,6 @@ from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -75,7 +74,7 @@ CLEAN_BATCH = 5000
 STORED_EVENTS_KEEP = 3600.0
 """Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
 _READS = frozenset(
-    {"get_job", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
+    {"get_jobs", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
      "is_paused", "list_queues", "meta_get", "meta_list", "wait_check", "fetch_event"}
 )  # fmt: skip
 """Statements that change nothing: retried once when a pooled connection turns out dead."""
@@ -249,8 +248,9 @@ class PostgresBackend(Backend, DeliveryStore):
         return _answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
-        """One statement, whose notification carries the events, when they fit in one."""
-        size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: an event's own bytes
+        """One statement, whose notification carries the enqueue's facts (``events`` makes
+        them events), when they fit in one."""
+        size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: a fact, and escapes
         if not jobs or size >= NOTIFY_LIMIT or keyed(jobs) or dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
@@ -422,10 +422,6 @@ class PostgresBackend(Backend, DeliveryStore):
 
     # -- admin and observation --------------------------------------------------------------
 
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        row = await self._fetchrow("get_job", queue, job_id)
-        return to_job(row) if row is not None else None
-
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         if not ids:
             return []
@@ -458,20 +454,6 @@ class PostgresBackend(Backend, DeliveryStore):
             elif r["n"] > 0:
                 strays.append(r["state"])
         return out, strays
-
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        row = await self._fetchrow("cancel", queue, job_id, self._now())
-        if row["cancelled"]:
-            return CancelResult.CANCELLED
-        return CancelResult.ALREADY_TERMINAL if row["found"] else CancelResult.NOT_FOUND
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        [retried] = await self.retry_jobs(queue, [job_id])
-        return retried
-
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        [removed] = await self.remove_jobs(queue, [job_id])
-        return removed
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._batch("cancel_jobs", queue, ids, self._now())

@@ -31,9 +31,10 @@ INSERT INTO relaymq_migrations (name) VALUES ($1);
 -- name: enqueue
 -- Store new jobs in the order given; a (queue, id) that already exists, in the table or
 -- earlier in the same batch, is skipped (a duplicate). Each stored job gets the next seq.
--- With a channel $12, the same statement also sends one notification there carrying each
--- job's event (job:waiting, job:delayed, or job:deduplicated for a job not stored), stamped
--- $14, as events.py writes a batch: payload 't' || $13 || ':' || a JSON array (notify.py).
+-- With a channel $12, the same statement also sends one notification there carrying the
+-- enqueue's facts, stamped $14: per job, stored waiting, stored delayed, or a duplicate (not
+-- stored), as relaymq.events.enqueue_facts describes them; events.py alone turns them into
+-- events. Payload 't' || $13 || ':' || the facts' JSON object (notify.py).
 -- It goes out at commit, so a subscriber never hears of a job before it can be read; the
 -- caller keeps it under NOTIFY's size limit.
 -- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
@@ -65,13 +66,12 @@ asked AS (
     FROM unnest($1::text[], $2::text[], $6::float8[]) WITH ORDINALITY AS u(queue, id, delay, ord)
 ),
 note AS (
-    SELECT pg_notify($12, 't' || $13 || ':[' || p.events || ']') AS sent
+    SELECT pg_notify($12, 't' || $13 || ':' || p.facts) AS sent
     FROM (
-        SELECT string_agg(json_build_object(
-                   'name', CASE WHEN NOT a.first OR ins.id IS NULL THEN 'job:deduplicated'
-                                WHEN a.delay > 0 THEN 'job:delayed' ELSE 'job:waiting' END,
-                   'queue', a.queue, 'at', $14::float8, 'job_id', a.id, 'data', '{}'::json
-               )::text, ',' ORDER BY a.ord) AS events
+        SELECT json_build_object('at', $14::float8, 'enqueued', json_agg(json_build_array(
+                   CASE WHEN NOT a.first OR ins.id IS NULL THEN 'duplicate'
+                        WHEN a.delay > 0 THEN 'delayed' ELSE 'waiting' END,
+                   a.queue, a.id) ORDER BY a.ord))::text AS facts
         FROM asked a LEFT JOIN ins ON ins.queue = a.queue AND ins.id = a.id
     ) p
     WHERE $12::text IS NOT NULL
@@ -404,9 +404,6 @@ WHERE j.queue = s.queue AND j.id = s.id AND j.state = 'active' AND j.token = s.t
   AND greatest(j.heartbeat_at, j.claimed_at) < t.now - make_interval(secs => $2)
 RETURNING j.id, j.state;
 
--- name: get_job
--- in: $1 queue, $2 id. out: every column of the job, or no row.
-SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = $2;
 
 -- name: get_jobs
 -- in: $1 queue, $2 ids text[]. out: every column of each of those jobs that exists, any order.
@@ -442,25 +439,8 @@ ORDER BY finished_at, seq OFFSET $3 LIMIT $4;
 -- in: $1 queue. out: state, n for each state with counter rows (the slots summed).
 SELECT state, sum(n)::int8 AS n FROM relaymq_counts WHERE queue = $1 GROUP BY state;
 
--- name: cancel
--- Cancel a waiting, delayed or active job; an active job keeps cancel_requested so its
--- worker's heartbeat learns why the claim was lost.
--- in:  $1 queue, $2 id, $3 now float8|NULL
--- out: one row: found bool, cancelled bool.
-WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
-cur AS (SELECT 1 FROM relaymq_jobs WHERE queue = $1 AND id = $2),
-done AS (
-    UPDATE relaymq_jobs j
-    SET state = 'cancelled', cancel_requested = (j.state = 'active'),
-        error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
-    FROM t
-    WHERE j.queue = $1 AND j.id = $2 AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
-    RETURNING j.id
-)
-SELECT EXISTS (SELECT 1 FROM cur) AS found, EXISTS (SELECT 1 FROM done) AS cancelled;
-
 -- name: cancel_jobs
--- cancel for a batch: each waiting, delayed or active job of $2 becomes cancelled (an active
+-- Cancel a batch: each waiting, delayed or active job of $2 becomes cancelled (an active
 -- one keeps cancel_requested so its worker's heartbeat learns why).
 -- in:  $1 queue, $2 ids text[], $3 now float8|NULL
 -- out: id of each job cancelled now.
@@ -473,7 +453,7 @@ WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state IN ('blocked', 'waitin
 RETURNING j.id;
 
 -- name: retry_jobs
--- retry_job for a batch: each failed, expired or cancelled job of $2 goes back to waiting with
+-- Operator retry of a batch: each failed, expired or cancelled job of $2 goes back to waiting with
 -- its attempts and stalls reset, a new seq (given in the order of $2) and created_at = now.
 -- in:  $1 queue, $2 ids text[], $3 now float8|NULL
 -- out: id of each job retried now.

@@ -50,7 +50,6 @@ from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -247,7 +246,7 @@ class RabbitMQBackend(Backend):
                 c = s.claim
                 priority = self._inbox.priority(_key(c)) if self._inbox is not None else None
                 if priority is None:
-                    job = await self.store.get_job(c.queue, c.job_id)
+                    [job] = await self.store.get_jobs(c.queue, [c.job_id])
                     if job is None:
                         continue
                     priority = job.priority
@@ -303,9 +302,6 @@ class RabbitMQBackend(Backend):
 
     # -- admin and observation --------------------------------------------------------------
 
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        return await self.store.get_job(queue, job_id)
-
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         return await self.store.get_jobs(queue, ids)
 
@@ -317,25 +313,6 @@ class RabbitMQBackend(Backend):
     async def counts(self, queue: str) -> dict[JobState, int]:
         return await self.store.counts(queue)
 
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        # A cancelled job's delivery, if any, is stale from now on and dropped when it arrives.
-        return await self.store.cancel(queue, job_id)
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        return await self._shielded(self._retry_job(queue, job_id))
-
-    async def _retry_job(self, queue: str, job_id: str) -> bool:
-        if not await self.store.retry_job(queue, job_id):
-            return False
-        job = await self.store.get_job(queue, job_id)
-        if _waiting(job):
-            assert job is not None
-            await self._broker.publish([(queue, job.id, job.token, job.priority)])
-        return True
-
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        return await self.store.remove_job(queue, job_id)
-
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self.store.cancel_jobs(queue, ids)  # their deliveries are stale now
 
@@ -343,8 +320,8 @@ class RabbitMQBackend(Backend):
         return await self._shielded(self._retry_jobs(queue, ids))
 
     async def _retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        """As ``_retry_job``, per batch: one store call, one read of the retried jobs' tokens,
-        one publish of their deliveries."""
+        """One store call, one read of the retried jobs' tokens, one publish of their
+        deliveries."""
         done = await self.store.retry_jobs(queue, ids)
         retried = [job_id for job_id, ok in zip(ids, done, strict=True) if ok]
         if retried:

@@ -116,8 +116,9 @@ class Reconciler:
 
 async def waiting_jobs(store: Backend, queue: str, ids: list[str]) -> list[Job]:
     """Those of ``ids`` that are waiting; an unreadable record is skipped, not an error."""
-    read = await asyncio.gather(*(store.get_job(queue, i) for i in ids), return_exceptions=True)
+    read = await asyncio.gather(*(store.get_jobs(queue, [i]) for i in ids), return_exceptions=True)
     for r in read:
         if isinstance(r, BaseException) and not isinstance(r, Exception):
             raise r
-    return [j for j in read if isinstance(j, Job) and j.state is JobState.WAITING]
+    jobs = [r[0] for r in read if isinstance(r, list)]  # one read per id: each fails alone
+    return [j for j in jobs if j is not None and j.state is JobState.WAITING]

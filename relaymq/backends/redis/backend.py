@@ -50,7 +50,6 @@ from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -139,8 +138,9 @@ class RedisBackend(Backend, DeliveryStore):
         return await self._enqueue(jobs, "", 0.0)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
-        """One round trip: each script call publishes the events of its jobs (two for a
-        batch with dependencies, whose events say more than the script knows)."""
+        """One round trip: each script call publishes the facts of its jobs' enqueue, which
+        ``events`` makes events (two for a batch with dependencies, whose events say more
+        than the script knows)."""
         if dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         return await self._enqueue(jobs, self._keys.events, at)
@@ -335,19 +335,6 @@ class RedisBackend(Backend, DeliveryStore):
 
     # -- admin and observation --------------------------------------------------------------
 
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        try:
-            [values] = await self._run(
-                [("HMGET", self._keys.job(queue, job_id), *JOB_FIELDS)], "get_job"
-            )
-        except BackendError as e:
-            if wrong_type(e):
-                raise CorruptRecordError(f"job {job_id!r} of {queue!r} is not a hash") from e
-            raise
-        if all(v is None for v in values):
-            return None
-        return parse_job(queue, job_id, values)
-
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         if not ids:
             return []
@@ -357,7 +344,8 @@ class RedisBackend(Backend, DeliveryStore):
             )
         except BackendError as e:
             if wrong_type(e):
-                raise CorruptRecordError(f"a job of {queue!r} is not a hash") from e
+                which = f"job {ids[0]!r}" if len(ids) == 1 else "a job"
+                raise CorruptRecordError(f"{which} of {queue!r} is not a hash") from e
             raise
         return [
             None if all(v is None for v in values) else parse_job(queue, i, values)
@@ -379,22 +367,6 @@ class RedisBackend(Backend, DeliveryStore):
             [("ZCARD", self._keys.state(queue, s)) for s in STATE_SUFFIXES], "counts"
         )
         return {JobState(s): int(n) for s, n in zip(STATE_SUFFIXES, replies, strict=True)}
-
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        [answer] = await self._script(
-            "cancel_jobs", [self._keys.base(queue)], [self._now(), job_id]
-        )
-        if answer == b"unreadable":
-            raise CorruptRecordError(f"job {job_id!r} of {queue!r} is unreadable")
-        return CancelResult(answer.decode())
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        [retried] = await self.retry_jobs(queue, [job_id])
-        return retried
-
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        [removed] = await self.remove_jobs(queue, [job_id])
-        return removed
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         answers = await self._batch("cancel_jobs", queue, [self._now()], ids)

@@ -46,7 +46,6 @@ from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
-    CancelResult,
     Capabilities,
     ClaimBatch,
     Clock,
@@ -363,9 +362,6 @@ class SQLiteBackend(Backend, DeliveryStore):
 
     # -- admin and observation --------------------------------------------------------------
 
-    async def get_job(self, queue: str, job_id: str) -> Job | None:
-        return await self._read(ops.get_job, queue, job_id)
-
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         if not ids:
             return []
@@ -382,18 +378,6 @@ class SQLiteBackend(Backend, DeliveryStore):
             await self._write(ops.quarantine_strays, queue)
             found, _ = await self._read(ops.counts, queue)
         return found
-
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        return await self._write(ops.cancel, queue, job_id)
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        done = await self._write(ops.retry_job, queue, job_id)
-        if done:
-            self._wakeup.notify()
-        return done
-
-    async def remove_job(self, queue: str, job_id: str) -> bool:
-        return await self._write(ops.remove_job, queue, job_id)
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._write(ops.cancel_jobs, queue, ids) if ids else []

@@ -27,7 +27,6 @@ from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
     BeatResult,
-    CancelResult,
     ClaimBatch,
     Enqueued,
     Outcome,
@@ -426,11 +425,6 @@ def _recover_one(
 # -- admin and observation ------------------------------------------------------------------
 
 
-def get_job(conn: Conn, now: float, queue: str, job_id: str) -> Job | None:
-    row = conn.execute(Q["get_job"], {"queue": queue, "id": job_id}).fetchone()
-    return None if row is None else records.to_job(row)
-
-
 def get_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[Job | None]:
     p = {"queue": queue, "ids": json.dumps(list(ids))}
     found = {row[1]: records.to_job(row) for row in conn.execute(Q["get_jobs"], p)}
@@ -466,47 +460,26 @@ def counts(conn: Conn, now: float, queue: str) -> tuple[dict[JobState, int], boo
     return out, strays
 
 
-def cancel(conn: Conn, now: float, queue: str, job_id: str) -> CancelResult:
-    p = {"queue": queue, "id": job_id, "now": now}
-    if conn.execute(Q["cancel"], p).rowcount == 1:
-        return CancelResult.CANCELLED
-    status = conn.execute(Q["job_status"], {"queue": queue, "id": job_id}).fetchone()
-    if status is None:
-        return CancelResult.NOT_FOUND
-    if status[0] not in {s.value for s in TERMINAL}:
-        raise CorruptRecordError(f"job {job_id!r} in queue {queue!r} has state {status[0]!r}")
-    return CancelResult.ALREADY_TERMINAL
-
-
-def retry_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
-    p = {"queue": queue, "id": job_id, "seq": allocate_seq(conn, queue, 1), "now": now}
-    return conn.execute(Q["retry_job"], p).rowcount == 1
-
-
-def remove_job(conn: Conn, now: float, queue: str, job_id: str) -> bool:
-    return conn.execute(Q["remove_job"], {"queue": queue, "id": job_id}).rowcount == 1
-
-
-# The batch forms run the one-job operations above inside the caller's ONE transaction: one
-# round trip to the database thread and one commit per batch, and the same rules as one job.
+# The batch forms run one statement per job inside the caller's ONE transaction: one round
+# trip to the database thread and one commit per batch.
 
 
 def cancel_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
-    out: list[bool] = []
-    for job_id in ids:
-        try:
-            out.append(cancel(conn, now, queue, job_id) is CancelResult.CANCELLED)
-        except CorruptRecordError:  # raised before anything was written for this job
-            out.append(False)
-    return out
+    p: dict[str, Any] = {"queue": queue, "now": now}
+    return [conn.execute(Q["cancel"], p | {"id": job_id}).rowcount == 1 for job_id in ids]
 
 
 def retry_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
-    return [retry_job(conn, now, queue, job_id) for job_id in ids]
+    done = []
+    for job_id in ids:
+        p = {"queue": queue, "id": job_id, "seq": allocate_seq(conn, queue, 1), "now": now}
+        done.append(conn.execute(Q["retry_job"], p).rowcount == 1)
+    return done
 
 
 def remove_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
-    return [remove_job(conn, now, queue, job_id) for job_id in ids]
+    p = {"queue": queue}
+    return [conn.execute(Q["remove_job"], p | {"id": job_id}).rowcount == 1 for job_id in ids]
 
 
 def pause(conn: Conn, now: float, queue: str) -> None:

@@ -444,10 +444,6 @@ UPDATE jobs SET state = 'failed', error = :error, finished_at = :now, worker_id 
 WHERE rowid = :rowid AND state = 'active' AND token = :token
   AND max(heartbeat_at, claimed_at) < :cutoff;
 
--- name: get_job
--- In: :queue, :id. Out: <job>, or no row.
-SELECT <job>
-FROM jobs WHERE queue = :queue AND id = :id;
 
 -- name: get_jobs
 -- In: :queue, :ids (a JSON array of ids). Out: <job> rows of the ids that exist, any order.

@@ -2,7 +2,7 @@
 -- KEYS[1]  base of the queue ("<prefix>:{<queue>}")
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2]  the events channel ('' = publish nothing), ARGV[3] the queue's name,
--- ARGV[4]  the events' time
+-- ARGV[4]  the events' time (seconds since the epoch, as text; it goes out as it came)
 -- ARGV[5]  the number of arguments per job: 3, 4 when the jobs carry key rules, 5 when they
 --          also carry dependencies
 -- ARGV[6..] per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
@@ -17,8 +17,9 @@
 -- and the dependency's hash gets dependents = 1); failed at once when one ended other than
 -- completed and its policy is 'fail'; otherwise as any job.
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
--- With a channel, one framed message of events goes out too (job:waiting, job:delayed or
--- job:deduplicated per job, as events.py writes them): the enqueue is one round trip.
+-- With a channel, one framed message of the enqueue's facts goes out too (per job: stored
+-- waiting, stored delayed, or a duplicate): the enqueue is one round trip. The facts are the
+-- ones relaymq.events.enqueue_facts describes, and events.py alone turns them into events.
 -- Keys (base:keys, key -> holder id; base:key_until, a zset of keys by the end of their throttle
 -- window, so that prune_keys.lua finds the ended ones in order): a
 -- throttled job is dropped while its key's holder is pending or its window open; a debounced
@@ -31,7 +32,7 @@ local out = {}
 local waiting = {}
 local delayed = {}
 local announced = {}
-local channel, queue, at, stride = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local channel, queue, at, stride = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local PENDING = {waiting = true, delayed = true, active = true}
 
 local function flush()
@@ -112,7 +113,7 @@ for i = 6, #ARGV, stride do
   local priority_s, delay_s, ttl, max_attempts, timeout, traceparent, limit_key, id =
     string.match(ARGV[i], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
   local jk = job_key(base, id)
-  local event = 'job:waiting'
+  local fact = 'waiting'
   local holder, replaced = nil, ''
   if redis.call('EXISTS', jk) == 1 then
     holder = ''
@@ -124,7 +125,7 @@ for i = 6, #ARGV, stride do
     if stride >= 4 then
       out[#out + 1] = holder
     end
-    event = 'job:deduplicated'
+    fact = 'duplicate'
   else
     seq = seq + 1
     local priority = tonumber(priority_s)
@@ -143,7 +144,7 @@ for i = 6, #ARGV, stride do
       redis.call('ZADD', base .. ':blocked', seq, id)
     elseif delay > 0 then
       state = 'delayed'
-      event = 'job:delayed'
+      fact = 'delayed'
       local run_at = fmt(now + delay)
       redis.call('HSET', jk, 'run_at', run_at)
       delayed[#delayed + 1] = run_at
@@ -172,14 +173,13 @@ for i = 6, #ARGV, stride do
     end
   end
   if channel ~= '' then
-    announced[#announced + 1] = cjson.encode({name = event, queue = queue, at = at, job_id = id,
-      data = {}})
+    announced[#announced + 1] = {fact, queue, id}
   end
 end
 redis.call('HSET', meta, 'seq', seq)
 flush()
 if #announced > 0 then
-  local message = '[' .. table.concat(announced, ',') .. ']'
+  local message = cjson.encode({at = at, enqueued = announced})
   redis.call('PUBLISH', channel, struct.pack('>I4', #message) .. message)
 end
 return out

@@ -215,7 +215,7 @@ end
 -- A record the scripts cannot read, or in a state nobody knows, is taken out of line into the
 -- DLQ (failed) with the reason, so it never blocks a claim or a recovery pass and is counted
 -- and listed where the operator looks (relaymq.backends.corrupt: the rule, and `reason`, the
--- error this mirrors). `why` says what is wrong; get_job still reports a damaged field.
+-- error this mirrors). `why` says what is wrong; get_jobs still reports a damaged field.
 local function quarantine(base, jk, id, from, nows, why)
   local queue = string.match(base, '{(.*)}$') or base
   redis.call('ZREM', base .. ':' .. from, id)
