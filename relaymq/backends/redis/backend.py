@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -25,8 +24,10 @@ from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.redis import pubsub
 from relaymq.backends.redis.config import parse_url
 from relaymq.backends.redis.errors import translate, wrong_type
+from relaymq.backends.redis.history import RedisHistory
 from relaymq.backends.redis.keys import JOB_FIELDS, STATE_SUFFIXES, WAKE_MAX, Keys, per_queue
 from relaymq.backends.redis.listing import listed_jobs
+from relaymq.backends.redis.metastore import RedisMeta
 from relaymq.backends.redis.records import (
     Unreadable,
     claimed_jobs,
@@ -34,7 +35,6 @@ from relaymq.backends.redis.records import (
     deps_arg,
     enqueue_head,
     held_back,
-    meta_record,
     num,
     opt,
     parse_job,
@@ -46,7 +46,6 @@ from relaymq.backends.redis.upgrade import carry_schedules
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 from relaymq.records.limits import Limits
-from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -58,10 +57,8 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     SettledClaimed,
-    Tally,
     dependent,
     keyed,
-    merge_tallies,
 )
 
 ENQUEUE_CHUNK = 1000
@@ -80,7 +77,7 @@ PRUNE_CALLS = 20
 """Most ``prune_keys.lua`` calls of one pruning (the next pass goes on from the start)."""
 
 
-class RedisBackend(Backend, DeliveryStore):
+class RedisBackend(RedisHistory, RedisMeta, Backend, DeliveryStore):
     """Redis and Redis Cluster backend (``redis://``, ``rediss://``, ``redis+cluster://``).
 
     Options: ``prefix`` (also ``?prefix=`` in the URL; default ``relaymq``) namespaces every
@@ -122,10 +119,6 @@ class RedisBackend(Backend, DeliveryStore):
         await self._t.close()
 
     # -- internal ---------------------------------------------------------------------------
-
-    def _now(self) -> str:
-        """The ``now`` argument of every script: the test clock's reading, or '' for TIME."""
-        return num(self._clock()) if self._clock is not None else ""
 
     async def _fail_unreadable(self, unreadable: list[Unreadable]) -> None:
         """Claimed jobs whose records cannot be read here go to the DLQ with the reason, rather
@@ -503,123 +496,6 @@ class RedisBackend(Backend, DeliveryStore):
         probes = [("EXISTS", *(k.state(q, s) for s in STATE_SUFFIXES), k.paused(q)) for q in names]
         found = await self._run(probes, "list_queues")
         return [q for q, n in zip(names, found, strict=True) if n]
-
-    # -- history ----------------------------------------------------------------------------
-    # A hash per queue and day (keys.py); the global ``tallied`` set lists the days kept, so
-    # reading and pruning never scan keys.
-
-    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
-        k = self._keys
-        commands: list[tuple[Any, ...]] = []
-        days: set[tuple[str, int]] = set()
-        for t in merge_tallies(tallies):
-            key, day = k.tallies(t.queue, t.minute // 1440), t.minute // 1440
-            for suffix, n in (("c", t.completed), ("r", t.retried), ("f", t.failed)):
-                if n:
-                    commands.append(("HINCRBY", key, f"{t.minute}:{suffix}", n))
-            days.add((t.queue, day))
-        if commands:
-            commands.append(("SADD", k.tallied, *(f"{d}|{q}" for q, d in sorted(days))))
-            await self._run(commands, "add_tallies")
-
-    async def tallies(self, queue: str, since: int) -> list[Tally]:
-        await self._adopt_days([queue])
-        days = sorted(d for d, q, _ in await self._tallied() if q == queue and d >= since // 1440)
-        if not days:
-            return []
-        hashes = await self._run([("HGETALL", self._keys.tallies(queue, d)) for d in days],
-                                 "tallies")  # fmt: skip
-        minutes: dict[int, list[int]] = {}
-        for fields in hashes:
-            for field, value in fields.items():
-                minute, _, kind = field.decode().partition(":")
-                if kind in ("c", "r", "f") and minute.lstrip("-").isdigit():
-                    minutes.setdefault(int(minute), [0, 0, 0])["crf".index(kind)] = int(value)
-        return [Tally(queue, m, *minutes[m]) for m in sorted(minutes) if m >= since]
-
-    async def prune_tallies(self, before: int) -> None:
-        [queues] = await self._run([("SMEMBERS", self._keys.queues)], "prune_tallies")
-        await self._adopt_days(sorted(q.decode() for q in queues))
-        gone = [(d, q, member) for d, q, member in await self._tallied()
-                if (d + 1) * 1440 <= before]  # fmt: skip
-        if gone:
-            k = self._keys
-            await self._run([*(("DEL", k.tallies(q, d)) for d, q, _ in gone),
-                             ("SREM", k.tallied, *(m for _, _, m in gone))],
-                            "prune_tallies")  # fmt: skip
-
-    # -- meta -------------------------------------------------------------------------------
-    # A hash per record and an index of their keys, in the meta slot (keys.py).
-
-    def _lapse(self, ttl: float | None) -> tuple[str, str]:
-        """The ``ttl`` and clean-up expiry (ms) arguments of a meta write. Under a test clock
-        the hash outlives its lapse by a day: the server's own clock does not follow it."""
-        if ttl is None:
-            return "", ""
-        keep = max(ttl, 86_400.0) if self._clock is not None else ttl
-        return num(ttl), str(max(math.ceil(keep * 1000) + 1000, 1000))
-
-    async def meta_get(self, key: str) -> MetaRecord | None:
-        reply = await self._script("meta_get", [self._keys.meta_record(key)], [self._now()])
-        return None if reply is None else meta_record(key, *reply)
-
-    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
-        k = self._keys
-        await self._script(
-            "meta_put",
-            [k.meta_index, k.meta_record(key)],
-            [self._now(), key, value, *self._lapse(ttl)],
-        )
-
-    async def meta_swap(
-        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
-    ) -> bool:
-        k = self._keys
-        args = [self._now(), key, "" if expected is None else expected, value, *self._lapse(ttl)]
-        return bool(await self._script("meta_swap", [k.meta_index, k.meta_record(key)], args))
-
-    async def meta_list(self, prefix: str) -> list[MetaRecord]:
-        k = self._keys
-        reply = await self._script(
-            "meta_list", [k.meta_index, k.meta_prefix], [self._now(), prefix]
-        )
-        return [
-            meta_record(reply[i].decode(), *reply[i + 1 : i + 4]) for i in range(0, len(reply), 4)
-        ]
-
-    async def meta_delete(self, key: str) -> bool:
-        k = self._keys
-        return bool(
-            await self._script(
-                "meta_delete", [k.meta_index, k.meta_record(key)], [self._now(), key]
-            )
-        )
-
-    async def _adopt_days(self, queues: Sequence[str]) -> None:
-        """The days a dependency cascade counted in (each queue's ``cascade_days``: a per-queue
-        script cannot reach the global slot) join the global ``tallied`` index, which reads and
-        pruning go by; added there before they leave the queue's own set."""
-        k = self._keys
-        if not queues:
-            return
-        found = await self._run([("SMEMBERS", k.cascade_days(q)) for q in queues], "tallied")
-        moves: list[tuple[Any, ...]] = []
-        for queue, days in zip(queues, found, strict=True):
-            if days:
-                moves.append(("SADD", k.tallied, *(f"{d.decode()}|{queue}" for d in days)))
-                moves.append(("SREM", k.cascade_days(queue), *days))
-        if moves:
-            await self._run(moves, "tallied")
-
-    async def _tallied(self) -> list[tuple[int, str, bytes]]:
-        """Every history day kept: (day, queue, its member of the ``tallied`` set)."""
-        [members] = await self._run([("SMEMBERS", self._keys.tallied)], "tallied")
-        out = []
-        for m in members:
-            day, _, queue = m.decode().partition("|")
-            if queue and day.lstrip("-").isdigit():
-                out.append((int(day), queue, m))
-        return out
 
     # -- events -----------------------------------------------------------------------------
 
