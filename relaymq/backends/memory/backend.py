@@ -35,18 +35,9 @@ from relaymq.backends.base import (
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.memory.state import QueueState, Row
 from relaymq.backends.wakeup import Wakeup
-from relaymq.job import (
-    PENDING,
-    TERMINAL,
-    Claim,
-    DependencyPolicy,
-    Job,
-    JobState,
-    KeyMode,
-    NewJob,
-    dependency_error,
-)
+from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, NewJob
 from relaymq.limits import Limits
+from relaymq.policy import DependentStep, KeyStep, dependencies_at_enqueue, key_step
 
 _DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
 
@@ -113,12 +104,14 @@ class InMemoryBackend(Backend, DeliveryStore):
             if new.rule is not None:
                 held = q.keys.get(new.rule.key)
                 holder = q.jobs.get(held[0]) if held is not None else None
-                pending = holder is not None and holder.state in PENDING
-                if new.rule.mode is KeyMode.THROTTLE:
-                    if held is not None and (held[1] > now or pending):
-                        out.append(Enqueued(held[0], duplicate=True))
-                        continue
-                elif holder is not None and holder.state in (JobState.WAITING, JobState.DELAYED):
+                step = key_step(new.rule.mode, None if holder is None else holder.state,
+                                held is not None and held[1] > now)  # fmt: skip
+                if step is KeyStep.DUPLICATE:
+                    assert held is not None
+                    out.append(Enqueued(held[0], duplicate=True))
+                    continue
+                if step is KeyStep.REPLACE:
+                    assert holder is not None
                     q.remove(holder.id)
                     replaced = holder.id
                 q.keys[new.rule.key] = (new.id, now + new.rule.window)
@@ -139,25 +132,17 @@ class InMemoryBackend(Backend, DeliveryStore):
 
     @staticmethod
     def _add_dependent(q: QueueState, row: Row, now: float) -> None:
-        """Store a job with dependencies: blocked while any is pending; failed at once when
-        one already ended other than completed under ``DependencyPolicy.FAIL``; otherwise
-        waiting."""
-        pending: list[str] = []
-        for dep_id in dict.fromkeys(row.depends_on):
-            dep = q.jobs.get(dep_id)
-            ended = None if dep is None else dep.state
-            if ended is not None and ended not in TERMINAL:
-                pending.append(dep_id)
-            elif (ended is not JobState.COMPLETED
-                  and row.on_dependency_failure is DependencyPolicy.FAIL):  # fmt: skip
-                q.add(row, None)
-                row.error = dependency_error(dep_id, ended)
-                q.finish(row, JobState.FAILED, now)
-                return
-        if pending:
-            q.block(row, pending)
-        else:
-            q.add(row, None)
+        """Store a job with dependencies as ``relaymq.policy.dependencies_at_enqueue`` says:
+        blocked, failed at once, or waiting."""
+        states = {i: q.jobs[i].state for i in row.depends_on if i in q.jobs}
+        start = dependencies_at_enqueue(row.depends_on, states, row.on_dependency_failure)
+        if start.step is DependentStep.BLOCKED:
+            q.block(row, list(start.waits_for))
+            return
+        q.add(row, None)
+        if start.step is DependentStep.FAILED:
+            row.error = start.error
+            q.finish(row, JobState.FAILED, now)
 
     # -- worker -----------------------------------------------------------------------------
 

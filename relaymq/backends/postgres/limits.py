@@ -23,7 +23,8 @@ from typing import Any
 import asyncpg
 
 from relaymq.backends import sqlfile
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, Limits, allowance
+from relaymq.limits import Limits
+from relaymq.policy import KEY_SCAN, Allowance, KeyBudget, allowance
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
 
