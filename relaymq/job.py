@@ -117,11 +117,6 @@ def error_line(error: str | None) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def dependency_error(dep: str, ended: JobState | None) -> str:
-    """The error of a job failed because ``dep`` ended in ``ended`` (None: removed)."""
-    return f"dependency {dep} ended {ended.value if ended is not None else 'removed'}"
-
-
 @dataclass(slots=True, unsafe_hash=True)
 class NewJob:
     """A job as a producer hands it to ``Backend.enqueue``: the payload is already serialized."""

@@ -21,13 +21,11 @@ from relaymq.job import (
     PENDING,
     TERMINAL,
     Claim,
-    DependencyPolicy,
     Job,
     JobState,
-    KeyMode,
     NewJob,
-    dependency_error,
 )
+from relaymq.policy import DependentStep, KeyStep, dependencies_at_enqueue, key_step
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
@@ -108,12 +106,14 @@ class InMemoryBackend(Backend, DeliveryStore):
             if new.rule is not None:
                 held = q.keys.get(new.rule.key)
                 holder = q.jobs.get(held[0]) if held is not None else None
-                pending = holder is not None and holder.state in PENDING
-                if new.rule.mode is KeyMode.THROTTLE:
-                    if held is not None and (held[1] > now or pending):
-                        out.append(Enqueued(held[0], duplicate=True))
-                        continue
-                elif holder is not None and holder.state in (JobState.WAITING, JobState.DELAYED):
+                step = key_step(new.rule.mode, None if holder is None else holder.state,
+                                held is not None and held[1] > now)  # fmt: skip
+                if step is KeyStep.DUPLICATE:
+                    assert held is not None
+                    out.append(Enqueued(held[0], duplicate=True))
+                    continue
+                if step is KeyStep.REPLACE:
+                    assert holder is not None
                     q.remove(holder.id)
                     replaced = holder.id
                 q.keys[new.rule.key] = (new.id, now + new.rule.window)
@@ -134,25 +134,17 @@ class InMemoryBackend(Backend, DeliveryStore):
 
     @staticmethod
     def _add_dependent(q: QueueState, row: Row, now: float) -> None:
-        """Store a job with dependencies: blocked while any is pending; failed at once when
-        one already ended other than completed under ``DependencyPolicy.FAIL``; otherwise
-        waiting."""
-        pending: list[str] = []
-        for dep_id in dict.fromkeys(row.depends_on):
-            dep = q.jobs.get(dep_id)
-            ended = None if dep is None else dep.state
-            if ended is not None and ended not in TERMINAL:
-                pending.append(dep_id)
-            elif (ended is not JobState.COMPLETED
-                  and row.on_dependency_failure is DependencyPolicy.FAIL):  # fmt: skip
-                q.add(row, None)
-                row.error = dependency_error(dep_id, ended)
-                q.finish(row, JobState.FAILED, now)
-                return
-        if pending:
-            q.block(row, pending)
-        else:
-            q.add(row, None)
+        """Store a job with dependencies as ``relaymq.policy.dependencies_at_enqueue`` says:
+        blocked, failed at once, or waiting."""
+        states = {i: q.jobs[i].state for i in row.depends_on if i in q.jobs}
+        start = dependencies_at_enqueue(row.depends_on, states, row.on_dependency_failure)
+        if start.step is DependentStep.BLOCKED:
+            q.block(row, list(start.waits_for))
+            return
+        q.add(row, None)
+        if start.step is DependentStep.FAILED:
+            row.error = start.error
+            q.finish(row, JobState.FAILED, now)
 
     # -- worker -----------------------------------------------------------------------------
 

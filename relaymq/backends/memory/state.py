@@ -19,8 +19,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, dependency_error
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.job import TERMINAL, Job, JobState
+from relaymq.policy import (
+    KEY_SCAN,
+    Allowance,
+    DependentStep,
+    KeyBudget,
+    allowance,
+    dependency_ended,
+)
 from relaymq.records.limits import Limits
 
 _values = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
@@ -134,8 +141,8 @@ class QueueState:
 
     def _ended(self, job_id: str, state: JobState | None, now: float) -> None:
         """``job_id`` ended in ``state`` (None: removed before it ended): each blocked job
-        waiting for it counts it, and becomes due at once when it was the last; or, under
-        ``DependencyPolicy.FAIL`` when it did not complete, fails, and so on down the chain."""
+        waiting for it counts it as ``relaymq.policy.dependency_ended`` says: still blocked,
+        due at once, or failed (and so on down the chain)."""
         work = [(job_id, state)]
         while work:
             dep, ended = work.pop()
@@ -143,21 +150,21 @@ class QueueState:
                 row = self.jobs.get(waiter)
                 if row is None or row.state is not JobState.BLOCKED:
                     continue
-                if ended is not JobState.COMPLETED and (
-                    row.on_dependency_failure is DependencyPolicy.FAIL
-                ):
+                end = dependency_ended(dep, ended, row.on_dependency_failure,
+                                       self.pending[waiter])  # fmt: skip
+                if end.step is DependentStep.FAILED:
                     del self.pending[waiter]
-                    row.error = dependency_error(dep, ended)
+                    row.error = end.error
                     row.finished_at = now
                     self.move(row, JobState.FAILED)
                     if self._on_failed is not None:
                         self._on_failed(now)
                     work.append((waiter, JobState.FAILED))
-                    continue
-                self.pending[waiter] -= 1
-                if self.pending[waiter] <= 0:
+                elif end.step is DependentStep.DUE:
                     del self.pending[waiter]
                     self.make_delayed(row, now)
+                else:
+                    self.pending[waiter] = end.left
 
     # -- ways into waiting and delayed ------------------------------------------------------
 

@@ -75,8 +75,8 @@ from relaymq.errors import (
     ConfigError,
     CorruptRecordError,
 )
-from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, KeyMode, NewJob
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.job import PENDING, TERMINAL, Claim, Job, JobState, NewJob
+from relaymq.policy import KEY_SCAN, Allowance, KeyBudget, KeyStep, allowance, key_step
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
@@ -280,7 +280,7 @@ class MongoDBBackend(Backend):
         that leaves both to run). A crash between the first two steps leaves a throttle key
         held by a job that was never stored, until its window ends."""
         rule = job.rule
-        if job.depends_on:
+        if rule is None and job.depends_on:
             return await self._enqueue_dependent(job)
         if rule is None:
             [answer] = await self.enqueue([job])
@@ -297,19 +297,24 @@ class MongoDBBackend(Backend):
                 found = await self._jobs.find_one({"queue": job.queue, "id": holder},
                                                   {"state": 1})  # fmt: skip
                 state = None if found is None else found.get("state")
-                if rule.mode is KeyMode.THROTTLE and (
-                    tx.as_date(held["until"]) > now or state in PENDING_STATES
-                ):
-                    return Enqueued(holder, duplicate=True)
+            in_window = held is not None and holder is not None and (
+                tx.as_date(held["until"]) > now)  # fmt: skip
+            step = key_step(rule.mode, state, in_window)
+            if step is KeyStep.DUPLICATE:
+                assert holder is not None
+                return Enqueued(holder, duplicate=True)
             until = now + dt.timedelta(seconds=rule.window)
             if not await self._move_key(key_id, job, held, until):
                 continue  # another enqueue moved the key first: decide again
+            doc = new_document(job, seq, now)
+            pending = await self._deps.prepare(job, doc) if job.depends_on else []
             try:
-                await self._jobs.insert_one(new_document(job, seq, now))
+                await self._jobs.insert_one(doc)
             except DuplicateKeyError:
                 return Enqueued(job.id, duplicate=True)
+            await self._deps.register(job.queue, job.id, pending)
             replaced = None
-            if rule.mode is KeyMode.DEBOUNCE and state in ("waiting", "delayed"):
+            if step is KeyStep.REPLACE:
                 gone = await self._jobs.find_one_and_delete(
                     {"queue": job.queue, "id": holder, "state": {"$in": ["waiting", "delayed"]}},
                     projection={"dependents": 1},

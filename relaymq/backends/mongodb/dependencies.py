@@ -26,7 +26,8 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from relaymq.backends.mongodb.records import Document, to_seconds
 from relaymq.backends.mongodb.transitions import Now, literal
-from relaymq.job import DependencyPolicy, JobState, NewJob, dependency_error
+from relaymq.job import DependencyPolicy, JobState, NewJob
+from relaymq.policy import DependentStep, dependencies_at_enqueue, dependency_ended
 
 BLOCKED: Final = str(JobState.BLOCKED)
 NOT_ENDED: Final = [BLOCKED, str(JobState.WAITING), str(JobState.DELAYED), str(JobState.ACTIVE)]
@@ -68,24 +69,21 @@ class Dependencies:
     # -- enqueue ------------------------------------------------------------------------------
 
     async def prepare(self, job: NewJob, doc: Document) -> list[str]:
-        """Make ``doc`` (the new job's document, not yet stored) blocked on its pending
-        dependencies, or failed when one already ended badly under the FAIL policy. Returns
-        the dependencies to register the job with once it is stored (``register``)."""
+        """Make ``doc`` (the new job's document, not yet stored) what
+        ``relaymq.policy.dependencies_at_enqueue`` says: blocked, failed, or left waiting.
+        Returns the dependencies to register the job with once it is stored (``register``)."""
         ids = list(dict.fromkeys(job.depends_on))
         states = await self._states(job.queue, ids)
-        pending = [i for i in ids if states.get(i) in NOT_ENDED]
+        start = dependencies_at_enqueue(ids, states, job.on_dependency_failure)
         doc["depends_on"] = list(job.depends_on)
         doc["dep_policy"] = job.on_dependency_failure.value
-        if job.on_dependency_failure is DependencyPolicy.FAIL:
-            bad = next((i for i in ids if i not in pending and states.get(i) != "completed"), None)
-            if bad is not None:
-                doc.update(state=str(JobState.FAILED), finished_at=doc["created_at"],
-                           error=dependency_error(bad, _state(states.get(bad))))  # fmt: skip
-                return []
-        if pending:
-            doc.update(state=BLOCKED, waiting_on=pending)
+        if start.step is DependentStep.FAILED:
+            doc.update(state=str(JobState.FAILED), finished_at=doc["created_at"],
+                       error=start.error)  # fmt: skip
+        elif start.step is DependentStep.BLOCKED:
+            doc.update(state=BLOCKED, waiting_on=list(start.waits_for))
             self._blocked[job.queue] = (time.monotonic(), True)
-        return pending
+        return list(start.waits_for)
 
     async def register(self, queue: str, job_id: str, pending: Iterable[str]) -> None:
         """Add the stored job to the ``dependents`` of each pending dependency; one that ended
@@ -127,20 +125,30 @@ class Dependencies:
                                             {"$unset": {"dependents": ""}})  # fmt: skip
 
     async def _count(self, queue: str, waiter: str, dep: str, state: str) -> list[str] | None:
-        """``waiter`` counts ``dep``'s end; the dependents of ``waiter`` when that failed it."""
+        """``waiter`` counts ``dep``'s end as ``relaymq.policy.dependency_ended`` says; the
+        dependents of ``waiter`` when that failed it. Each write is conditional on ``waiter``
+        still waiting for ``dep``, so an end is counted once."""
         here = {"queue": queue, "id": waiter, "state": BLOCKED, "waiting_on": dep}
-        if state != "completed":
+        found = await self._jobs.find_one(here, {"dep_policy": 1, "waiting_on": 1})
+        if found is None:
+            return None
+        end = dependency_ended(dep, None if state == "removed" else state,
+                               _policy(found.get("dep_policy")),
+                               len(found.get("waiting_on") or []))  # fmt: skip
+        if end.step is DependentStep.FAILED:
             failed = await self._jobs.find_one_and_update(
-                {**here, "dep_policy": DependencyPolicy.FAIL.value},
+                here,
                 [{"$set": {"state": str(JobState.FAILED), "waiting_on": [],
-                           "error": literal(dependency_error(dep, _state(state))),
-                           "finished_at": self._now.expr()}}],
+                           "error": literal(end.error), "finished_at": self._now.expr()}}],
                 projection={"dependents": 1, "finished_at": 1},
                 return_document=ReturnDocument.AFTER,
             )  # fmt: skip
-            if failed is not None:
-                await self._tally_failure(queue, failed.get("finished_at"))
-                return list(failed.get("dependents") or [])
+            if failed is None:
+                return None
+            await self._tally_failure(queue, failed.get("finished_at"))
+            return list(failed.get("dependents") or [])
+        # BLOCKED or DUE: the pull counts the end; the list it leaves says whether it was the
+        # last (another end may have been counted since the read: DUE then, not BLOCKED).
         left = await self._jobs.find_one_and_update(
             here, {"$pull": {"waiting_on": dep}}, projection={"waiting_on": 1},
             return_document=ReturnDocument.AFTER,
@@ -203,6 +211,7 @@ class Dependencies:
         return mended
 
 
-def _state(value: Any) -> JobState | None:
-    """A stored state as a ``JobState``; None for a job that is gone."""
-    return JobState(value) if value in {s.value for s in JobState} else None
+def _policy(value: Any) -> DependencyPolicy:
+    """A stored dependency policy (absent or unknown: the default, FAIL)."""
+    return DependencyPolicy(value) if value in {p.value for p in DependencyPolicy} else (
+        DependencyPolicy.FAIL)  # fmt: skip

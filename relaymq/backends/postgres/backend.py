@@ -38,13 +38,11 @@ from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import (
     TERMINAL,
-    DependencyPolicy,
     Job,
     JobState,
-    KeyMode,
     NewJob,
-    dependency_error,
 )
+from relaymq.policy import DependentStep, KeyStep, dependencies_at_enqueue, key_step
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
@@ -661,14 +659,12 @@ async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueu
         held = await con.fetchrow(Q["key_holder"], job.queue, rule.key, job.id, now)
         if held["taken"]:
             return Enqueued(job.id, duplicate=True)
-        holder, state = held["holder"], held["state"]
-        if (
-            rule.mode is KeyMode.THROTTLE
-            and holder is not None
-            and (held["in_window"] or state in ("waiting", "delayed", "active"))
-        ):
+        holder = held["holder"]
+        step = key_step(rule.mode, held["state"], bool(held["in_window"]))
+        if step is KeyStep.DUPLICATE:
             return Enqueued(holder, duplicate=True)
-        victim = holder if rule.mode is KeyMode.DEBOUNCE else None
+        # take_key deletes the holder only if it still waits: a worker may have claimed it
+        victim = holder if step is KeyStep.REPLACE else None
         took = await con.fetchrow(Q["take_key"], job.queue, rule.key, job.id, rule.window,
                                   victim, now)  # fmt: skip
         replaced = took["replaced"]
@@ -681,22 +677,17 @@ async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueu
 
 
 async def _store_dependencies(con: Any, job: NewJob, now: float | None) -> None:
-    """The job just stored (waiting, in this transaction) waits for its dependencies: blocked
-    while any is pending, failed when one already ended badly under the FAIL policy. The
+    """The job just stored (waiting, in this transaction) becomes what
+    ``relaymq.policy.dependencies_at_enqueue`` says: blocked, failed, or left waiting. The
     dependencies are locked meanwhile, so none ends unseen (``dependency_states``)."""
     ids = list(dict.fromkeys(job.depends_on))
     states = {r["id"]: r["state"] for r in await con.fetch(Q["dependency_states"], job.queue, ids)}
-    pending = [i for i in ids if i in states and JobState(states[i]) not in TERMINAL]
-    error = None
-    if job.on_dependency_failure is DependencyPolicy.FAIL:
-        bad = next((i for i in ids if i not in pending and states.get(i) != "completed"), None)
-        if bad is not None:
-            error = dependency_error(bad, JobState(states[bad]) if bad in states else None)
+    start = dependencies_at_enqueue(ids, states, job.on_dependency_failure)
     await con.execute(Q["set_dependencies"], job.queue, job.id, list(job.depends_on),
-                      job.on_dependency_failure.value, 0 if error else len(pending), error,
+                      job.on_dependency_failure.value, len(start.waits_for), start.error,
                       now)  # fmt: skip
-    if pending and error is None:
-        await con.execute(Q["add_dependencies"], job.queue, pending, job.id)
+    if start.step is DependentStep.BLOCKED:
+        await con.execute(Q["add_dependencies"], job.queue, list(start.waits_for), job.id)
 
 
 def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:

@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 
 from relaymq.backends import sqlfile
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.policy import KEY_SCAN, Allowance, KeyBudget, allowance
 from relaymq.records.limits import Limits
 
 Q = sqlfile.named_queries(__package__, "queries.sql")

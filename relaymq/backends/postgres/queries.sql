@@ -722,7 +722,7 @@ RETURNING
 SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(1) || $2, 0));
 
 -- name: key_holder
--- The second step: who holds the key.
+-- The second step: who holds the key (what relaymq.policy.key_step decides from).
 -- in:  $1 queue, $2 key, $3 job id, $4 now float8|NULL
 -- out: one row: taken (the job id $3 exists already), holder (NULL: the key is free), in_window
 --      (the holder's throttle window is still open) and the holder's state (NULL: gone).
@@ -735,8 +735,9 @@ LEFT JOIN relaymq_job_keys k ON k.queue = $1 AND k.key = $2
 LEFT JOIN relaymq_jobs j ON j.queue = k.queue AND j.id = k.job_id;
 
 -- name: take_key
--- A keyed enqueue's last step: job $3 holds key $2, and a debounced holder $5 (NULL: none)
--- that is still waiting or delayed is deleted.
+-- A keyed enqueue's last step, after relaymq.policy.key_step decided: job $3 holds key $2, and
+-- the holder $5 it replaces (NULL: none) is deleted if it still waits (a worker may have
+-- claimed it since key_holder read it; relaymq.policy.REPLACEABLE).
 -- in:  $1 queue, $2 key, $3 job id, $4 window float8 seconds, $5 holder to replace, $6 now
 -- out: one row: replaced (the id deleted, or NULL).
 WITH gone AS (
@@ -837,8 +838,8 @@ RETURNING j.*;
 SELECT id, state FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]) FOR SHARE;
 
 -- name: set_dependencies
--- Second step: the job just stored (waiting) becomes blocked on $5 pending dependencies, or
--- failed with $6 when a dependency already ended badly under the 'fail' policy.
+-- Second step, as relaymq.policy.dependencies_at_enqueue decided: the job just stored
+-- (waiting) becomes blocked on $5 pending dependencies, or failed with $6.
 -- in: $1 queue, $2 id, $3 depends_on text[], $4 policy, $5 pending int, $6 error|NULL,
 --     $7 now float8|NULL.
 UPDATE relaymq_jobs SET depends_on = $3, dep_policy = $4, pending_deps = $5,

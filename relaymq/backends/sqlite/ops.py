@@ -18,8 +18,17 @@ from relaymq.backends.corrupt import state_problem
 from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
 from relaymq.errors import CorruptRecordError
-from relaymq.job import TERMINAL, DependencyPolicy, Job, JobState, KeyMode, NewJob, dependency_error
-from relaymq.limits import KEY_SCAN, Allowance, KeyBudget, allowance
+from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.policy import (
+    KEY_SCAN,
+    Allowance,
+    DependentStep,
+    KeyBudget,
+    KeyStep,
+    allowance,
+    dependencies_at_enqueue,
+    key_step,
+)
 from relaymq.records import events
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
@@ -103,13 +112,10 @@ def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
     return [Enqueued(new.id, duplicate=dup) for new, dup in zip(jobs, duplicate, strict=True)]
 
 
-_ENDED = frozenset(s.value for s in TERMINAL)
-
-
 def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
-    """One job of a batch with dependencies, in the batch's transaction: blocked while any
-    dependency is pending (job_deps tells it when each ends); failed at once when one already
-    ended other than completed under the FAIL policy; otherwise waiting."""
+    """One job of a batch with dependencies, in the batch's transaction, stored as
+    ``relaymq.policy.dependencies_at_enqueue`` says: blocked (job_deps tells it when each
+    dependency ends), failed at once, or waiting."""
     if not new.depends_on:
         return enqueue(conn, now, [new])[0]
     ids = list(dict.fromkeys(new.depends_on))
@@ -120,37 +126,27 @@ def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
     states = dict(
         conn.execute(Q["dependency_states"], {"queue": new.queue, "ids": json.dumps(ids)})
     )
-    pending = [i for i in ids if i in states and states[i] not in _ENDED]
-    failed_by = None
-    if new.on_dependency_failure is DependencyPolicy.FAIL:
-        failed_by = next((i for i in ids if states.get(i) != JobState.COMPLETED.value
-                          and i not in pending), None)  # fmt: skip
+    start = dependencies_at_enqueue(ids, states, new.on_dependency_failure)
     row = {
         "queue": new.queue, "id": new.id, "task": new.task, "payload": new.payload,
-        "state": JobState.BLOCKED.value if pending and failed_by is None else "waiting",
+        "state": JobState.BLOCKED.value if start.step is DependentStep.BLOCKED else "waiting",
         "priority": new.priority, "seq": allocate_seq(conn, new.queue, 1), "now": now,
         "run_at": None, "ttl": new.ttl, "max_attempts": new.max_attempts,
         "timeout": new.timeout, "traceparent": new.traceparent,
         "depends_on": json.dumps(list(new.depends_on)),
-        "dep_policy": new.on_dependency_failure.value, "pending_deps": len(pending),
+        "dep_policy": new.on_dependency_failure.value, "pending_deps": len(start.waits_for),
         "limit_key": new.limit_key,
     }  # fmt: skip
     conn.execute(Q["insert_job"], row)
-    if failed_by is not None:
-        ended = states.get(failed_by)
-        error = dependency_error(failed_by, JobState(ended) if ended else None)
-        conn.execute(Q["fail_dependent"], {"queue": new.queue, "id": new.id, "error": error,
-                                           "now": now})  # fmt: skip
+    if start.step is DependentStep.FAILED:
+        conn.execute(Q["fail_dependent"], {"queue": new.queue, "id": new.id,
+                                           "error": start.error, "now": now})  # fmt: skip
         return Enqueued(new.id)
-    for dep_id in pending:
+    for dep_id in start.waits_for:
         p = {"queue": new.queue, "dep_id": dep_id, "dependent": new.id}
         conn.execute(Q["add_dependency"], p)
         conn.execute(Q["mark_dependency"], p)
     return Enqueued(new.id)
-
-
-_REPLACEABLE = (JobState.WAITING.value, JobState.DELAYED.value)
-_PENDING = (*_REPLACEABLE, JobState.ACTIVE.value)
 
 
 def _enqueue_keyed(conn: Conn, now: float, new: NewJob) -> Enqueued:
@@ -165,13 +161,13 @@ def _enqueue_keyed(conn: Conn, now: float, new: NewJob) -> Enqueued:
         return enqueue(conn, now, [dataclasses.replace(new, rule=None)])[0]  # fmt: skip
     replaced = None
     held = conn.execute(Q["key_holder"], {"queue": new.queue, "key": rule.key}).fetchone()
-    if held is not None:
-        holder, until, holder_state = held
-        if rule.mode is KeyMode.THROTTLE and (until > now or holder_state in _PENDING):
-            return Enqueued(holder, duplicate=True)
-        if rule.mode is KeyMode.DEBOUNCE and holder_state in _REPLACEABLE:
-            conn.execute(Q["remove_job"], {"queue": new.queue, "id": holder})
-            replaced = holder
+    holder, until, holder_state = held if held is not None else (None, None, None)
+    step = key_step(rule.mode, holder_state, until is not None and until > now)
+    if step is KeyStep.DUPLICATE:
+        return Enqueued(str(holder), duplicate=True)
+    if step is KeyStep.REPLACE:
+        conn.execute(Q["remove_job"], {"queue": new.queue, "id": holder})
+        replaced = holder
     conn.execute(Q["take_key"], {"queue": new.queue, "key": rule.key, "job_id": new.id,
                                  "until": now + rule.window})  # fmt: skip
     enqueue(conn, now, [dataclasses.replace(new, rule=None)])

@@ -115,6 +115,7 @@ CREATE TABLE IF NOT EXISTS job_deps (
     dependent TEXT NOT NULL,
     PRIMARY KEY (queue, dep_id, dependent)
 ) WITHOUT ROWID;
+-- mirrors relaymq.policy.dependency_ended (both triggers)
 CREATE TRIGGER IF NOT EXISTS jobs_dependency_ended AFTER UPDATE OF state ON jobs
 WHEN NEW.dependents IS NOT NULL
  AND NEW.state IN ('completed', 'failed', 'expired', 'cancelled')

@@ -20,6 +20,7 @@ CREATE TABLE relaymq_job_deps (
     PRIMARY KEY (queue, dep_id, dependent)
 );
 
+-- mirrors relaymq.policy.dependency_ended
 -- The dependencies (queue[i], id[i]) ended in state[i] ('removed': deleted before they
 -- ended), at `at`. Each dependent counts those that ended (several may end in one statement);
 -- the first that did not complete fails it under the 'fail' policy; the last makes it delayed,

@@ -1,4 +1,6 @@
 -- enqueue.lua: store new jobs of one queue as waiting (or delayed), in order.
+-- mirrors relaymq.policy.key_step (take_key) and relaymq.policy.dependencies_at_enqueue
+-- (wait_for)
 -- KEYS[1]  base of the queue ("<prefix>:{<queue>}")
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2]  the events channel ('' = publish nothing), ARGV[3] the queue's name,
@@ -47,6 +49,7 @@ local function flush()
   end
 end
 
+-- mirrors relaymq.policy.key_step
 -- Apply a key rule for job id: the holder's id when the job is throttled (nothing changes),
 -- else nil and the id of the job it replaced ('' for none), once the job holds the key.
 local function take_key(id, rule)
@@ -76,6 +79,7 @@ local function take_key(id, rule)
   return nil, replaced
 end
 
+-- mirrors relaymq.policy.dependencies_at_enqueue
 -- Record job id's dependencies ("<policy> <JSON ids>"): whether it is blocked (and on how
 -- many), or the error that fails it at once.
 local function wait_for(id, jk, spec)

@@ -4,7 +4,7 @@
 -- base = "<prefix>:{<queue>}" (see keys.py); a state's set is "<base>:<state name>".
 
 local PRIORITY_SHIFT = 1099511627776 -- 2^40: waiting score = priority * 2^40 + seq (exact)
-local KEY_SCAN = 1000 -- relaymq.limits.KEY_SCAN
+local KEY_SCAN = 1000 -- relaymq.policy.KEY_SCAN
 local WAKE_MAX = 32
 local TERMINAL = {completed = true, failed = true, expired = true, cancelled = true}
 -- The states relaymq knows (relaymq.backends.corrupt.STATES).
@@ -33,7 +33,8 @@ local function clock(arg)
   return tonumber(s), s
 end
 
--- The queue's limits (relaymq.limits.allowance, the same arithmetic): nil when it has none;
+-- mirrors relaymq.policy.allowance (and, for `keys`, relaymq.policy.KeyBudget)
+-- The queue's limits, the same arithmetic: nil when it has none;
 -- else how many of `want` jobs may start now, the current rate window and the starts counted
 -- in it, and (when the rate held the claim back) the seconds until that window ends, or ''.
 local function allowance(base, now, want)
@@ -74,6 +75,7 @@ local function count_starts(base, window, used)
   redis.call('HSET', base .. ':limits', 'window', fmt(window), 'used', used)
 end
 
+-- mirrors relaymq.policy.KeyBudget.take
 -- Whether a job of limit key `key` (false: none) may start within the per-key budget `keys`
 -- (allowance); if so, it is counted.
 local function key_take(keys, key)
@@ -157,6 +159,7 @@ local function count_dependency_failure(base, nows)
   redis.call('SADD', base .. ':tallied', day)
 end
 
+-- mirrors relaymq.policy.dependency_ended
 -- Job `id` ended in `state` ('removed': deleted before it ended). The jobs blocked on it
 -- (base:deps:<id>; its hash has dependents = 1) count it: the last makes each due at once
 -- (delayed, run_at = now); one that did not complete fails each whose policy is 'fail', which
