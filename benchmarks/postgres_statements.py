@@ -20,7 +20,7 @@ import uuid
 import asyncpg
 
 from relaymq.backends.postgres import PostgresBackend
-from relaymq.backends.postgres.backend import Q
+from relaymq.backends.postgres.statements import Q
 from relaymq.backends.postgres.migrations import server_settings
 from relaymq.job import NewJob
 

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from relaymq.backends.postgres import PostgresBackend
-from relaymq.backends.postgres import backend as postgres_backend
+from relaymq.backends.postgres import admin as postgres_admin
 from relaymq.backends.postgres.config import DEFAULT_RETENTION
 from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL, JobState
@@ -67,7 +67,7 @@ async def test_finished_jobs_are_pruned_after_retention(make: Make, clock: FakeC
 async def test_clean_with_the_retention_age_deletes_in_batches_and_keeps_fresh_jobs(
     make: Make, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(postgres_backend, "CLEAN_BATCH", 2)
+    monkeypatch.setattr(postgres_admin, "CLEAN_BATCH", 2)
     backend = await make(clock=clock, retention=10)
     statements: list[str] = []
     fetchrow = backend._fetchrow

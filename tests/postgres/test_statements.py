@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from relaymq.backends.postgres.backend import Q
+from relaymq.backends.postgres.statements import Q
 
 # claim's parameters, and what settle_claim numbers them: $1 queues -> $9, $2 worker -> $10,
 # $3 limit -> $11, $4 now -> $8, $5 promote -> $12 ($6, limited, is false there).

@@ -13,27 +13,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 import asyncpg
 
-from relaymq.backends import sqlfile
 from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.corrupt import state_problem
 from relaymq.backends.fanout import Fanout
+from relaymq.backends.postgres.admin import PostgresAdmin
 from relaymq.backends.postgres.config import Options, parse
+from relaymq.backends.postgres.enqueue import (
+    enqueue_answers,
+    enqueue_args,
+    enqueue_one_keyed,
+    limit_keys,
+)
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, refused, translate
 from relaymq.backends.postgres.limits import (
     LimitedQueues,
     claim_delivered_limited,
     claim_limited,
-    to_limits,
 )
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, migrate, migrations, server_settings
 from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
 from relaymq.backends.postgres.records import describe, problems, to_job, to_job_lenient
+from relaymq.backends.postgres.statements import Q
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import (
@@ -42,9 +48,6 @@ from relaymq.job import (
     JobState,
     NewJob,
 )
-from relaymq.policy import DependentStep, KeyStep, dependencies_at_enqueue, key_step
-from relaymq.records.limits import Limits
-from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -56,34 +59,15 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     SettledClaimed,
-    Tally,
     dependent,
     keyed,
-    merge_tallies,
 )
-
-Q = sqlfile.named_queries(__package__, "queries.sql")
-T = TypeVar("T")
 
 PROMOTE_PER_CLAIM = 1000
 """Due delayed jobs a claim promotes to waiting per queue, beyond the ones it takes."""
 RECOVER_BATCH = 1000
-CLEAN_BATCH = 5000
 STORED_EVENTS_KEEP = 3600.0
 """Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
-_READS = frozenset(
-    {"get_jobs", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
-     "is_paused", "list_queues", "meta_get", "meta_list", "wait_check", "fetch_event"}
-)  # fmt: skip
-"""Statements that change nothing: retried once when a pooled connection turns out dead."""
-
-
-def _meta(row: asyncpg.Record) -> MetaRecord:
-    return MetaRecord(row["key"], bytes(row["value"]), row["version"], row["expires"])
-
-
-def _seconds(ttl: float | None) -> float | None:
-    return None if ttl is None else float(ttl)
 
 
 class _Connection(asyncpg.Connection):  # type: ignore[misc]
@@ -96,7 +80,7 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
         return ""
 
 
-class PostgresBackend(Backend, DeliveryStore):
+class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
     """PostgreSQL 13+ through asyncpg (``postgresql://`` and ``postgres://``)."""
 
     capabilities = Capabilities(
@@ -181,49 +165,6 @@ class PostgresBackend(Backend, DeliveryStore):
     async def migrate(self) -> list[str]:
         return await migrate(self.url)
 
-    # -- internal ---------------------------------------------------------------------------
-
-    def _now(self) -> float | None:
-        """The test clock's reading, or None: the statement then uses the server's now()."""
-        return self._clock() if self._clock is not None else None
-
-    async def _run(self, method: str, name: str, *args: Any) -> Any:
-        pool = self._pool
-        if pool is None:
-            raise BackendError("PostgresBackend is not connected (await connect() first)")
-        for attempt in (1, 2):
-            try:
-                async with pool.acquire() as con:
-                    return await getattr(con, method)(Q[name], *args)
-            except DRIVER_ERRORS as e:
-                error = translate(e, self.options.where)
-                if attempt == 1 and name in _READS and isinstance(error, BackendUnavailableError):
-                    continue
-                raise error from e
-        raise AssertionError("unreachable")
-
-    async def _in_transaction(self, step: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``await step(con, *args)`` on a pooled connection (it opens its own transaction)."""
-        pool = self._pool
-        if pool is None:
-            raise BackendError("PostgresBackend is not connected (await connect() first)")
-        try:
-            async with pool.acquire() as con:
-                return await step(con, *args)
-        except DRIVER_ERRORS as e:
-            raise translate(e, self.options.where) from e
-
-    async def _fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
-        rows: list[asyncpg.Record] = await self._run("fetch", name, *args)
-        return rows
-
-    async def _fetchrow(self, name: str, *args: Any) -> asyncpg.Record:
-        row: asyncpg.Record = await self._run("fetchrow", name, *args)
-        return row
-
-    async def _execute(self, name: str, *args: Any) -> None:
-        await self._run("execute", name, *args)
-
     def _wake(self, queue: str) -> None:
         for queues, wakeup in self._wakeups.items():
             if queue in queues:
@@ -241,9 +182,9 @@ class PostgresBackend(Backend, DeliveryStore):
             return []
         if keyed(jobs) or dependent(jobs):
             return await self._enqueue_keyed(jobs)
-        rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()), None, "", 0.0,
-                                 _limit_keys(jobs))  # fmt: skip
-        return _answers(jobs, rows)
+        rows = await self._fetch("enqueue", *enqueue_args(jobs, self._now()), None, "", 0.0,
+                                 limit_keys(jobs))  # fmt: skip
+        return enqueue_answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
         """One statement, whose notification carries the enqueue's facts (``events`` makes
@@ -252,10 +193,10 @@ class PostgresBackend(Backend, DeliveryStore):
         if not jobs or size >= NOTIFY_LIMIT or keyed(jobs) or dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
-        rows = await self._fetch("enqueue", *_enqueue_args(jobs, self._now()),
+        rows = await self._fetch("enqueue", *enqueue_args(jobs, self._now()),
                                  channel, str(self._notes.number()), at,
-                                 _limit_keys(jobs))  # fmt: skip
-        return _answers(jobs, rows)
+                                 limit_keys(jobs))  # fmt: skip
+        return enqueue_answers(jobs, rows)
 
     async def _enqueue_keyed(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         """A batch with key rules: one transaction, a few statements per keyed job."""
@@ -267,7 +208,7 @@ class PostgresBackend(Backend, DeliveryStore):
         try:
             async with pool.acquire() as con, con.transaction():
                 for job in jobs:
-                    out.append(await _enqueue_one_keyed(con, job, now))
+                    out.append(await enqueue_one_keyed(con, job, now))
         except DRIVER_ERRORS as e:
             raise translate(e, self.options.where) from e
         return out
@@ -453,119 +394,6 @@ class PostgresBackend(Backend, DeliveryStore):
                 strays.append(r["state"])
         return out, strays
 
-    async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("cancel_jobs", queue, ids, self._now())
-
-    async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("retry_jobs", queue, ids, self._now())
-
-    async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._batch("remove_jobs", queue, ids)
-
-    async def _batch(self, query: str, queue: str, ids: Sequence[str], *args: Any) -> list[bool]:
-        """One statement over ``ids``; per id, whether it was among the rows changed."""
-        if not ids:
-            return []
-        changed = {r["id"] for r in await self._fetch(query, queue, list(ids), *args)}
-        return [i in changed for i in ids]
-
-    async def pause(self, queue: str) -> None:
-        await self._execute("pause", queue, self._now())
-
-    async def resume(self, queue: str) -> None:
-        await self._execute("resume", queue, self.options.schema)
-
-    async def is_paused(self, queue: str) -> bool:
-        return bool((await self._fetchrow("is_paused", queue))["paused"])
-
-    async def drain(self, queue: str) -> int:
-        return int((await self._fetchrow("drain", queue))["n"])
-
-    async def clean(self, queue: str, state: JobState, older_than: float) -> int:
-        if state not in TERMINAL:
-            return 0
-        total = 0
-        while True:
-            row = await self._fetchrow(
-                "clean", queue, state.value, float(older_than), CLEAN_BATCH, self._now()
-            )
-            total += int(row["n"])
-            if row["n"] < CLEAN_BATCH:
-                return total
-
-    async def obliterate(self, queue: str) -> None:
-        pool = self._pool
-        if pool is None:
-            raise BackendError("PostgresBackend is not connected (await connect() first)")
-        try:
-            async with pool.acquire() as con, con.transaction():
-                await con.execute(Q["obliterate_jobs"], queue)
-                await con.execute(Q["obliterate_queue"], queue)
-        except DRIVER_ERRORS as e:
-            raise translate(e, self.options.where) from e
-
-    async def prune_keys(self, queue: str, older_than: float) -> int:
-        return len(await self._fetch("prune_keys", queue, older_than, self._now()))
-
-    async def set_limits(self, queue: str, limits: Limits | None) -> None:
-        if limits is None or limits.empty:
-            await self._execute("remove_limits", queue)
-        else:
-            await self._execute("set_limits", queue, limits.max_active, limits.rate,
-                                float(limits.per), limits.key_rate,
-                                float(limits.key_per))  # fmt: skip
-        self._limited.forget()
-
-    async def list_limits(self) -> dict[str, Limits]:
-        return {r["queue"]: to_limits(r) for r in await self._fetch("list_limits")}
-
-    async def list_queues(self) -> list[str]:
-        return [r["name"] for r in await self._fetch("list_queues")]
-
-    # -- history ----------------------------------------------------------------------------
-
-    async def add_tallies(self, tallies: Sequence[Tally]) -> None:
-        merged = merge_tallies(tallies)
-        if merged:
-            columns = ([t.queue for t in merged], [t.minute for t in merged],
-                       [t.completed for t in merged], [t.retried for t in merged],
-                       [t.failed for t in merged])  # fmt: skip
-            await self._execute("add_tallies", *columns)
-
-    async def tallies(self, queue: str, since: int) -> list[Tally]:
-        return [Tally(queue, r["minute"], r["completed"], r["retried"], r["failed"])
-                for r in await self._fetch("tallies", queue, since)]  # fmt: skip
-
-    async def prune_tallies(self, before: int) -> None:
-        await self._execute("prune_tallies", before)
-
-    # -- meta -------------------------------------------------------------------------------
-
-    async def meta_get(self, key: str) -> MetaRecord | None:
-        row = await self._fetchrow("meta_get", key, self._now())
-        return None if row is None else _meta(row)
-
-    async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
-        await self._execute("meta_put", key, value, _seconds(ttl), self._now())
-
-    async def meta_swap(
-        self, key: str, expected: int | None, value: bytes, ttl: float | None = None
-    ) -> bool:
-        if expected is None:
-            row = await self._fetchrow("meta_create", key, value, _seconds(ttl), self._now())
-        else:
-            row = await self._fetchrow(
-                "meta_swap", key, expected, value, _seconds(ttl), self._now()
-            )
-        return row is not None
-
-    async def meta_list(self, prefix: str) -> list[MetaRecord]:
-        return [_meta(r) for r in await self._fetch("meta_list", prefix, self._now())]
-
-    async def meta_delete(self, key: str) -> bool:
-        row = await self._fetchrow("meta_delete", key, self._now())
-        return row is not None and bool(row["live"])
-
     # -- events -----------------------------------------------------------------------------
 
     async def publish(self, events: Sequence[bytes]) -> None:
@@ -648,73 +476,6 @@ class PostgresBackend(Backend, DeliveryStore):
             return []
         now = self._now()
         return await self._readable(await self._fetch("promote_due", queue, limit, now), now)
-
-
-async def _enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueued:
-    """One job of a keyed batch, inside its transaction (``KeyRule``)."""
-    rule = job.rule
-    replaced = None
-    if rule is not None:
-        await con.execute(Q["lock_key"], job.queue, rule.key)
-        held = await con.fetchrow(Q["key_holder"], job.queue, rule.key, job.id, now)
-        if held["taken"]:
-            return Enqueued(job.id, duplicate=True)
-        holder = held["holder"]
-        step = key_step(rule.mode, held["state"], bool(held["in_window"]))
-        if step is KeyStep.DUPLICATE:
-            return Enqueued(holder, duplicate=True)
-        # take_key deletes the holder only if it still waits: a worker may have claimed it
-        victim = holder if step is KeyStep.REPLACE else None
-        took = await con.fetchrow(Q["take_key"], job.queue, rule.key, job.id, rule.window,
-                                  victim, now)  # fmt: skip
-        replaced = took["replaced"]
-    rows = await con.fetch(Q["enqueue"], *_enqueue_args([job], now), None, "", 0.0,
-                           _limit_keys([job]))  # fmt: skip
-    [answer] = _answers([job], rows)
-    if job.depends_on and not answer.duplicate:
-        await _store_dependencies(con, job, now)
-    return Enqueued(answer.id, answer.duplicate, replaced)
-
-
-async def _store_dependencies(con: Any, job: NewJob, now: float | None) -> None:
-    """The job just stored (waiting, in this transaction) becomes what
-    ``relaymq.policy.dependencies_at_enqueue`` says: blocked, failed, or left waiting. The
-    dependencies are locked meanwhile, so none ends unseen (``dependency_states``)."""
-    ids = list(dict.fromkeys(job.depends_on))
-    states = {r["id"]: r["state"] for r in await con.fetch(Q["dependency_states"], job.queue, ids)}
-    start = dependencies_at_enqueue(ids, states, job.on_dependency_failure)
-    await con.execute(Q["set_dependencies"], job.queue, job.id, list(job.depends_on),
-                      job.on_dependency_failure.value, len(start.waits_for), start.error,
-                      now)  # fmt: skip
-    if start.step is DependentStep.BLOCKED:
-        await con.execute(Q["add_dependencies"], job.queue, list(start.waits_for), job.id)
-
-
-def _enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:
-    """The arguments $1..$11 of the ``enqueue`` statements: one array per column."""
-    return [
-        [j.queue for j in jobs], [j.id for j in jobs], [j.task for j in jobs],
-        [j.payload for j in jobs], [j.priority for j in jobs], [float(j.delay) for j in jobs],
-        [j.ttl for j in jobs], [j.max_attempts for j in jobs], [j.timeout for j in jobs], now,
-        [j.traceparent for j in jobs],
-    ]  # fmt: skip
-
-
-def _limit_keys(jobs: Sequence[NewJob]) -> list[str | None]:
-    """The argument $15 of the ``enqueue`` statement."""
-    return [j.limit_key for j in jobs]
-
-
-def _answers(jobs: Sequence[NewJob], rows: Sequence[Any]) -> list[Enqueued]:
-    """Each job's answer from the (queue, id) rows stored (a row of NULLs: none was): a
-    repeat later in the batch is a duplicate too."""
-    stored = {(r["queue"], r["id"]) for r in rows if r["id"] is not None}
-    out: list[Enqueued] = []
-    for j in jobs:
-        key = (j.queue, j.id)
-        out.append(Enqueued(j.id, duplicate=key not in stored))
-        stored.discard(key)
-    return out
 
 
 def _back_in_line(settles: Sequence[Settle]) -> bool:
