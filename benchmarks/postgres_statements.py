@@ -20,8 +20,8 @@ import uuid
 import asyncpg
 
 from relaymq.backends.postgres import PostgresBackend
-from relaymq.backends.postgres.statements import Q
 from relaymq.backends.postgres.migrations import server_settings
+from relaymq.backends.postgres.statements import Q
 from relaymq.job import NewJob
 
 MODES = ("auto", "force_generic_plan")

@@ -11,8 +11,8 @@ import pytest
 import pytest_asyncio
 
 from relaymq.backends.postgres import PostgresBackend, migrate
-from relaymq.backends.postgres.statements import Q
 from relaymq.backends.postgres.migrations import migrations
+from relaymq.backends.postgres.statements import Q
 from relaymq.errors import ConfigError
 from tests.support.case_postgres import DATABASE, SERVER, drop_schema, ensure_database
 
