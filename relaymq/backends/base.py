@@ -1,4 +1,5 @@
-"""The backend contract: what every storage/broker adapter promises.
+"""The backend contract: what every storage/broker adapter promises (the job store seam, and
+``Backend``: the three seams together).
 
 Rules that hold on every backend (see DESIGN.md section 3):
 
@@ -40,67 +41,9 @@ from relaymq.records.store import (
 )
 
 
-class Backend(MetaStore, Notifier):
-    """Base class of every backend. Subclasses implement every abstract method, in this order,
-    then the meta store's (``relaymq.backends.meta``: schedules, workers and leases live there)."""
-
-    capabilities: Capabilities
-    url: str = ""
-    create_missing: bool = True
-    """Whether ``connect`` may create missing storage (a database file). Read-only tools set it
-    to False so that a mistyped location is an error, not a new empty queue store."""
-    retention: float | None = None
-    """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
-    maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""
-
-    _made_with: tuple[tuple[Any, ...], dict[str, Any]]
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        self = super().__new__(cls)
-        self._made_with = (args, kwargs)  # what heartbeat_handle builds its twin from
-        return self
-
-    def heartbeat_handle(self) -> Backend | None:
-        """A new, unconnected handle on the same state with its own connections, for the
-        heartbeats a worker sends from its own thread while its event loop is blocked
-        (``relaymq.worker.loopwatch``). None when the backend cannot have one (in-memory state
-        belongs to one event loop). The default builds this class again with the arguments
-        this handle was built with."""
-        args, kwargs = self._made_with
-        return type(self)(*args, **kwargs)
-
-    @classmethod
-    def inner_urls(cls, url: str) -> dict[str, str]:
-        """The URLs of the backends this one is built over, by constructor keyword (a broker's
-        metadata store). ``from_url`` builds each and passes it in; most backends have none."""
-        return {}
-
-    async def connect(self) -> None:
-        """Open connections and prepare storage. Idempotent."""
-
-    async def close(self) -> None:
-        """Release connections. The backend may not be used afterwards."""
-
-    async def check_queue(self, queue: str) -> None:
-        """Raise ``ConfigError`` when this backend refuses to serve ``queue`` as configured (a
-        broker queue declared with other arguments): a worker checks its queues at start, and
-        again while one is refused. Storage-wide refusals (missing migrations) are
-        ``connect``'s. The default accepts every queue."""
-
-    async def migrate(self) -> list[str]:
-        """Apply pending storage migrations (without ``connect``); the names applied now.
-
-        Backends without versioned migrations (``capabilities.migrations`` false) prepare
-        their storage on ``connect`` and apply nothing here.
-        """
-        return []
-
-    async def __aenter__(self) -> Backend:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+class JobStore(abc.ABC):
+    """The job store seam: only the transitions that must be atomic with a job, batch forms
+    only. Every backend implements each method, in this order."""
 
     # -- producer ---------------------------------------------------------------------------
 
@@ -127,17 +70,6 @@ class Backend(MetaStore, Notifier):
         <state>``, into the DLQ), which its own dependents count in turn. Dependencies that
         ended before the enqueue count at once. Jobs without dependencies never pay for them.
         """
-
-    async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
-        """``enqueue``, and publish each job's event (``job:waiting``, ``job:delayed`` or
-        ``job:deduplicated``, stamped ``at``) in one message once the jobs are stored.
-
-        This default makes two calls; a backend that can store and publish in one round trip
-        (one script, statement or transaction) overrides it, to the same effect."""
-        answers = await self.enqueue(jobs)
-        if jobs:
-            await self.publish([events.encode(events.enqueued(jobs, answers, at))])
-        return answers
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -319,6 +251,82 @@ class Backend(MetaStore, Notifier):
     async def prune_tallies(self, before: int) -> None:
         """Forget every queue's minutes before ``before`` (a backend may keep up to a day
         more, when it stores a day as one record); ``obliterate`` forgets a queue's."""
+
+
+class Backend(JobStore, Notifier, MetaStore):
+    """Base class of every backend: the three seams (the job store, the notifier,
+    ``relaymq.backends.notifier``, and the meta store, ``relaymq.backends.meta``: schedules,
+    workers and leases live there), with the lifecycle they share. Backend modules keep the
+    job store's methods first, in its order, then the meta store's and the notifier's."""
+
+    capabilities: Capabilities
+    url: str = ""
+    create_missing: bool = True
+    """Whether ``connect`` may create missing storage (a database file). Read-only tools set it
+    to False so that a mistyped location is an error, not a new empty queue store."""
+    retention: float | None = None
+    """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
+    maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""
+
+    _made_with: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        self = super().__new__(cls)
+        self._made_with = (args, kwargs)  # what heartbeat_handle builds its twin from
+        return self
+
+    def heartbeat_handle(self) -> Backend | None:
+        """A new, unconnected handle on the same state with its own connections, for the
+        heartbeats a worker sends from its own thread while its event loop is blocked
+        (``relaymq.worker.loopwatch``). None when the backend cannot have one (in-memory state
+        belongs to one event loop). The default builds this class again with the arguments
+        this handle was built with."""
+        args, kwargs = self._made_with
+        return type(self)(*args, **kwargs)
+
+    @classmethod
+    def inner_urls(cls, url: str) -> dict[str, str]:
+        """The URLs of the backends this one is built over, by constructor keyword (a broker's
+        metadata store). ``from_url`` builds each and passes it in; most backends have none."""
+        return {}
+
+    async def connect(self) -> None:
+        """Open connections and prepare storage. Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections. The backend may not be used afterwards."""
+
+    async def check_queue(self, queue: str) -> None:
+        """Raise ``ConfigError`` when this backend refuses to serve ``queue`` as configured (a
+        broker queue declared with other arguments): a worker checks its queues at start, and
+        again while one is refused. Storage-wide refusals (missing migrations) are
+        ``connect``'s. The default accepts every queue."""
+
+    async def migrate(self) -> list[str]:
+        """Apply pending storage migrations (without ``connect``); the names applied now.
+
+        Backends without versioned migrations (``capabilities.migrations`` false) prepare
+        their storage on ``connect`` and apply nothing here.
+        """
+        return []
+
+    async def __aenter__(self) -> Backend:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
+        """``enqueue``, and publish each job's event (``job:waiting``, ``job:delayed`` or
+        ``job:deduplicated``, stamped ``at``) in one message once the jobs are stored.
+
+        This default makes two calls; a backend that can store and publish in one round trip
+        (one script, statement or transaction) overrides it, to the same effect."""
+        answers = await self.enqueue(jobs)
+        if jobs:
+            await self.publish([events.encode(events.enqueued(jobs, answers, at))])
+        return answers
 
 
 class DeliveryStore(abc.ABC):
