@@ -55,9 +55,11 @@ async def main(url: str, jobs: int, runs: int, server: str | None) -> None:
     served = (
         f", {server} CPU {statistics.median(r[2] for r in calls.runs):.1f} us/job" if server else ""
     )
-    print(f"drain {url.split('://', 1)[0]}: {jobs} jobs, worker CPU {cpu:.1f} us/job{served}, "
-          f"{rate:,.0f} jobs/s (median of {runs}; runs: "
-          f"{', '.join(f'{c:.1f}+{s:.1f} us, {r:,.0f}/s' for r, c, s in calls.runs)})")  # fmt: skip
+    print(
+        f"drain {url.split('://', 1)[0]}: {jobs} jobs, worker CPU {cpu:.1f} us/job{served}, "
+        f"{rate:,.0f} jobs/s (median of {runs}; runs: "
+        f"{', '.join(f'{c:.1f}+{s:.1f} us, {r:,.0f}/s' for r, c, s in calls.runs)})"
+    )
 
 
 if __name__ == "__main__":

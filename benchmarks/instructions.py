@@ -58,11 +58,27 @@ WORKLOADS = {"add": add, "drain": drain}
 def count(url: str, workload: str, jobs: int) -> int:
     """Instructions of one child process running ``workload`` with ``jobs`` jobs."""
     run = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-W", "ignore", __file__, "--child", "--url", url, "--workload", workload,
-         "--jobs", str(jobs)],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    )  # fmt: skip
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-W",
+            "ignore",
+            __file__,
+            "--child",
+            "--url",
+            url,
+            "--workload",
+            workload,
+            "--jobs",
+            str(jobs),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
     found = re.search(r"Collected : (\d+)", run.stderr)
     if found is None:
         raise RuntimeError(f"no instruction count from valgrind:\n{run.stderr[-2000:]}")
@@ -87,8 +103,10 @@ def main() -> int:
     small = count(args.url, args.workload, args.small)
     large = count(args.url, args.workload, args.large)
     per_job = (large - small) / (args.large - args.small)
-    print(f"{args.workload} on {args.url.split('://', 1)[0]}: {per_job:,.0f} instructions per "
-          f"job ({args.small:,} and {args.large:,} jobs: {small:,} and {large:,})")  # fmt: skip
+    print(
+        f"{args.workload} on {args.url.split('://', 1)[0]}: {per_job:,.0f} instructions per "
+        f"job ({args.small:,} and {args.large:,} jobs: {small:,} and {large:,})"
+    )
     return 0
 
 

@@ -85,8 +85,10 @@ def main() -> None:
     for completed, rss in readings:
         print(f"{completed:>9,} jobs  RSS {rss / 1024:7.1f} MiB")
     base, end, growth = growth_after(readings, args.jobs * args.warmup)
-    print(f"{args.url}: RSS {base / 1024:.1f} MiB after warm-up, {end / 1024:.1f} MiB after "
-          f"{args.jobs:,} jobs: growth {growth:+.1f} % (target <= 5 %)")  # fmt: skip
+    print(
+        f"{args.url}: RSS {base / 1024:.1f} MiB after warm-up, {end / 1024:.1f} MiB after "
+        f"{args.jobs:,} jobs: growth {growth:+.1f} % (target <= 5 %)"
+    )
     sys.exit(0 if growth <= 5 else 1)
 
 

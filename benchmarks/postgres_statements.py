@@ -50,17 +50,25 @@ async def run(url: str, rounds: int, backlog: int) -> None:
                 t1 = time.perf_counter()
                 n = len(rows)
                 await con.fetch(
-                    Q["settle"], [x["queue"] for x in rows], [x["id"] for x in rows],
-                    [x["token"] for x in rows], ["complete"] * n, [b"null"] * n, [None] * n,
-                    [0.0] * n, None,
-                )  # fmt: skip
+                    Q["settle"],
+                    [x["queue"] for x in rows],
+                    [x["id"] for x in rows],
+                    [x["token"] for x in rows],
+                    ["complete"] * n,
+                    [b"null"] * n,
+                    [None] * n,
+                    [0.0] * n,
+                    None,
+                )
                 t2 = time.perf_counter()
                 if r >= 10:  # past the prepared statement's first runs
                     times[mode]["claim"].append(t1 - t0)
                     times[mode]["settle"].append(t2 - t1)
         for mode, t in times.items():
-            print(f"{mode:20s} claim p50 {statistics.median(t['claim']) * 1000:.2f} ms   "
-                  f"settle p50 {statistics.median(t['settle']) * 1000:.2f} ms")  # fmt: skip
+            print(
+                f"{mode:20s} claim p50 {statistics.median(t['claim']) * 1000:.2f} ms   "
+                f"settle p50 {statistics.median(t['settle']) * 1000:.2f} ms"
+            )
     finally:
         for con in cons.values():
             await con.close()

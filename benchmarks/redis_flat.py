@@ -46,9 +46,20 @@ async def server(url: str | None) -> AsyncIterator[str]:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as d:
         proc = await asyncio.create_subprocess_exec(
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", d, "--save", "",
-            "--appendonly", "no", "--logfile", f"{d}/log",
-        )  # fmt: skip
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            d,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            f"{d}/log",
+        )
         try:
             client = Redis(port=port)
             for _ in range(200):
@@ -90,8 +101,10 @@ async def main() -> None:
         q = "flat"
         filled = 0
         next_id = 0
-        print(f"{'waiting':>10} {'claim+settle 10 (ms)':>21} {'server us/script':>17} "
-              f"{'counts (ms)':>12}")  # fmt: skip
+        print(
+            f"{'waiting':>10} {'claim+settle 10 (ms)':>21} {'server us/script':>17} "
+            f"{'counts (ms)':>12}"
+        )
         try:
             level = 1_000
             while level <= a.max:
@@ -116,8 +129,10 @@ async def main() -> None:
                     t_counts.append((time.perf_counter() - t0) * 1000)
                 assert counts[JobState.WAITING] == level - 10 * batches
                 rtt, server_us = statistics.median(rtts), (u1 - u0) / max(c1 - c0, 1)
-                print(f"{level:>10,} {rtt:>21.3f} {server_us:>17.1f} "
-                      f"{statistics.median(t_counts):>12.3f}")  # fmt: skip
+                print(
+                    f"{level:>10,} {rtt:>21.3f} {server_us:>17.1f} "
+                    f"{statistics.median(t_counts):>12.3f}"
+                )
                 await b.clean(q, JobState.COMPLETED, older_than=0)
                 await b.enqueue(jobs(q, next_id, 10 * batches))  # hold the level
                 next_id += 10 * batches

@@ -44,13 +44,17 @@ async def per_job_us(make: Callable[[], Call[Any]], concurrency: int) -> float:
 
 
 async def main() -> None:
-    kinds = [("in-process async", lambda: tasks.add.call(1, 2)),
-             ("sandboxed async", lambda: sandbox_tasks.whose_pid.call(1, 2))]  # fmt: skip
+    kinds = [
+        ("in-process async", lambda: tasks.add.call(1, 2)),
+        ("sandboxed async", lambda: sandbox_tasks.whose_pid.call(1, 2)),
+    ]
     for concurrency in (1, 10):
         for name, make in kinds:
             runs = [await per_job_us(make, concurrency) for _ in range(3)]
-            print(f"concurrency {concurrency:2d}  {name:17s} {statistics.median(runs):6.0f} us/job"
-                  f"  runs: {', '.join(f'{r:.0f}' for r in runs)}")  # fmt: skip
+            print(
+                f"concurrency {concurrency:2d}  {name:17s} {statistics.median(runs):6.0f} us/job"
+                f"  runs: {', '.join(f'{r:.0f}' for r in runs)}"
+            )
 
 
 if __name__ == "__main__":

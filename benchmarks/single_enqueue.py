@@ -49,7 +49,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="memory://")
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--server", default="redis-server",
-                        help="process name of the local server to count (postgres)")  # fmt: skip
+    parser.add_argument(
+        "--server",
+        default="redis-server",
+        help="process name of the local server to count (postgres)",
+    )
     args = parser.parse_args()
     asyncio.run(main(args.url, args.calls, args.server))

@@ -69,8 +69,10 @@ async def worker(
     process for process-local backends (no pids)."""
     if backend.capabilities.cross_process:
         async with contextlib.AsyncExitStack() as stack:
-            yield [await stack.enter_async_context(worker_process(backend, url, queue, concurrency))
-                   for _ in range(count)]  # fmt: skip
+            yield [
+                await stack.enter_async_context(worker_process(backend, url, queue, concurrency))
+                for _ in range(count)
+            ]
         return
     w = Worker(backend, [queue], settings=Settings(concurrency=concurrency))
     running = asyncio.create_task(w.run())
@@ -91,9 +93,20 @@ async def worker_process(
     try:
         env = {**os.environ, "RELAYMQ_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relaymq", "worker", "benchmarks.tasks", "-q", queue,
-            "-c", str(concurrency), "--backend", url, env=env, cwd=ROOT,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "relaymq",
+            "worker",
+            "benchmarks.tasks",
+            "-q",
+            queue,
+            "-c",
+            str(concurrency),
+            "--backend",
+            url,
+            env=env,
+            cwd=ROOT,
+        )
         try:
             async with asyncio.timeout(30):  # the worker process coming online
                 async for event in online:
@@ -217,18 +230,33 @@ def main() -> int:
         default=1,
         help="worker processes on the queue (cross-process backends)",
     )
-    parser.add_argument("--single", action="store_true",
-                        help="one Queue.add per job (peers: one enqueue each)")  # fmt: skip
+    parser.add_argument(
+        "--single", action="store_true", help="one Queue.add per job (peers: one enqueue each)"
+    )
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--peers", default="", help="comma-separated, e.g. huey,asyncmq")
     parser.add_argument("--peer-backend", default=None, help="redis|postgres|rabbitmq")
-    parser.add_argument("--peer-default-jobs", action="store_true",
-                        help="let each peer use its own default job count")  # fmt: skip
+    parser.add_argument(
+        "--peer-default-jobs",
+        action="store_true",
+        help="let each peer use its own default job count",
+    )
     args = parser.parse_args()
 
-    runs = [asyncio.run(one_run(args.url, args.jobs, args.concurrency, args.chunk, args.single,
-                                args.workload, args.workers))
-            for _ in range(args.runs)]  # fmt: skip
+    runs = [
+        asyncio.run(
+            one_run(
+                args.url,
+                args.jobs,
+                args.concurrency,
+                args.chunk,
+                args.single,
+                args.workload,
+                args.workers,
+            )
+        )
+        for _ in range(args.runs)
+    ]
     lat = asyncio.run(latency(args.url, args.latency_samples)) if args.latency_samples else []
     ours = {
         "enqueue_per_s": statistics.median(r.enqueue_per_s for r in runs),
@@ -236,41 +264,60 @@ def main() -> int:
     }
     scheme = args.url.split("://", 1)[0]
     how = "one add per job" if args.single else f"add_bulk of {args.chunk}"
-    print(f"relaymq {scheme}: {args.jobs} {args.workload} jobs ({how}), "
-          f"{args.workers} worker process(es) of concurrency {args.concurrency}, "
-          f"median of {args.runs} runs")  # fmt: skip
-    print(f"  enqueue    {ours['enqueue_per_s']:>10,.0f} jobs/s   runs: "
-          + ", ".join(f"{r.enqueue_per_s:,.0f}" for r in runs))  # fmt: skip
-    print(f"  end-to-end {ours['e2e_per_s']:>10,.0f} jobs/s   runs: "
-          + ", ".join(f"{r.e2e_per_s:,.0f}" for r in runs))  # fmt: skip
+    print(
+        f"relaymq {scheme}: {args.jobs} {args.workload} jobs ({how}), "
+        f"{args.workers} worker process(es) of concurrency {args.concurrency}, "
+        f"median of {args.runs} runs"
+    )
+    print(
+        f"  enqueue    {ours['enqueue_per_s']:>10,.0f} jobs/s   runs: "
+        + ", ".join(f"{r.enqueue_per_s:,.0f}" for r in runs)
+    )
+    print(
+        f"  end-to-end {ours['e2e_per_s']:>10,.0f} jobs/s   runs: "
+        + ", ".join(f"{r.e2e_per_s:,.0f}" for r in runs)
+    )
     cpu = [r.worker_cpu_us_per_job for r in runs if r.worker_cpu_us_per_job is not None]
     ours["worker_cpu_us_per_job"] = statistics.median(cpu) if cpu else 0
     if cpu:
-        print(f"  worker CPU {ours['worker_cpu_us_per_job']:>8,.0f} us/job   runs: "
-              + ", ".join(f"{c:,.0f}" for c in cpu))  # fmt: skip
-    print(f"  machine    {statistics.median(r.busy_cores for r in runs):>8.2f} of "
-          f"{os.cpu_count()} cores busy   runs: "
-          + ", ".join(f"{r.busy_cores:.2f}" for r in runs))  # fmt: skip
+        print(
+            f"  worker CPU {ours['worker_cpu_us_per_job']:>8,.0f} us/job   runs: "
+            + ", ".join(f"{c:,.0f}" for c in cpu)
+        )
+    print(
+        f"  machine    {statistics.median(r.busy_cores for r in runs):>8.2f} of "
+        f"{os.cpu_count()} cores busy   runs: " + ", ".join(f"{r.busy_cores:.2f}" for r in runs)
+    )
     if lat:
-        print(f"  pickup latency p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms"
-              f" ({len(lat)} samples)")  # fmt: skip
+        print(
+            f"  pickup latency p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms"
+            f" ({len(lat)} samples)"
+        )
     for peer in filter(None, args.peers.split(",")):
         result = run_peer(peer, args.peer_backend or _peer_backend(scheme), args)
         for what in ("enqueue", "e2e"):
             theirs = result.get(f"{what}_per_s") or 0
             ratio = ours[f"{what}_per_s"] / theirs if theirs else 0
-            print(f"  {peer} {result.get('version', '')}: {what} {theirs:,.0f} jobs/s "
-                  f"({result.get('jobs')} jobs) -> relaymq is {ratio:.2f}x")  # fmt: skip
+            print(
+                f"  {peer} {result.get('version', '')}: {what} {theirs:,.0f} jobs/s "
+                f"({result.get('jobs')} jobs) -> relaymq is {ratio:.2f}x"
+            )
         theirs_cpu = result.get("worker_cpu_us_per_job")
         if theirs_cpu and ours["worker_cpu_us_per_job"]:
-            print(f"  {peer}: worker CPU {theirs_cpu:,.0f} us/job -> relaymq uses "
-                  f"{ours['worker_cpu_us_per_job'] / theirs_cpu:.2f}x")  # fmt: skip
+            print(
+                f"  {peer}: worker CPU {theirs_cpu:,.0f} us/job -> relaymq uses "
+                f"{ours['worker_cpu_us_per_job'] / theirs_cpu:.2f}x"
+            )
     return 0
 
 
 def _peer_backend(scheme: str) -> str:
-    return {"redis": "redis", "postgresql": "postgres", "postgres": "postgres",
-            "amqp": "rabbitmq"}.get(scheme, scheme)  # fmt: skip
+    return {
+        "redis": "redis",
+        "postgresql": "postgres",
+        "postgres": "postgres",
+        "amqp": "rabbitmq",
+    }.get(scheme, scheme)
 
 
 def run_peer(peer: str, backend: str, args: Any) -> dict[str, Any]:
@@ -279,9 +326,13 @@ def run_peer(peer: str, backend: str, args: Any) -> dict[str, Any]:
     # jobs=0: the peer's own default, which is smaller for peers too slow for 10,000 in a
     # bounded run (asyncmq on PostgreSQL and RabbitMQ); the printed line says how many.
     result: dict[str, Any] = peer_runner(
-        peer, backend, None, 0 if args.peer_default_jobs else args.jobs, args.runs,
+        peer,
+        backend,
+        None,
+        0 if args.peer_default_jobs else args.jobs,
+        args.runs,
         extra_args=["--workload", args.workload] + (["--single"] if args.single else []),
-    )  # fmt: skip
+    )
     return result
 
 

@@ -143,10 +143,15 @@ class Instrumented(MetaStore):
                 self.hooks.tell(lambda o: o.claimed(batch.jobs))
             now = time.time()
             self._report(
-                events.Event(events.JOB_ACTIVE, j.queue, now, j.id,
-                             {"attempt": j.attempts, "worker": worker_id})
+                events.Event(
+                    events.JOB_ACTIVE,
+                    j.queue,
+                    now,
+                    j.id,
+                    {"attempt": j.attempts, "worker": worker_id},
+                )
                 for j in batch.jobs
-            )  # fmt: skip
+            )
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         with self._call("heartbeat"):
@@ -160,9 +165,12 @@ class Instrumented(MetaStore):
         return applied
 
     async def settle_and_claim(
-        self, outcomes: Sequence[tuple[Job, Settle]], queues: Sequence[str], worker_id: str,
+        self,
+        outcomes: Sequence[tuple[Job, Settle]],
+        queues: Sequence[str],
+        worker_id: str,
         limit: int,
-    ) -> SettledClaimed:  # fmt: skip
+    ) -> SettledClaimed:
         """``settle``, and a claim in the same round trip (``Backend.settle_and_claim``),
         each reported as when made alone."""
         with self._call("settle_and_claim"):  # its own op: its duration is two calls' work
@@ -210,8 +218,9 @@ class Instrumented(MetaStore):
 
     def progress(self, queue: str, job_id: str, value: Any) -> None:
         """Report a handler's progress (stored by the next heartbeat)."""
-        self._report([events.Event(events.JOB_PROGRESS, queue, time.time(), job_id,
-                                   {"progress": value})])  # fmt: skip
+        self._report(
+            [events.Event(events.JOB_PROGRESS, queue, time.time(), job_id, {"progress": value})]
+        )
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -224,8 +233,9 @@ class Instrumented(MetaStore):
         for job_id in found.requeued:
             recovery_log.warning("job %s/%s stalled; back to waiting", queue, job_id)
         for job_id in found.failed:
-            recovery_log.error("job %s/%s stalled more than max_stalled times; failed",
-                               queue, job_id)  # fmt: skip
+            recovery_log.error(
+                "job %s/%s stalled more than max_stalled times; failed", queue, job_id
+            )
         for problem in found.errors:
             recovery_log.error("stalled recovery of %s skipped a job: %s", queue, problem)
         now = time.time()
@@ -297,12 +307,21 @@ class Instrumented(MetaStore):
         return done
 
     async def _announce_batch(
-        self, name: str, queue: str, ids: Sequence[str], done: Sequence[bool],
+        self,
+        name: str,
+        queue: str,
+        ids: Sequence[str],
+        done: Sequence[bool],
         data: dict[str, Any],
-    ) -> None:  # fmt: skip
+    ) -> None:
         now = time.time()
-        await self._announce([events.Event(name, queue, now, job_id, dict(data))
-                              for job_id, ok in zip(ids, done, strict=True) if ok])  # fmt: skip
+        await self._announce(
+            [
+                events.Event(name, queue, now, job_id, dict(data))
+                for job_id, ok in zip(ids, done, strict=True)
+                if ok
+            ]
+        )
 
     async def pause(self, queue: str) -> None:
         with self._call("pause"):

@@ -39,8 +39,13 @@ def parse_rate(text: str) -> tuple[int, float]:
     return rate, per
 
 
-def make_limits(max_active: int | None, rate: int | str | None, per: float,
-                key_rate: int | str | None, key_per: float) -> Limits:  # fmt: skip
+def make_limits(
+    max_active: int | None,
+    rate: int | str | None,
+    per: float,
+    key_rate: int | str | None,
+    key_per: float,
+) -> Limits:
     """``Limits`` from the arguments of ``App.limit`` and ``Queue.set_limits`` (rates may be
     written ``"100/m"``)."""
     if isinstance(rate, str):

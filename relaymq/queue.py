@@ -66,10 +66,16 @@ class Queue(Producer):
         return await self.ops.get_jobs(self.name, _job_ids(job_ids))
 
     async def list_jobs(
-        self, state: JobState, offset: int = 0, limit: int = 100, *,
-        task: str | None = None, older_than: float | None = None, now: float | None = None,
+        self,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        *,
+        task: str | None = None,
+        older_than: float | None = None,
+        now: float | None = None,
         task_contains: str | None = None,
-    ) -> list[Job]:  # fmt: skip
+    ) -> list[Job]:
         """A page of jobs in ``state`` (waiting in claim order, delayed by run time, others
         oldest first). ``task``, ``task_contains`` (a part of the task name) and ``older_than``
         (seconds since the job finished, or was created when it has not) narrow it; ``offset``
@@ -124,11 +130,15 @@ class Queue(Producer):
     # changed and announces the same events as its one-job form.
 
     async def retry_jobs(
-        self, job_ids: Iterable[str] | None = None, *,
-        state: JobState | Iterable[JobState] | None = None, task: str | None = None,
-        older_than: float | None = None, now: float | None = None,
+        self,
+        job_ids: Iterable[str] | None = None,
+        *,
+        state: JobState | Iterable[JobState] | None = None,
+        task: str | None = None,
+        older_than: float | None = None,
+        now: float | None = None,
         task_contains: str | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Manual retry / DLQ replay of every selected failed, expired or cancelled job (all
         three when no state is given); how many are waiting again."""
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
@@ -141,11 +151,15 @@ class Queue(Producer):
         )
 
     async def cancel_jobs(
-        self, job_ids: Iterable[str] | None = None, *,
-        state: JobState | Iterable[JobState] | None = None, task: str | None = None,
-        older_than: float | None = None, now: float | None = None,
+        self,
+        job_ids: Iterable[str] | None = None,
+        *,
+        state: JobState | Iterable[JobState] | None = None,
+        task: str | None = None,
+        older_than: float | None = None,
+        now: float | None = None,
         task_contains: str | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Cancel every selected waiting, delayed or active job (all three when no state is
         given); how many are now cancelled."""
         selection = _selection(job_ids, state, task, older_than, now, task_contains)
@@ -154,11 +168,15 @@ class Queue(Producer):
         )
 
     async def remove_jobs(
-        self, job_ids: Iterable[str] | None = None, *,
-        state: JobState | Iterable[JobState] | None = None, task: str | None = None,
-        older_than: float | None = None, now: float | None = None,
+        self,
+        job_ids: Iterable[str] | None = None,
+        *,
+        state: JobState | Iterable[JobState] | None = None,
+        task: str | None = None,
+        older_than: float | None = None,
+        now: float | None = None,
         task_contains: str | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Delete every selected job, in any state when no state is given; how many were
         deleted. Selecting nothing at all is a ``ConfigError`` (``obliterate`` empties a
         queue)."""
@@ -187,9 +205,15 @@ class Queue(Producer):
         self._saw_paused(paused)
         return paused
 
-    async def set_limits(self, *, max_active: int | None = None, rate: int | str | None = None,
-                         per: float = 1.0, key_rate: int | str | None = None,
-                         key_per: float = 1.0) -> Limits | None:  # fmt: skip
+    async def set_limits(
+        self,
+        *,
+        max_active: int | None = None,
+        rate: int | str | None = None,
+        per: float = 1.0,
+        key_rate: int | str | None = None,
+        key_per: float = 1.0,
+    ) -> Limits | None:
         """Limit this queue over every worker, from their next claim on: at most
         ``max_active`` jobs active at once, at most ``rate`` starts per ``per`` seconds (or
         ``rate="100/m"``), at most ``key_rate`` starts per ``key_per`` seconds for each limit
@@ -237,10 +261,15 @@ def _task(task: str | None, what: str = "task") -> str | None:
 
 
 def _selection(
-    job_ids: Iterable[str] | None, state: JobState | Iterable[JobState] | None,
-    task: str | None, older_than: float | None, now: float | None, task_contains: str | None,
-) -> bulk.Selection:  # fmt: skip
+    job_ids: Iterable[str] | None,
+    state: JobState | Iterable[JobState] | None,
+    task: str | None,
+    older_than: float | None,
+    now: float | None,
+    task_contains: str | None,
+) -> bulk.Selection:
     """What a bulk action selects, its ids and task checked first."""
     ids = None if job_ids is None else _job_ids(job_ids)
-    return bulk.Selection.of(ids, state, _task(task), older_than, now,
-                             _task(task_contains, "task_contains"))  # fmt: skip
+    return bulk.Selection.of(
+        ids, state, _task(task), older_than, now, _task(task_contains, "task_contains")
+    )

@@ -217,18 +217,22 @@ class Calls:
 
     def stop(self, calls: int) -> None:
         wall, cpu, served = self._at
-        self.runs.append((
-            calls / (time.perf_counter() - wall),
-            (time.process_time() - cpu) / calls * 1e6,
-            (named_cpu_seconds(self.server) - served) / calls * 1e6,
-        ))  # fmt: skip
+        self.runs.append(
+            (
+                calls / (time.perf_counter() - wall),
+                (time.process_time() - cpu) / calls * 1e6,
+                (named_cpu_seconds(self.server) - served) / calls * 1e6,
+            )
+        )
 
     def summary(self) -> str:
         """The median run (by calls/s) and every run."""
         rate, cpu, served = sorted(self.runs)[len(self.runs) // 2]
         each = ", ".join(f"{r:,.0f}/s {c:.0f}+{s:.0f} us" for r, c, s in self.runs)
-        return (f"{rate:,.0f} calls/s, client CPU {cpu:.0f} us, {self.server} CPU {served:.0f} us "
-                f"per call (median of {len(self.runs)} by calls/s; runs: {each})")  # fmt: skip
+        return (
+            f"{rate:,.0f} calls/s, client CPU {cpu:.0f} us, {self.server} CPU {served:.0f} us "
+            f"per call (median of {len(self.runs)} by calls/s; runs: {each})"
+        )
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -247,9 +251,14 @@ def busy_cores(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 
 def emit_result(
-    peer: str, version: str, backend: str, jobs: int, enqueue_s: float, e2e_s: float,
+    peer: str,
+    version: str,
+    backend: str,
+    jobs: int,
+    enqueue_s: float,
+    e2e_s: float,
     worker_cpu_s: float | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Print the one JSON line that run.py reads."""
     line = {
         "peer": peer,

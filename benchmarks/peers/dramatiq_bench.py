@@ -85,8 +85,9 @@ def main() -> None:
         for i in range(jobs):
             actor.send(i)
         t_enqueued = time.perf_counter()
-        t_done = wait_until(lambda: done() >= target, worker, args.deadline,
-                            f"{jobs} jobs to complete")  # fmt: skip
+        t_done = wait_until(
+            lambda: done() >= target, worker, args.deadline, f"{jobs} jobs to complete"
+        )
         cpu = worker.cpu() - cpu0
         side.check(side_before + jobs)
         ok = True
@@ -98,8 +99,9 @@ def main() -> None:
         dramatiq_tasks.broker.close()
         side.cleanup()
 
-    emit_result("dramatiq", version("dramatiq"), "rabbitmq", jobs, t_enqueued - t0, t_done - t0,
-                cpu)  # fmt: skip
+    emit_result(
+        "dramatiq", version("dramatiq"), "rabbitmq", jobs, t_enqueued - t0, t_done - t0, cpu
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,10 @@ first of NEWER_PYTHONS that is new enough."""
 PYTHON313_SH = VENVS_DIR.parent.parent / "scripts" / "python313.sh"
 NEWER_PYTHONS = [
     str(Path.home() / ".pyenv/versions/3.13.0/bin/python3.13"),
-    "python3.13", "python3.12", "python3.14",
-]  # fmt: skip
+    "python3.13",
+    "python3.12",
+    "python3.14",
+]
 
 
 class VenvError(RuntimeError):

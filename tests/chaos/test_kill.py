@@ -38,9 +38,20 @@ async def start_worker(
         env["RELAYMQ_HEARTBEAT_INTERVAL"] = str(heartbeat_interval)
         env["RELAYMQ_STALLED_THRESHOLD"] = str(2 * heartbeat_interval)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", queue,
-        "-c", str(concurrency), "--backend", url, cwd=ROOT, env=env,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "tests.tasks",
+        "-q",
+        queue,
+        "-c",
+        str(concurrency),
+        "--backend",
+        url,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 @pytest.mark.slow

@@ -44,8 +44,12 @@ def on(url: str, fn: Callable[[Backend], Awaitable[T]]) -> T:
 
 async def seed(b: Backend, q: str) -> None:
     """In ``q``: f1, f2 (task m:a) and f3 (task m:b) failed; a1 active; w1, w2 waiting."""
-    await b.enqueue([new_job(q, i, task=t) for i, t in
-                     (("f1", "m:a"), ("f2", "m:a"), ("f3", "m:b"), ("a1", "m:a"))])  # fmt: skip
+    await b.enqueue(
+        [
+            new_job(q, i, task=t)
+            for i, t in (("f1", "m:a"), ("f2", "m:a"), ("f3", "m:b"), ("a1", "m:a"))
+        ]
+    )
     claimed = (await b.claim([q], "wk-1", 4)).jobs
     assert len(claimed) == 4
     await b.settle([Settle(j.claim, Outcome.FAIL, error="boom") for j in claimed[:3]])
@@ -67,8 +71,11 @@ def cli_json(argv: list[str], capsys: Capture) -> Any:
 def one_error_line(capsys: Capture) -> str:
     """The one line of the error on stderr; the log line relaymq writes before it about a
     test server that keeps nothing on disk (``DurabilityWarning``) is not part of it."""
-    lines = [line for line in capsys.readouterr().err.strip().splitlines()
-             if " WARNING relaymq: Redis appendonly is off" not in line]  # fmt: skip
+    lines = [
+        line
+        for line in capsys.readouterr().err.strip().splitlines()
+        if " WARNING relaymq: Redis appendonly is off" not in line
+    ]
     err = "\n".join(lines)
     assert "Traceback" not in err and len(lines) == 1, err
     return err
@@ -123,8 +130,7 @@ def test_job_list_filters_and_pages(url: str, capsys: Capture) -> None:
     assert [j["id"] for j in failed] == ["f1", "f2", "f3"]
     of_a = cli_json(["job", "list", q, "-s", "failed", "--task", "m:a", *b], capsys)
     assert [j["id"] for j in of_a] == ["f1", "f2"]
-    page = cli_json(["job", "list", q, "-s", "failed", "--offset", "1", "--limit", "1", *b],
-                    capsys)  # fmt: skip
+    page = cli_json(["job", "list", q, "-s", "failed", "--offset", "1", "--limit", "1", *b], capsys)
     assert [j["id"] for j in page] == ["f2"]
     assert cli_json(["job", "list", q, "-s", "failed", "--older-than", "1h", *b], capsys) == []
     assert [j["id"] for j in cli_json(["job", "list", q, *b], capsys)] == ["w1", "w2"]
@@ -245,7 +251,7 @@ def test_stats_watch_refreshes(url: str, capsys: Capture) -> None:
         (["job", "watch", "{q}", "nope"], 1, "no job 'nope'"),
         (["dlq", "replay", "{q}", "f1", "nope", "-y"], 1, "no job 'nope'"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
     argv: list[str], code: int, says: str, url: str, capsys: Capture
 ) -> None:
@@ -297,23 +303,35 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize(
     "argv",
-    [["queue", "list"], ["job", "retry", "q", "--all", "-y"], ["workers"],
-     ["stats", "--watch", "--count", "1"], ["dlq", "purge", "q", "--all", "-y"]],
-)  # fmt: skip
+    [
+        ["queue", "list"],
+        ["job", "retry", "q", "--all", "-y"],
+        ["workers"],
+        ["stats", "--watch", "--count", "1"],
+        ["dlq", "purge", "q", "--all", "-y"],
+    ],
+)
 @pytest.mark.parametrize("scheme", ["redis", "postgresql"])
 def test_a_backend_that_is_down_exits_3(argv: list[str], scheme: str, capsys: Capture) -> None:
     port = closed_port()
-    url = f"redis://127.0.0.1:{port}/0" if scheme == "redis" else (
-        f"postgresql://relaymq@127.0.0.1:{port}/relaymq")  # fmt: skip
+    url = (
+        f"redis://127.0.0.1:{port}/0"
+        if scheme == "redis"
+        else (f"postgresql://relaymq@127.0.0.1:{port}/relaymq")
+    )
     assert main([*argv, "--backend", url]) == 3
     assert f"127.0.0.1:{port}" in one_error_line(capsys)
 
 
 async def relaymq(*argv: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", *argv,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def test_a_server_that_never_answers_exits_3() -> None:

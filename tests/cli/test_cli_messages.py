@@ -22,10 +22,15 @@ def relaymq_cli(*argv: str, timeout: float = 60) -> tuple[int, str, str]:
 
     async def go() -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relaymq", *argv, cwd=ROOT,
+            sys.executable,
+            "-m",
+            "relaymq",
+            *argv,
+            cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
         assert proc.returncode is not None
         return proc.returncode, out.decode(), err.decode()
@@ -64,15 +69,17 @@ def test_migrate_creates_a_new_sqlite_database(
 def test_stats_watch_into_a_pipe_prints_a_line_per_interval(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/w.db"
     assert main(["migrate", "--backend", url]) == 0
-    code, out, err = relaymq_cli("stats", "--watch", "--interval", "0.1", "--count", "3",
-                                 "--backend", url)  # fmt: skip
+    code, out, err = relaymq_cli(
+        "stats", "--watch", "--interval", "0.1", "--count", "3", "--backend", url
+    )
     assert code == 0, err
     assert len([line for line in out.splitlines() if line.strip()]) >= 3, out
 
 
 def test_a_rabbitmq_that_is_down_is_only_relaymqs_own_line() -> None:
-    code, _, err = relaymq_cli("queue", "list", "--backend",
-                               "amqp://guest:guest@127.0.0.1:1/?store=memory://")  # fmt: skip
+    code, _, err = relaymq_cli(
+        "queue", "list", "--backend", "amqp://guest:guest@127.0.0.1:1/?store=memory://"
+    )
     assert code == 3
     assert err.strip().splitlines() == [err.strip()], err
     assert err.startswith("Error: cannot reach RabbitMQ") and "aiormq" not in err

@@ -36,11 +36,15 @@ def one_line_error(capsys: Capture) -> str:
         (["worker", "tests.tasks", "-q", "bad name", "--backend", "memory://"], {}, "bad name"),
         (["stats", "--backend", "mysql://x"], {}, "unknown backend URL"),
     ],
-)  # fmt: skip
+)
 def test_config_errors_are_one_line_and_exit_2(
-    argv: list[str], env: dict[str, str], says: str, capsys: Capture,
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-) -> None:  # fmt: skip
+    argv: list[str],
+    env: dict[str, str],
+    says: str,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
     monkeypatch.chdir(tmp_path)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

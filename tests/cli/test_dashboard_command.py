@@ -43,9 +43,17 @@ async def test_a_dashboard_process_serves_the_queues_of_a_backend(tmp_path: Path
     await Queue(q, backend).add(tasks.add.call(1, 2))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_DASHBOARD_TOKEN": "t0ken"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "dashboard", "--backend", url, "--port", str(port),
-        cwd=ROOT, env=env,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "dashboard",
+        "--backend",
+        url,
+        "--port",
+        str(port),
+        cwd=ROOT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
 

@@ -13,11 +13,28 @@ from tests.support.jobs import queue_name
 def test_set_show_list_and_clear(url: str, capsys: Capture) -> None:
     q, other = queue_name(), queue_name()
     b = ["--backend", url]
-    set_all = ["queue", "limits", q, "--max-active", "4", "--rate", "100/m", "--key-rate", "5/s",
-               *b]  # fmt: skip
-    assert cli_json(set_all, capsys) == {"queue": q, "limits": {
-        "max_active": 4, "rate": 100, "per": 60.0, "key_rate": 5, "key_per": 1.0,
-    }}  # fmt: skip
+    set_all = [
+        "queue",
+        "limits",
+        q,
+        "--max-active",
+        "4",
+        "--rate",
+        "100/m",
+        "--key-rate",
+        "5/s",
+        *b,
+    ]
+    assert cli_json(set_all, capsys) == {
+        "queue": q,
+        "limits": {
+            "max_active": 4,
+            "rate": 100,
+            "per": 60.0,
+            "key_rate": 5,
+            "key_per": 1.0,
+        },
+    }
     cli_json(["queue", "limits", other, "--rate", "5/s", *b], capsys)
 
     async def stored(backend: Backend) -> dict[str, Limits]:

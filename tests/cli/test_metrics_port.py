@@ -43,14 +43,25 @@ async def test_a_worker_process_serves_its_metrics(tmp_path: Path) -> None:
     backend = await connect(url)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_METRICS_PORT": str(port)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", q, "--backend", url,
-        cwd=ROOT, env=env,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "tests.tasks",
+        "-q",
+        q,
+        "--backend",
+        url,
+        cwd=ROOT,
+        env=env,
+    )
     try:
         handle = await Queue(q, backend).add(tasks.add.call(2, 3))
         assert await handle.result(timeout=30) == 5
-        completed = (f'relaymq_jobs_completed_total{{queue="{q}",task="{tasks.add.name}"}} 1.0',
-                     f'relaymq_queue_jobs{{queue="{q}",state="completed"}} 1.0')  # fmt: skip
+        completed = (
+            f'relaymq_jobs_completed_total{{queue="{q}",task="{tasks.add.name}"}} 1.0',
+            f'relaymq_queue_jobs{{queue="{q}",state="completed"}} 1.0',
+        )
 
         async def served() -> bool:
             text = await asyncio.to_thread(scrape, port)
@@ -69,7 +80,17 @@ def test_a_taken_port_is_a_configuration_error(capsys: pytest.CaptureFixture[str
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code = main(["worker", "tests.tasks", "-q", queue_name(), "--metrics-port", str(port),
-                     "--backend", "memory://"])  # fmt: skip
+        code = main(
+            [
+                "worker",
+                "tests.tasks",
+                "-q",
+                queue_name(),
+                "--metrics-port",
+                str(port),
+                "--backend",
+                "memory://",
+            ]
+        )
     assert code == 2
     assert f"cannot serve metrics on port {port}" in capsys.readouterr().err

@@ -93,8 +93,9 @@ def noprio(tmp_path: Path) -> Iterator[str]:
             if delete:
                 await channel.queue_delete(name)
             else:
-                await channel.queue_declare(name, durable=True,
-                                            arguments={"x-expires": 15 * 60 * 1000})  # fmt: skip
+                await channel.queue_declare(
+                    name, durable=True, arguments={"x-expires": 15 * 60 * 1000}
+                )
         finally:
             await connection.close()
 

@@ -17,20 +17,56 @@ from tests.support.jobs import queue_name
 def test_add_list_pause_resume_run_now_remove(url: str, capsys: Capture) -> None:
     q = queue_name()
     b = ["--backend", url]
-    add = ["schedule", "add", "nightly", "-t", "tests.tasks:add", "--cron", "0 2 * * *",
-           "--tz", "Europe/Berlin", "--args", "[1, 2]", "-q", q, *b]  # fmt: skip
+    add = [
+        "schedule",
+        "add",
+        "nightly",
+        "-t",
+        "tests.tasks:add",
+        "--cron",
+        "0 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--args",
+        "[1, 2]",
+        "-q",
+        q,
+        *b,
+    ]
     added = cli_json(add, capsys)
     assert (added["changed"], added["cron"], added["tz"], added["queue"], added["args"]) == (
-        True, "0 2 * * *", "Europe/Berlin", q, [1, 2],
-    )  # fmt: skip
+        True,
+        "0 2 * * *",
+        "Europe/Berlin",
+        q,
+        [1, 2],
+    )
     assert added["next_at"].endswith(("T01:00:00Z", "T00:00:00Z"))  # 02:00 Berlin, CET or CEST
     assert cli_json(add, capsys)["changed"] is False  # the same again: its state stands
-    cli_json(["schedule", "add", "fast", "-t", "tests.tasks:add", "--every", "15m",
-              "--args", "[3, 4]", "--missed", "all", "-q", q, *b], capsys)  # fmt: skip
+    cli_json(
+        [
+            "schedule",
+            "add",
+            "fast",
+            "-t",
+            "tests.tasks:add",
+            "--every",
+            "15m",
+            "--args",
+            "[3, 4]",
+            "--missed",
+            "all",
+            "-q",
+            q,
+            *b,
+        ],
+        capsys,
+    )
     listed = cli_json(["schedule", "list", *b], capsys)
     assert [(s["id"], s["every"], s["missed"]) for s in listed] == [
-        ("fast", 900.0, "all"), ("nightly", None, "skip"),
-    ]  # fmt: skip
+        ("fast", 900.0, "all"),
+        ("nightly", None, "skip"),
+    ]
 
     assert cli_json(["schedule", "pause", "fast", *b], capsys) == {"id": "fast", "paused": True}
     assert main(["schedule", "list", *b]) == 0

@@ -67,8 +67,15 @@ def test_stats_shows_paused_queues(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def record_with_job_fields() -> logging.LogRecord:
-    record = logging.LogRecord("relaymq.worker", logging.WARNING, __file__, 1,
-                               "job %s failed: %s", ("j1", "boom " * 40), None)  # fmt: skip
+    record = logging.LogRecord(
+        "relaymq.worker",
+        logging.WARNING,
+        __file__,
+        1,
+        "job %s failed: %s",
+        ("j1", "boom " * 40),
+        None,
+    )
     record.queue, record.job_id, record.task, record.attempt = "q", "j1", "m:f", 2
     return record
 
@@ -84,8 +91,11 @@ def test_json_format_is_one_object_per_line() -> None:
     entry = orjson.loads(JSONFormatter().format(record_with_job_fields()))
     assert entry["level"] == "WARNING" and entry["logger"] == "relaymq.worker"
     assert (entry["queue"], entry["job_id"], entry["task"], entry["attempt"]) == (
-        "q", "j1", "m:f", 2,
-    )  # fmt: skip
+        "q",
+        "j1",
+        "m:f",
+        2,
+    )
     assert entry["message"].startswith("job j1 failed: boom")
 
 

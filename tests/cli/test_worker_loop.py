@@ -22,19 +22,34 @@ from tests.support.jobs import queue_name
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("choice", "runs_on"), [("auto", "uvloop"), ("uvloop", "uvloop"),
-                                                 ("asyncio", "asyncio")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("choice", "runs_on"), [("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")]
+)
 async def test_a_worker_process_runs_jobs_on_the_loop_chosen(
     tmp_path: Path, choice: str, runs_on: str
 ) -> None:
     url, q = f"sqlite:///{tmp_path}/loop.db", queue_name("loop")
     backend = await connect(url)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_LOOP": choice,
-           "RELAYMQ_LOG_LEVEL": "INFO"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RELAYMQ_LOOP": choice,
+        "RELAYMQ_LOG_LEVEL": "INFO",
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", q, "--backend", url,
-        cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "tests.tasks",
+        "-q",
+        q,
+        "--backend",
+        url,
+        cwd=ROOT,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         handle = await Queue(q, backend).add(tasks.add.call(2, 3))
         assert await handle.result(timeout=30) == 5

@@ -54,9 +54,19 @@ async def test_with_q_the_module_is_imported_its_tasks_schedules_and_limits_stor
     backend = await connect(url)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_LOG_LEVEL": "INFO"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "billing_tasks_28", "-q", q,
-        "--backend", url, cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "billing_tasks_28",
+        "-q",
+        q,
+        "--backend",
+        url,
+        cwd=tmp_path,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         charge: Task[[int], int] = Task(_charge, "billing.charge", Options(queue=q), False)
         handle = await Queue(q, backend).add(charge.call(21))
@@ -95,9 +105,12 @@ def test_with_q_the_module_is_imported_in_process(
     ids=["syntax", "raises", "missing-dependency"],
 )
 def test_a_module_that_does_not_import_is_one_line_exit_2(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    source: str, expected: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    expected: str,
+) -> None:
     (tmp_path / "broken_tasks_28.py").write_text(source)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))

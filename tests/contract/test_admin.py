@@ -42,8 +42,12 @@ async def test_counts_cover_every_state(backend: Backend, q: str) -> None:
         JobState.EXPIRED: 1,
         JobState.CANCELLED: 1,
     }
-    await backend.enqueue([new_job(q, "waits", depends_on=(new.id,))
-                           for new in (await backend.claim([q], "w", 1)).jobs])  # fmt: skip
+    await backend.enqueue(
+        [
+            new_job(q, "waits", depends_on=(new.id,))
+            for new in (await backend.claim([q], "w", 1)).jobs
+        ]
+    )
     assert (await backend.counts(q))[JobState.BLOCKED] == 1
     assert await backend.counts(q + "-empty") == {s: 0 for s in JobState}
 

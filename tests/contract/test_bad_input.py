@@ -106,8 +106,9 @@ async def test_non_string_ids_are_refused_and_reach_no_backend(backend: Backend,
             await queue.add(Call(tasks.add, (1, 2), {}, Options(queue=q, job_id=bad or 7)))
     jobs = await queue.get_jobs(["victim1", "victim2"])
     assert [(j.id, j.state) for j in jobs if j is not None] == [
-        ("victim1", JobState.WAITING), ("victim2", JobState.WAITING),
-    ]  # fmt: skip
+        ("victim1", JobState.WAITING),
+        ("victim2", JobState.WAITING),
+    ]
     assert await _counts(queue) == {JobState.WAITING: 2}
 
 

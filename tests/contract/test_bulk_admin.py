@@ -48,8 +48,11 @@ ALL = ["waiting", "delayed", "active", "completed", "failed", "expired", "cancel
 async def test_get_jobs_answers_in_the_order_asked(backend: Backend, q: str) -> None:
     await one_of_each(backend, q)
     assert await states(backend, q, ["failed", "missing", "waiting", "active"]) == [
-        JobState.FAILED, None, JobState.WAITING, JobState.ACTIVE,
-    ]  # fmt: skip
+        JobState.FAILED,
+        None,
+        JobState.WAITING,
+        JobState.ACTIVE,
+    ]
     assert await backend.get_jobs(q, []) == []
     assert await backend.get_jobs(q + "-none", ["waiting"]) == [None]
 
@@ -59,17 +62,24 @@ async def test_cancel_jobs_cancels_live_jobs_only(backend: Backend, q: str) -> N
     done = await backend.cancel_jobs(q, [*ALL, "missing"])
     assert done == [True, True, True, False, False, False, False, False]
     assert await states(backend, q, ALL) == [
-        JobState.CANCELLED, JobState.CANCELLED, JobState.CANCELLED, JobState.COMPLETED,
-        JobState.FAILED, JobState.EXPIRED, JobState.CANCELLED,
-    ]  # fmt: skip
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.EXPIRED,
+        JobState.CANCELLED,
+    ]
     # The active job's claim is lost; its worker hears that it was cancelled.
     [beat] = await backend.heartbeat([Beat(claimed["active"].claim)])
     assert (beat.held, beat.cancel_requested) == (False, True)
     assert not (await backend.settle([Settle(claimed["active"].claim, Outcome.COMPLETE)]))[0]
     counts = await backend.counts(q)
     assert (counts[JobState.CANCELLED], counts[JobState.WAITING], counts[JobState.ACTIVE]) == (
-        4, 0, 0,
-    )  # fmt: skip
+        4,
+        0,
+        0,
+    )
     assert await backend.cancel_jobs(q, []) == []
 
 
@@ -85,8 +95,10 @@ async def test_retry_jobs_replays_ended_jobs_in_the_order_given(
     assert all(j is not None and j.created_at == pytest.approx(replayed_at) for j in again)
     counts = await backend.counts(q)
     assert (counts[JobState.WAITING], counts[JobState.FAILED], counts[JobState.EXPIRED]) == (
-        4, 0, 0,
-    )  # fmt: skip
+        4,
+        0,
+        0,
+    )
     # They joined the back of the line, after the job that was already waiting, as asked.
     claimed = (await backend.claim([q], "w2", 4)).jobs
     assert [j.id for j in claimed] == ["waiting", "cancelled", "expired", "failed"]
@@ -96,11 +108,17 @@ async def test_retry_jobs_replays_ended_jobs_in_the_order_given(
 async def test_remove_jobs_deletes_in_any_state(backend: Backend, q: str) -> None:
     await one_of_each(backend, q)
     assert await backend.remove_jobs(q, ["missing", "active", "failed", "waiting"]) == [
-        False, True, True, True,
-    ]  # fmt: skip
+        False,
+        True,
+        True,
+        True,
+    ]
     assert await states(backend, q, ["active", "failed", "waiting", "delayed"]) == [
-        None, None, None, JobState.DELAYED,
-    ]  # fmt: skip
+        None,
+        None,
+        None,
+        JobState.DELAYED,
+    ]
     counts = await backend.counts(q)
     assert sum(counts.values()) == 4 and counts[JobState.ACTIVE] == 0
     assert await backend.remove_jobs(q, ["active"]) == [False]
@@ -139,8 +157,10 @@ async def test_queue_bulk_actions_select_by_state_task_age_and_ids(
     # Age: only the jobs that failed more than 50 s ago.
     assert await queue.retry_jobs(older_than=50, now=clock.now) == 2
     assert await states(backend, q, ["old1", "old2", "new1"]) == [
-        JobState.WAITING, JobState.WAITING, JobState.FAILED,
-    ]  # fmt: skip
+        JobState.WAITING,
+        JobState.WAITING,
+        JobState.FAILED,
+    ]
     # Task: only mod:y's job; then explicit ids narrowed by state.
     assert await queue.retry_jobs(task="mod:y", now=clock.now) == 1
     assert await queue.cancel_jobs(["old1", "new1", "missing"], state=JobState.WAITING) == 1
@@ -185,6 +205,8 @@ async def test_bulk_actions_announce_one_event_per_changed_job(backend: Backend,
     finally:
         await subscription.aclose()
     assert seen == [
-        (events.JOB_WAITING, "f1"), (events.JOB_WAITING, "f2"),
-        (events.JOB_CANCELLED, "f1"), (events.JOB_REMOVED, "f2"),
-    ]  # fmt: skip
+        (events.JOB_WAITING, "f1"),
+        (events.JOB_WAITING, "f2"),
+        (events.JOB_CANCELLED, "f1"),
+        (events.JOB_REMOVED, "f2"),
+    ]

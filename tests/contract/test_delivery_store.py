@@ -88,8 +88,7 @@ async def test_delivered_jobs_beyond_the_limits_are_kept(
 ) -> None:
     await backend.set_limits(q, Limits(max_active=2))
     await backend.enqueue([new_job(q, i) for i in "abcd"])
-    batch, stale = await store.claim_delivered(q, [("a", 0), ("gone", 0), ("b", 0),
-                                                     ("c", 0)], "w")  # fmt: skip
+    batch, stale = await store.claim_delivered(q, [("a", 0), ("gone", 0), ("b", 0), ("c", 0)], "w")
     assert [j.id for j in batch.jobs] == ["a", "b"]
     assert stale == ["gone"]  # "c" is in neither list: the caller keeps it
     assert batch.limited == {q: None}
@@ -102,8 +101,13 @@ async def test_delivered_jobs_of_a_key_that_used_its_window_are_kept(
     store: DeliveryStore, backend: Backend, q: str
 ) -> None:
     await backend.set_limits(q, Limits(key_rate=1, key_per=3600))
-    await backend.enqueue([new_job(q, "a1", limit_key="a"), new_job(q, "a2", limit_key="a"),
-                           new_job(q, "b1", limit_key="b")])  # fmt: skip
+    await backend.enqueue(
+        [
+            new_job(q, "a1", limit_key="a"),
+            new_job(q, "a2", limit_key="a"),
+            new_job(q, "b1", limit_key="b"),
+        ]
+    )
     batch, stale = await store.claim_delivered(q, [("a1", 0), ("a2", 0), ("b1", 0)], "w")
     assert [j.id for j in batch.jobs] == ["a1", "b1"]
     assert stale == [] and list(batch.limited) == [q]  # "a2" is kept by the caller

@@ -18,8 +18,13 @@ from tests.support.jobs import cancel, get_job, new_job, remove_job
 IGNORE, INCLUDE = DependencyPolicy.IGNORE, DependencyPolicy.INCLUDE
 
 
-def after(q: str, job_id: str, *deps: str, policy: DependencyPolicy = DependencyPolicy.FAIL,
-          **options: object) -> object:  # fmt: skip
+def after(
+    q: str,
+    job_id: str,
+    *deps: str,
+    policy: DependencyPolicy = DependencyPolicy.FAIL,
+    **options: object,
+) -> object:
     return new_job(q, job_id, depends_on=deps, on_dependency_failure=policy, **options)
 
 
@@ -72,10 +77,15 @@ async def test_a_chain_in_one_batch_runs_in_order(
 async def test_a_dependency_that_fails_fails_its_dependents_down_the_chain(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:
-    await backend.enqueue([
-        new_job(q, "a"), after(q, "b", "a"), after(q, "c", "b"),  # FAIL, the default
-        after(q, "d", "a", policy=IGNORE), after(q, "e", "c", policy=INCLUDE),
-    ])  # type: ignore[list-item]  # fmt: skip
+    await backend.enqueue(
+        [
+            new_job(q, "a"),
+            after(q, "b", "a"),
+            after(q, "c", "b"),  # FAIL, the default
+            after(q, "d", "a", policy=IGNORE),
+            after(q, "e", "c", policy=INCLUDE),
+        ]
+    )  # type: ignore[list-item]
     [a] = await claim_exactly(backend, q, 1)
     await done(backend, a, Outcome.FAIL)
     for job_id, dep in (("b", "a"), ("c", "b")):
@@ -89,10 +99,15 @@ async def test_a_dependency_that_fails_fails_its_dependents_down_the_chain(
 async def test_cancelling_or_removing_a_dependency_counts_as_its_end(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:
-    await backend.enqueue([
-        new_job(q, "a"), new_job(q, "b"), new_job(q, "c"),
-        after(q, "x", "a"), after(q, "y", "b", "c", policy=INCLUDE),
-    ])  # type: ignore[list-item]  # fmt: skip
+    await backend.enqueue(
+        [
+            new_job(q, "a"),
+            new_job(q, "b"),
+            new_job(q, "c"),
+            after(q, "x", "a"),
+            after(q, "y", "b", "c", policy=INCLUDE),
+        ]
+    )  # type: ignore[list-item]
     assert await remove_job(backend, q, "a")
     x = await get_job(backend, q, "x")
     assert x is not None and (x.state, x.error) == (JobState.FAILED, "dependency a ended removed")
@@ -112,10 +127,15 @@ async def test_dependencies_that_ended_before_the_enqueue(backend: Backend, q: s
     claimed = {j.id: j for j in await claim_exactly(backend, q, 2)}
     await done(backend, claimed["ok"])
     await done(backend, claimed["bad"], Outcome.FAIL)
-    await backend.enqueue([
-        after(q, "j1", "ok"), after(q, "j2", "ok", "bad"), after(q, "j3", "bad", policy=IGNORE),
-        after(q, "j4", "gone", policy=INCLUDE), after(q, "j5", "gone"),
-    ])  # type: ignore[list-item]  # fmt: skip
+    await backend.enqueue(
+        [
+            after(q, "j1", "ok"),
+            after(q, "j2", "ok", "bad"),
+            after(q, "j3", "bad", policy=IGNORE),
+            after(q, "j4", "gone", policy=INCLUDE),
+            after(q, "j5", "gone"),
+        ]
+    )  # type: ignore[list-item]
     j2 = await get_job(backend, q, "j2")
     assert j2 is not None and j2.state is JobState.FAILED
     assert j2.error == "dependency bad ended failed"
@@ -126,8 +146,9 @@ async def test_dependencies_that_ended_before_the_enqueue(backend: Backend, q: s
 async def test_a_stalled_dependency_is_recovered_and_still_releases(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:
-    await backend.enqueue([new_job(q, "a"), after(q, "b", "a"), new_job(q, "s"),
-                           after(q, "t", "s")])  # type: ignore[list-item]  # fmt: skip
+    await backend.enqueue(
+        [new_job(q, "a"), after(q, "b", "a"), new_job(q, "s"), after(q, "t", "s")]
+    )  # type: ignore[list-item]
     await claim_exactly(backend, q, 2)
     clock.advance(60)
     found = await backend.recover_stalled(q, 30, max_stalled=1)  # both run again

@@ -32,8 +32,11 @@ async def test_each_enqueue_is_announced_as_waiting_delayed_or_deduplicated(
         batch = [new_job(q, "a"), new_job(q, "b", delay=60), new_job(q, "old"), new_job(q, "a")]
         answers = await producer.enqueue_announced(batch, at=1_700_000_000.25)
         assert [(a.id, a.duplicate) for a in answers] == [
-            ("a", False), ("b", False), ("old", True), ("a", True)
-        ]  # fmt: skip
+            ("a", False),
+            ("b", False),
+            ("old", True),
+            ("a", True),
+        ]
         got = [await asyncio.wait_for(anext(sub), 10) for _ in range(4)]
     finally:
         await sub.aclose()

@@ -16,8 +16,9 @@ NOW = 29_000_000  # a minute in 2025: the tests choose their minutes, not the cl
 
 
 async def test_tallies_add_up_per_minute_and_read_back_in_order(backend: Backend, q: str) -> None:
-    await backend.add_tallies([Tally(q, NOW + 1, completed=2), Tally(q, NOW, retried=1),
-                               Tally(q, NOW + 1, failed=1)])  # fmt: skip
+    await backend.add_tallies(
+        [Tally(q, NOW + 1, completed=2), Tally(q, NOW, retried=1), Tally(q, NOW + 1, failed=1)]
+    )
     await backend.add_tallies([Tally(q, NOW, completed=5), Tally(q, NOW + 3, completed=1)])
     assert await backend.tallies(q, NOW) == [
         Tally(q, NOW, completed=5, retried=1),
@@ -50,10 +51,14 @@ async def test_concurrent_adds_from_two_handles_lose_nothing(
 async def test_pruning_forgets_old_minutes_of_every_queue(backend: Backend, q: str) -> None:
     other = q + "-other"
     old, kept = NOW - 3 * DAY, NOW
-    await backend.add_tallies([
-        Tally(q, old, completed=1), Tally(other, old, completed=1), Tally(q, kept, completed=2),
-        Tally(other, kept + 1, failed=1),
-    ])  # fmt: skip
+    await backend.add_tallies(
+        [
+            Tally(q, old, completed=1),
+            Tally(other, old, completed=1),
+            Tally(q, kept, completed=2),
+            Tally(other, kept + 1, failed=1),
+        ]
+    )
     await backend.prune_tallies(NOW - DAY)  # keeps the minutes from NOW - DAY on (at least)
     assert await backend.tallies(q, 0) == [Tally(q, kept, completed=2)]
     assert await backend.tallies(other, 0) == [Tally(other, kept + 1, failed=1)]

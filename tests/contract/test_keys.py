@@ -81,14 +81,24 @@ async def test_keys_apply_in_batch_order_per_queue_after_the_job_id(
     backend: Backend, q: str
 ) -> None:
     other = q + "-other"
-    answers = await backend.enqueue([
-        throttled(q, "a"), throttled(q, "b"), throttled(other, "a"), throttled(q, "c", key="k2"),
-        debounced(q, "d", key="k3"), debounced(q, "e", key="k3"),
-    ])  # type: ignore[list-item]  # fmt: skip
+    answers = await backend.enqueue(
+        [
+            throttled(q, "a"),
+            throttled(q, "b"),
+            throttled(other, "a"),
+            throttled(q, "c", key="k2"),
+            debounced(q, "d", key="k3"),
+            debounced(q, "e", key="k3"),
+        ]
+    )  # type: ignore[list-item]
     assert answers == [
-        Enqueued("a"), Enqueued("a", duplicate=True), Enqueued("a"), Enqueued("c"),
-        Enqueued("d"), Enqueued("e", replaced="d"),
-    ]  # fmt: skip
+        Enqueued("a"),
+        Enqueued("a", duplicate=True),
+        Enqueued("a"),
+        Enqueued("c"),
+        Enqueued("d"),
+        Enqueued("e", replaced="d"),
+    ]
     # A repeated job id is a duplicate first: it replaces nothing and takes no key.
     assert await backend.enqueue([debounced(q, "e", key="k3")]) == [  # type: ignore[list-item]
         Enqueued("e", duplicate=True)
@@ -113,16 +123,21 @@ async def test_obliterate_forgets_the_keys(backend: Backend, q: str) -> None:
     await backend.enqueue([throttled(q, "a"), debounced(q, "b", key="d")])  # type: ignore[list-item]
     await backend.obliterate(q)
     assert await backend.enqueue([throttled(q, "c"), debounced(q, "e", key="d")]) == [  # type: ignore[list-item]
-        Enqueued("c"), Enqueued("e"),
-    ]  # fmt: skip
+        Enqueued("c"),
+        Enqueued("e"),
+    ]
 
 
 async def test_pruning_forgets_only_keys_that_hold_nothing(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:
-    await backend.enqueue([throttled(q, "a", window=10, key="done"),   # type: ignore[list-item]
-                           throttled(q, "b", window=10, key="waits"),
-                           debounced(q, "c", delay=500, key="later")])  # fmt: skip
+    await backend.enqueue(
+        [
+            throttled(q, "a", window=10, key="done"),  # type: ignore[list-item]
+            throttled(q, "b", window=10, key="waits"),
+            debounced(q, "c", delay=500, key="later"),
+        ]
+    )
     claimed = {j.id: j for j in await claim_exactly(backend, q, 2)}  # a and b: c is delayed
     await backend.settle([Settle(claimed["a"].claim, Outcome.COMPLETE, result=b"1")])
     assert await backend.prune_keys(q, 60) == 0  # every window is open or ended too lately

@@ -107,8 +107,9 @@ async def test_rate_counts_starts_per_window(backend: Backend, clock: FakeClock,
 async def test_limits_hold_back_only_their_own_queue(backend: Backend, q: str) -> None:
     free = q + "-free"
     await backend.set_limits(q, Limits(max_active=1))
-    await backend.enqueue([new_job(q, "l1"), new_job(q, "l2"), new_job(free, "f1"),
-                           new_job(free, "f2")])  # fmt: skip
+    await backend.enqueue(
+        [new_job(q, "l1"), new_job(q, "l2"), new_job(free, "f1"), new_job(free, "f2")]
+    )
     got: list[Job] = []
     limited: dict[str, float | None] = {}
     async with asyncio.timeout(10):
@@ -196,8 +197,10 @@ async def test_a_key_rate_holds_over_concurrent_claims_of_many_processes(
 ) -> None:
     handles = [await make_backend() for _ in range(3)]
     await handles[0].set_limits(q, Limits(key_rate=3, key_per=3600))
-    await handles[0].enqueue([new_job(q, f"k{i}", limit_key="k") for i in range(12)]
-                             + [new_job(q, f"m{i}", limit_key="m") for i in range(4)])  # fmt: skip
+    await handles[0].enqueue(
+        [new_job(q, f"k{i}", limit_key="k") for i in range(12)]
+        + [new_job(q, f"m{i}", limit_key="m") for i in range(4)]
+    )
     taken: list[Job] = []
     async with asyncio.timeout(10):
         while len(taken) < 6:

@@ -88,8 +88,10 @@ async def test_a_retry_without_delay_is_claimed_by_the_claim_batched_with_it(
     assert (r.id, a.id) == ("R", "A")
     answer = await backend.settle_and_claim(
         [Settle(r.claim, Outcome.RETRY, error="boom"), Settle(a.claim, Outcome.COMPLETE)],
-        [q], "w", 1,
-    )  # fmt: skip
+        [q],
+        "w",
+        1,
+    )
     assert answer.applied == [True, True] and answer.batch is not None
     [again] = await the_rest(backend, q, answer.batch.jobs, 1)
     assert (again.id, again.attempts) == ("R", 2)

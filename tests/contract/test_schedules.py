@@ -41,8 +41,9 @@ async def test_saving_creates_and_an_unchanged_spec_keeps_its_state(
     assert await store.save(backend, a) is True
     assert await store.save(backend, StoredSchedule(f"{sid}-b", b'{"v":2}', 5, True)) is True
     assert mine(await store.load(backend), sid) == [
-        a, StoredSchedule(f"{sid}-b", b'{"v":2}', 5, True),
-    ]  # fmt: skip
+        a,
+        StoredSchedule(f"{sid}-b", b'{"v":2}', 5, True),
+    ]
     assert await store.advance(backend, a.id, 1000, 2000) is True
     assert await store.pause(backend, a.id, True) is True
     # The same spec again (a worker restarting): the stored tick and pause stand.
@@ -110,8 +111,9 @@ async def test_three_schedulers_fire_each_tick_once_and_survive_the_leaders_end(
     clock.now = 1_800_000_030.0  # half a minute past a minute
     handles = [await make_backend(clock) for _ in range(3)]
     lease = f"scheduler-{sid}"
-    schedulers = [Scheduler(h, f"s{i}", clock=clock, lease=lease, lease_ttl=10)
-                  for i, h in enumerate(handles)]  # fmt: skip
+    schedulers = [
+        Scheduler(h, f"s{i}", clock=clock, lease=lease, lease_ttl=10) for i, h in enumerate(handles)
+    ]
     await Schedules(handles[0], clock=clock).add(every_minute(sid, q))
     fired: list[str] = []
     for _ in range(3):  # three minutes, each with a pass of every scheduler at once

@@ -30,8 +30,10 @@ async def test_a_traceparent_round_trips_through_every_read(
     assert delayed.traceparent == OTHER
 
     claimed = {j.id: j for j in (await backend.claim([q], "w", 10)).jobs}
-    assert {i: j.traceparent for i, j in claimed.items()} == {traced.id: TRACEPARENT,
-                                                              plain.id: None}  # fmt: skip
+    assert {i: j.traceparent for i, j in claimed.items()} == {
+        traced.id: TRACEPARENT,
+        plain.id: None,
+    }
     # a retry keeps it: every attempt joins the same trace
     await backend.settle([Settle(claimed[traced.id].claim, Outcome.RETRY, error="x")])
     clock.advance(6)

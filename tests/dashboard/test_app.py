@@ -66,7 +66,9 @@ async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
     assert ids[0] in first and ids[1] in first and ids[2] not in first and "next page" in first
     assert ids[4] in third and ids[3] not in third and "next page" not in third
     assert (found.status_code, found.headers["location"]) == (
-        303, f"http://dash/queues/{q.name}/jobs/{ids[3]}")  # fmt: skip
+        303,
+        f"http://dash/queues/{q.name}/jobs/{ids[3]}",
+    )
     assert "No job with id nope" in missing
     assert ids[0] in by_task and ids[0] not in other_task and "No waiting jobs" in other_task
     assert "Limits" not in first
@@ -115,11 +117,14 @@ async def test_bulk_retry_of_ticked_jobs_and_of_every_job_in_a_state(
     async with client(memory) as c:
         token = await csrf(c, f"/queues/{q.name}?state=failed")
         back = f"/queues/{q.name}?state=failed"
-        one = await c.post(f"/queues/{q.name}/jobs", data={
-            "csrf": token, "action": "retry", "ids": [jobs[0].id], "back": back})  # fmt: skip
-        rest = await c.post(f"/queues/{q.name}/jobs", data={
-            "csrf": token, "action": "retry", "every": "1", "state": "failed",
-            "back": back})  # fmt: skip
+        one = await c.post(
+            f"/queues/{q.name}/jobs",
+            data={"csrf": token, "action": "retry", "ids": [jobs[0].id], "back": back},
+        )
+        rest = await c.post(
+            f"/queues/{q.name}/jobs",
+            data={"csrf": token, "action": "retry", "every": "1", "state": "failed", "back": back},
+        )
     assert one.status_code == 303 and "1+job+retried" in one.headers["location"]
     assert "2+jobs+retried" in rest.headers["location"]
     assert (await q.counts())[JobState.WAITING] == 3
@@ -148,10 +153,13 @@ async def test_the_dlq_page_replays_and_purges(memory: InMemoryBackend) -> None:
     async with client(memory) as c:
         page = (await c.get("/dlq")).text
         token = await csrf(c, "/dlq")
-        replay = await c.post("/dlq/actions", data={
-            "csrf": token, "queue": q.name, "action": "replay", "ids": [jobs[0].id]})  # fmt: skip
-        purge = await c.post("/dlq/actions", data={
-            "csrf": token, "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+        replay = await c.post(
+            "/dlq/actions",
+            data={"csrf": token, "queue": q.name, "action": "replay", "ids": [jobs[0].id]},
+        )
+        purge = await c.post(
+            "/dlq/actions", data={"csrf": token, "queue": q.name, "action": "purge", "every": "1"}
+        )
     assert all(j.id in page for j in jobs) and "ValueError: card declined" in page
     assert "1+job+of" in replay.headers["location"] and "replayed" in replay.headers["location"]
     assert "2+jobs+of" in purge.headers["location"]
@@ -164,10 +172,12 @@ async def test_a_post_without_the_csrf_value_changes_nothing(memory: InMemoryBac
     jobs = await failed(q, 1)
     async with client(memory) as c:
         await csrf(c, "/dlq")  # the browser has the cookie; a forged form lacks the value
-        forged = await c.post("/dlq/actions", data={
-            "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
-        wrong = await c.post("/dlq/actions", data={
-            "csrf": "guess", "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+        forged = await c.post(
+            "/dlq/actions", data={"queue": q.name, "action": "purge", "every": "1"}
+        )
+        wrong = await c.post(
+            "/dlq/actions", data={"csrf": "guess", "queue": q.name, "action": "purge", "every": "1"}
+        )
     assert forged.status_code == wrong.status_code == 403
     assert (await q.get_job(jobs[0].id)) is not None
 
@@ -183,13 +193,15 @@ async def test_with_a_token_nothing_is_readable_or_writable_without_signing_in(
         for path in ("/events", "/metrics"):
             assert (await c.get(path)).status_code == 401
         token = await csrf(c, "/login")
-        post = await c.post("/dlq/actions", data={
-            "csrf": token, "queue": q.name, "action": "purge", "every": "1"})  # fmt: skip
+        post = await c.post(
+            "/dlq/actions", data={"csrf": token, "queue": q.name, "action": "purge", "every": "1"}
+        )
         assert post.status_code == 401 and await q.get_job(jobs[0].id) is not None
         wrong = await c.post("/login", data={"csrf": token, "secret": "guess", "next": "/"})
         assert wrong.status_code == 401 and "not the dashboard" in wrong.text
-        signed = await c.post("/login", data={
-            "csrf": token, "secret": "s3cret", "next": f"/queues/{q.name}"})  # fmt: skip
+        signed = await c.post(
+            "/login", data={"csrf": token, "secret": "s3cret", "next": f"/queues/{q.name}"}
+        )
         assert signed.headers["location"] == f"/queues/{q.name}"
         assert (await c.get(f"/queues/{q.name}")).status_code == 200
         await c.post("/logout", data={"csrf": token})
@@ -204,8 +216,9 @@ async def test_a_password_signs_in_but_is_no_bearer_token(memory: InMemoryBacken
     async with client(memory, password="pw") as c:
         assert (await c.get("/", headers={"Authorization": "Bearer pw"})).status_code == 303
         token = await csrf(c, "/login")
-        offsite = await c.post("/login", data={"csrf": token, "secret": "pw",
-                                                "next": "//evil.example/"})  # fmt: skip
+        offsite = await c.post(
+            "/login", data={"csrf": token, "secret": "pw", "next": "//evil.example/"}
+        )
         assert offsite.headers["location"] == "http://dash/"  # never redirected off the site
         assert (await c.get("/")).status_code == 200
 
@@ -216,8 +229,7 @@ def test_serving_beyond_loopback_needs_a_secret() -> None:
     assert exposure_problem("localhost", Access()) is None
     assert "not a loopback address" in (exposure_problem("0.0.0.0", Access()) or "")
     assert exposure_problem("0.0.0.0", Access(password="pw")) is None
-    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://", "--host",
-                                       "0.0.0.0"])  # fmt: skip
+    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://", "--host", "0.0.0.0"])
     assert result.exit_code == 2 and "not a loopback address" in result.output
 
 
@@ -265,17 +277,27 @@ async def test_mounted_under_a_path_its_links_and_actions_stay_under_it(
         assert 'src="http://site/ops/relaymq/static/dashboard.js"' in page
         assert (await c.get("/ops/relaymq/static/dashboard.js")).status_code == 200
         token = await csrf(c, "/ops/relaymq/dlq")
-        replay = await c.post("/ops/relaymq/dlq/actions", data={
-            "csrf": token, "queue": q.name, "action": "replay", "every": "1",
-            "back": "/ops/relaymq/dlq"})  # fmt: skip
+        replay = await c.post(
+            "/ops/relaymq/dlq/actions",
+            data={
+                "csrf": token,
+                "queue": q.name,
+                "action": "replay",
+                "every": "1",
+                "back": "/ops/relaymq/dlq",
+            },
+        )
     assert replay.headers["location"].startswith("/ops/relaymq/dlq?done=1+job")
 
 
 @pytest.mark.parametrize(
     ("path", "says"),
-    [("/queues/bad%20name!", "queue name"), ("/queues/q?state=bogus", "bogus"),
-     ("/queues/q?page=abc", "abc")],
-)  # fmt: skip
+    [
+        ("/queues/bad%20name!", "queue name"),
+        ("/queues/q?state=bogus", "bogus"),
+        ("/queues/q?page=abc", "abc"),
+    ],
+)
 async def test_bad_input_in_a_url_is_a_clear_400(
     memory: InMemoryBackend, path: str, says: str
 ) -> None:
@@ -314,8 +336,9 @@ async def test_a_backend_that_goes_away_is_a_503_and_it_serves_again_when_back(
 async def test_the_schedules_page_lists_and_acts_on_schedules(memory: InMemoryBackend) -> None:
     q = queue_name()
     book = Schedules(memory)
-    await book.add(define(add, id=f"{q}-nightly", cron="0 2 * * *", tz="Europe/Berlin",
-                          args=(1, 2), queue=q))  # fmt: skip
+    await book.add(
+        define(add, id=f"{q}-nightly", cron="0 2 * * *", tz="Europe/Berlin", args=(1, 2), queue=q)
+    )
     sid = f"{q}-nightly"
     async with client(memory) as c:
         page = (await c.get("/schedules")).text
@@ -336,15 +359,28 @@ async def test_the_schedules_page_lists_and_acts_on_schedules(memory: InMemoryBa
         assert (await Queue(q, memory).counts())[JobState.WAITING] == 1
         assert "no+schedule" in await act("pause", "nope")
         await act("remove")
-        refused = await c.post("/schedules/actions", data={
-            "csrf": token, "id": sid, "action": "explode"})  # fmt: skip
+        refused = await c.post(
+            "/schedules/actions", data={"csrf": token, "id": sid, "action": "explode"}
+        )
     assert sid in page and "cron 0 2 * * * Europe/Berlin" in page and "[1,2]" in page
     assert await book.list() == []
     assert refused.status_code == 400 and "unknown action" in refused.text
 
 
-AWKWARD_IDS = ["reports/2024", "reports/daily@2026-12-05T02:30:00+00:00", "50%off", "what?now",
-               "a#b", "with space", "ünï/cødé", "a/../b", "..", ".", "/lead", "trail/"]  # fmt: skip
+AWKWARD_IDS = [
+    "reports/2024",
+    "reports/daily@2026-12-05T02:30:00+00:00",
+    "50%off",
+    "what?now",
+    "a#b",
+    "with space",
+    "ünï/cødé",
+    "a/../b",
+    "..",
+    ".",
+    "/lead",
+    "trail/",
+]
 
 
 async def test_every_id_the_api_accepts_has_a_working_page_and_link(backend: Backend) -> None:
@@ -368,12 +404,14 @@ async def test_every_id_the_api_accepts_has_a_working_page_and_link(backend: Bac
             assert f'data-job="{html.escape(job_id)}"' in page.text, job_id
             found = await c.get(f"/queues/{q.name}", params={"id": job_id})
             assert (await c.get(found.headers["location"])).status_code == 200, job_id
-            action = re.search(r'<form method="post" action="([^"]+)"', page.text.split(
-                'id="job-details"')[1])  # fmt: skip
+            action = re.search(
+                r'<form method="post" action="([^"]+)"', page.text.split('id="job-details"')[1]
+            )
             assert action, job_id
             token = c.cookies["relaymq_csrf"]
-            retried = await c.post(html.unescape(action.group(1)),
-                                   data={"csrf": token, "action": "retry"})  # fmt: skip
+            retried = await c.post(
+                html.unescape(action.group(1)), data={"csrf": token, "action": "retry"}
+            )
             assert retried.status_code == 303, (job_id, retried.text)
             assert (await c.get(retried.headers["location"])).status_code == 200, job_id
             job = await q.get_job(job_id)
@@ -406,22 +444,30 @@ async def test_a_job_page_offers_only_the_actions_that_apply_and_says_why_not(
     await memory.settle([Settle(claimed.claim, Outcome.COMPLETE, result=b"2")])
     async with client(memory) as c:
         ids = {"failed": dead.id, "waiting": live, "completed": done.id}
-        pages = {name: (await c.get(f"/queues/{q.name}/jobs/{i}")).text
-                 for name, i in ids.items()}  # fmt: skip
+        pages = {name: (await c.get(f"/queues/{q.name}/jobs/{i}")).text for name, i in ids.items()}
         token = c.cookies["relaymq_csrf"]
-        refused = await c.post(f"/queues/{q.name}/jobs/{done.id}",
-                               data={"csrf": token, "action": "retry"})  # fmt: skip
+        refused = await c.post(
+            f"/queues/{q.name}/jobs/{done.id}", data={"csrf": token, "action": "retry"}
+        )
         said = (await c.get(refused.headers["location"])).text
         failed_tab = (await c.get(f"/queues/{q.name}?state=failed")).text
         waiting_tab = (await c.get(f"/queues/{q.name}?state=waiting")).text
-    buttons = {name: re.findall(r'<button name="action" value="(\w+)"', page)
-               for name, page in pages.items()}  # fmt: skip
-    assert buttons == {"failed": ["retry", "remove"], "waiting": ["cancel", "remove"],
-                       "completed": ["remove"]}  # fmt: skip
-    assert (f"job {done.id} is completed: only failed, expired or cancelled jobs can be "
-            "retried") in html.unescape(said)  # fmt: skip
-    bulk = {tab: re.findall(r'<button name="action" value="(\w+)"', page.split('id="jobs"')[1])
-            for tab, page in (("failed", failed_tab), ("waiting", waiting_tab))}  # fmt: skip
+    buttons = {
+        name: re.findall(r'<button name="action" value="(\w+)"', page)
+        for name, page in pages.items()
+    }
+    assert buttons == {
+        "failed": ["retry", "remove"],
+        "waiting": ["cancel", "remove"],
+        "completed": ["remove"],
+    }
+    assert (
+        f"job {done.id} is completed: only failed, expired or cancelled jobs can be retried"
+    ) in html.unescape(said)
+    bulk = {
+        tab: re.findall(r'<button name="action" value="(\w+)"', page.split('id="jobs"')[1])
+        for tab, page in (("failed", failed_tab), ("waiting", waiting_tab))
+    }
     assert bulk == {"failed": ["retry", "remove"], "waiting": ["cancel", "remove"]}
 
 
@@ -446,9 +492,17 @@ async def test_task_search_matches_a_part_of_the_task_name(backend: Backend) -> 
         whole = (await c.get(f"/queues/{q.name}", params={"task": "tests.tasks:add"})).text
         none = (await c.get(f"/queues/{q.name}", params={"task": "charge"})).text
         token = c.cookies["relaymq_csrf"]
-        cancelled = await c.post(f"/queues/{q.name}/jobs", data={
-            "csrf": token, "action": "cancel", "every": "1", "state": "waiting", "task": "ks:ad",
-            "back": f"/queues/{q.name}"})  # fmt: skip
+        cancelled = await c.post(
+            f"/queues/{q.name}/jobs",
+            data={
+                "csrf": token,
+                "action": "cancel",
+                "every": "1",
+                "state": "waiting",
+                "task": "ks:ad",
+                "back": f"/queues/{q.name}",
+            },
+        )
     assert all(i in part and i in whole for i in ids)
     assert not any(i in none for i in ids) and "No waiting jobs" in none
     assert "3+jobs+cancelled" in cancelled.headers["location"]

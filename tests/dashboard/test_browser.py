@@ -34,8 +34,9 @@ from tests.support.waiting import poll_until
 from tests.tasks import add, with_context
 
 CHROMIUM = os.environ.get("RELAYMQ_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = Path(os.environ.get("RELAYMQ_SCREENSHOTS",
-                                  Path(__file__).parents[2] / ".screenshots"))  # fmt: skip
+SCREENSHOTS = Path(
+    os.environ.get("RELAYMQ_SCREENSHOTS", Path(__file__).parents[2] / ".screenshots")
+)
 WITHIN = 10_000
 """Milliseconds a page gets to show what the test waits for."""
 
@@ -111,8 +112,10 @@ async def page() -> AsyncIterator[object]:
             tab = await context.new_page()
             tab.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
             refused: list[str] = []  # what the Content-Security-Policy blocked, if anything
-            tab.on("console", lambda m: refused.append(m.text)
-                   if "Content Security Policy" in m.text else None)  # fmt: skip
+            tab.on(
+                "console",
+                lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None,
+            )
             yield tab
             assert refused == [], "the page broke its own Content-Security-Policy"
         finally:
@@ -136,9 +139,14 @@ async def test_the_overview_loads_and_a_count_changes_live(served: Served, page:
     q = Queue(queue_name("emails"), served.backend)
     await waiting(q, 1)
     now = int(time.time() // 60)  # an hour of history, for the charts in the screenshot
-    await served.backend.add_tallies([Tally(q.name, now - i, completed=20 + i % 7 * 5,
-                                            retried=i % 11 == 0, failed=i % 13 == 0)
-                                      for i in range(0, 600, 3)])  # fmt: skip
+    await served.backend.add_tallies(
+        [
+            Tally(
+                q.name, now - i, completed=20 + i % 7 * 5, retried=i % 11 == 0, failed=i % 13 == 0
+            )
+            for i in range(0, 600, 3)
+        ]
+    )
     p: object = page
     await p.goto(served.url + "/")  # type: ignore[attr-defined]
     cell = p.locator(f'[data-count="{q.name}:waiting"]')  # type: ignore[attr-defined]
@@ -235,8 +243,11 @@ async def test_a_schedule_is_paused_and_run_from_the_schedules_page(
 
     q = queue_name("reports")
     book = Schedules(served.backend)
-    await book.add(define(add, id="nightly-report", cron="30 2 * * *", tz="Europe/Berlin",
-                          args=(1, 2), queue=q))  # fmt: skip
+    await book.add(
+        define(
+            add, id="nightly-report", cron="30 2 * * *", tz="Europe/Berlin", args=(1, 2), queue=q
+        )
+    )
     p: object = page
     await p.goto(served.url + "/schedules")  # type: ignore[attr-defined]
     await expect(p.get_by_text("cron 30 2 * * * Europe/Berlin")).to_be_visible()  # type: ignore[attr-defined]

@@ -22,16 +22,22 @@ from tests.support.jobs import queue_name
 async def messages(stream: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """The named events of an SSE stream, decoded (comments and the retry line skipped)."""
     async for chunk in stream:
-        lines = dict(line.split(": ", 1) for line in chunk.decode().strip().splitlines()
-                     if ": " in line and not line.startswith(":"))  # fmt: skip
+        lines = dict(
+            line.split(": ", 1)
+            for line in chunk.decode().strip().splitlines()
+            if ": " in line and not line.startswith(":")
+        )
         if "event" in lines:
             yield lines["event"], orjson.loads(lines["data"])
 
 
 async def next_matching(
-    stream: AsyncIterator[tuple[str, dict[str, Any]]], kind: str, what: str,
-    waiting: int | None = None, **fields: object,
-) -> dict[str, Any]:  # fmt: skip
+    stream: AsyncIterator[tuple[str, dict[str, Any]]],
+    kind: str,
+    what: str,
+    waiting: int | None = None,
+    **fields: object,
+) -> dict[str, Any]:
     """The next ``kind`` message whose fields are ``fields`` (and, given ``waiting``, whose
     counts say that many jobs wait)."""
     async with asyncio.timeout(10):  # the message `what` reaching the browser
@@ -70,8 +76,9 @@ async def test_a_jobs_events_go_to_the_pages_following_it(backend: Backend, hub:
     elsewhere = messages(hub.stream((q.name, other)))
     # By name: on Redis Cluster the job:waiting of the enqueue above may still be on its way
     # between nodes when the hub subscribes, and then it reaches the page first.
-    pending = asyncio.create_task(next_matching(on_page, "job", "the cancel", job_id=followed,
-                                                name="job:cancelled"))  # fmt: skip
+    pending = asyncio.create_task(
+        next_matching(on_page, "job", "the cancel", job_id=followed, name="job:cancelled")
+    )
     leaked = asyncio.create_task(next_matching(elsewhere, "job", "nothing", job_id=followed))
     async with asyncio.timeout(10):
         await hub.ready.wait()
@@ -86,8 +93,10 @@ async def test_a_jobs_events_go_to_the_pages_following_it(backend: Backend, hub:
 async def test_many_browsers_share_one_reading_of_the_counts(backend: Backend, hub: Hub) -> None:
     q = Queue(queue_name(), backend)
     streams = [messages(hub.stream()) for _ in range(10)]
-    seen = [asyncio.create_task(next_matching(s, "counts", "all thirty", 30, queue=q.name))
-            for s in streams]  # fmt: skip
+    seen = [
+        asyncio.create_task(next_matching(s, "counts", "all thirty", 30, queue=q.name))
+        for s in streams
+    ]
     async with asyncio.timeout(10):
         await hub.ready.wait()
     began = time.monotonic()

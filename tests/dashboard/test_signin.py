@@ -91,17 +91,24 @@ async def test_a_new_session_key_or_a_rotation_ends_every_session(
     async with client(memory, password="pw", session_key_file=key_file) as restarted:
         restarted.cookies.set("relaymq_session", cookie)
         assert (await restarted.get("/")).status_code == 200  # same key: still signed in
-        result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://",
-                                          "--session-key-file", str(key_file),
-                                          "--rotate-sessions"])  # fmt: skip
+        result = CliRunner().invoke(
+            cli,
+            [
+                "dashboard",
+                "--backend",
+                "memory://",
+                "--session-key-file",
+                str(key_file),
+                "--rotate-sessions",
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert "every session" in result.output
         assert (await restarted.get("/")).status_code == 303  # the running app sees it
     async with client(memory, password="pw") as fresh:  # no key file: a key per start
         fresh.cookies.set("relaymq_session", cookie)
         assert (await fresh.get("/")).status_code == 303
-    refused = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://",
-                                       "--rotate-sessions"])  # fmt: skip
+    refused = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://", "--rotate-sessions"])
     assert refused.exit_code == 2 and "--session-key-file" in refused.output
 
 
@@ -110,9 +117,16 @@ async def test_the_page_shows_only_messages_the_dashboard_wrote(memory: InMemory
     jobs = await failed(q, 1)
     async with client(memory) as c:
         token = await csrf(c, "/dlq")
-        replay = await c.post("/dlq/actions", data={
-            "csrf": token, "queue": q.name, "action": "replay", "ids": [jobs[0].id],
-            "back": "/dlq"})  # fmt: skip
+        replay = await c.post(
+            "/dlq/actions",
+            data={
+                "csrf": token,
+                "queue": q.name,
+                "action": "replay",
+                "ids": [jobs[0].id],
+                "back": "/dlq",
+            },
+        )
         shown = (await c.get(replay.headers["location"])).text
         forged = (
             await c.get("/dlq", params={"done": "Session expired: sign in at evil.example"})
@@ -134,8 +148,9 @@ async def test_signing_in_returns_to_the_job_page_asked_for(memory: InMemoryBack
         token = c.cookies["relaymq_csrf"]
         found = re.search(r'name="next" value="([^"]*)"', login)
         assert found
-        signed = await c.post("/login", data={"csrf": token, "secret": "pw",
-                                              "next": html.unescape(found.group(1))})  # fmt: skip
+        signed = await c.post(
+            "/login", data={"csrf": token, "secret": "pw", "next": html.unescape(found.group(1))}
+        )
         page = await c.get(signed.headers["location"])
     assert page.status_code == 200 and 'data-job="a/b?c"' in page.text
 
@@ -143,11 +158,13 @@ async def test_signing_in_returns_to_the_job_page_asked_for(memory: InMemoryBack
 def test_a_session_key_file_that_holds_no_key_is_refused_at_start(tmp_path: Path) -> None:
     bad = tmp_path / "session.key"
     bad.write_text("not a key\n")
-    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://",
-                                      "--session-key-file", str(bad)])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["dashboard", "--backend", "memory://", "--session-key-file", str(bad)]
+    )
     assert result.exit_code == 2 and "holds no session key" in result.output
     inside_a_file = tmp_path / "file" / "session.key"
     (tmp_path / "file").write_text("")
-    result = CliRunner().invoke(cli, ["dashboard", "--backend", "memory://",
-                                      "--session-key-file", str(inside_a_file)])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["dashboard", "--backend", "memory://", "--session-key-file", str(inside_a_file)]
+    )
     assert result.exit_code == 2 and "cannot use the session key file" in result.output

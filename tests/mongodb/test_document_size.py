@@ -45,10 +45,20 @@ async def test_a_result_over_the_document_limit_names_the_limit(backend: Backend
     "refusal",
     [
         OperationFailure("Resulting document after update is larger than 16777216", code=17419),
-        BulkWriteError({"writeErrors": [{"index": 0, "code": 10334, "errmsg": "BSONObj size: "
-                        "17825862 (0x1100046) is invalid. Size must be between 0 and 16793600"}]}),
+        BulkWriteError(
+            {
+                "writeErrors": [
+                    {
+                        "index": 0,
+                        "code": 10334,
+                        "errmsg": "BSONObj size: "
+                        "17825862 (0x1100046) is invalid. Size must be between 0 and 16793600",
+                    }
+                ]
+            }
+        ),
     ],
-)  # fmt: skip
+)
 async def test_the_server_refusing_a_document_as_too_large_is_named_too(
     refusal: OperationFailure,
 ) -> None:

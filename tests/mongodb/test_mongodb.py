@@ -253,8 +253,9 @@ async def test_dependency_ends_a_crash_left_untold_are_counted_by_recovery(make:
     clock = FakeClock()
     backend = await make(clock)
     await backend.enqueue([new_job("q", "a"), new_job("q", "b")])
-    await backend.enqueue([new_job("q", "p", depends_on=("a", "b")),
-                           new_job("q", "f", depends_on=("b",))])  # fmt: skip
+    await backend.enqueue(
+        [new_job("q", "p", depends_on=("a", "b")), new_job("q", "f", depends_on=("b",))]
+    )
     a, _ = sorted((await backend.claim(["q"], "w", 2)).jobs, key=lambda j: j.id)
     await backend.settle([Settle(a.claim, Outcome.COMPLETE, result=b"1")])
     # "b" fails, as its settle would store it, but the process dies before telling anyone.

@@ -70,9 +70,13 @@ async def test_a_refused_outcome_does_not_hold_up_the_others_of_its_batch(
     backend: Backend,
 ) -> None:
     q = queue_name("refused")
-    await backend.enqueue([
-        new_job(q, "small"), new_job(q, "huge"), new_job(q, "huge-again", max_attempts=2),
-    ])  # fmt: skip
+    await backend.enqueue(
+        [
+            new_job(q, "small"),
+            new_job(q, "huge"),
+            new_job(q, "huge-again", max_attempts=2),
+        ]
+    )
     jobs = (await backend.claim([q], "w", 3)).jobs
     assert len(jobs) == 3
     claims, recorded = Claims(), []
@@ -90,8 +94,10 @@ async def test_a_refused_outcome_does_not_hold_up_the_others_of_its_batch(
         await settler.flush()
     assert len(settler) == 0 and len(claims) == 0
     assert sorted((r.job.id, ok) for r, ok in recorded) == [
-        ("huge", True), ("huge-again", True), ("small", True),
-    ]  # fmt: skip
+        ("huge", True),
+        ("huge-again", True),
+        ("small", True),
+    ]
     small = await get_job(backend, q, "small")
     assert small is not None and small.state is JobState.COMPLETED and small.result == b'"small"'
     huge = await get_job(backend, q, "huge")  # its only attempt: failed for good

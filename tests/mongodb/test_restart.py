@@ -159,9 +159,11 @@ async def test_a_running_worker_rides_out_a_server_sigkill(mongo_server: MongoSe
     q = queue_name("ride")
     key = f"ride-{q}"
     settings = Settings(
-        heartbeat_interval=0.1, stalled_threshold=1.0, stalled_check_interval=0.2,
+        heartbeat_interval=0.1,
+        stalled_threshold=1.0,
+        stalled_check_interval=0.2,
         shutdown_timeout=2.0,
-    )  # fmt: skip
+    )
     async with backend_on(mongo_server) as producer, backend_on(mongo_server) as own:
         queue = Queue(q, producer, settings=settings)
         handles = await queue.add_bulk([tasks.wait_for_gate.call(key) for _ in range(12)])

@@ -60,18 +60,36 @@ class Cluster:
         subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
     def init(self) -> None:
-        self._run(str(self.bin / "initdb"), "-D", f"{self.dir}/data", "-A", "trust", "-U",
-                  "postgres", "--no-sync")  # fmt: skip
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            f"{self.dir}/data",
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        )
 
     def start(self) -> None:
         opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=on"
-        self._run(str(self.bin / "pg_ctl"), "-D", f"{self.dir}/data", "-l", f"{self.dir}/log",
-                  "-o", opts, "-w", "start")  # fmt: skip
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            f"{self.dir}/data",
+            "-l",
+            f"{self.dir}/log",
+            "-o",
+            opts,
+            "-w",
+            "start",
+        )
         self.running = True
 
     def stop_immediate(self) -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", f"{self.dir}/data", "-m", "immediate", "-w",
-                  "stop")  # fmt: skip
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop"
+        )
         self.running = False
 
     def destroy(self) -> None:

@@ -19,8 +19,11 @@ async def test_a_nul_character_is_refused_in_words(tmp_path: Path) -> None:
     b = await CASE.make(None, tmp_path)
     try:
         q = "nul"
-        for action in (lambda: get_job(b, q, "a\x00b"), lambda: b.enqueue([new_job(q, "a\x00b")]),
-                       lambda: b.enqueue([new_job(q, "ok", task="app:\x00")])):  # fmt: skip
+        for action in (
+            lambda: get_job(b, q, "a\x00b"),
+            lambda: b.enqueue([new_job(q, "a\x00b")]),
+            lambda: b.enqueue([new_job(q, "ok", task="app:\x00")]),
+        ):
             with pytest.raises(BackendError) as caught:
                 await action()
             message = str(caught.value)

@@ -48,12 +48,20 @@ class PrivateNode:
         }
 
     def start(self, within: float = 90.0) -> None:
-        subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            ["rabbitmq-server", "-detached"],
+            env=self.env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            ok = subprocess.run(["rabbitmqctl", "-q", "await_startup", "--timeout", "60"],
-                                env=self.env, capture_output=True)  # fmt: skip
+            ok = subprocess.run(
+                ["rabbitmqctl", "-q", "await_startup", "--timeout", "60"],
+                env=self.env,
+                capture_output=True,
+            )
             if ok.returncode == 0:
                 return
             time.sleep(0.5)  # the node is not reachable yet right after -detached

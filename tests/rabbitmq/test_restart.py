@@ -133,8 +133,9 @@ async def test_a_job_stalled_across_a_broker_crash_is_recovered_and_runs_once_mo
         await asyncio.to_thread(private_node.kill)
         await dead.close()  # the worker is gone: nothing it held is settled
         await asyncio.to_thread(private_node.start)
-        settings = Settings(heartbeat_interval=0.2, stalled_threshold=1.0,
-                            stalled_check_interval=0.2)  # fmt: skip
+        settings = Settings(
+            heartbeat_interval=0.2, stalled_threshold=1.0, stalled_check_interval=0.2
+        )
         worker = Worker(rescuer_handle, [q], settings=settings)
         running = asyncio.create_task(worker.run())
         try:
@@ -166,8 +167,9 @@ async def test_a_metadata_store_crash_loses_nothing(tmp_path: Path) -> None:
     q = queue_name("store-crash")
     ledger = tmp_path / "ledger"
     queue = Queue(q, backend)
-    settings = Settings(concurrency=4, heartbeat_interval=0.2, stalled_threshold=5,
-                        stalled_check_interval=0.5)  # fmt: skip
+    settings = Settings(
+        concurrency=4, heartbeat_interval=0.2, stalled_threshold=5, stalled_check_interval=0.5
+    )
     worker = Worker(backend, [q], settings=settings)
     running = asyncio.create_task(worker.run())
     try:

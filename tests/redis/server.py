@@ -41,10 +41,25 @@ class PrivateRedis:
             pytest.skip("redis-server is not installed")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--logfile", str(self.dir / "redis.log"), *self.extra],
-        )  # fmt: skip
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--logfile",
+                str(self.dir / "redis.log"),
+                *self.extra,
+            ],
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:

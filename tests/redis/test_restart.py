@@ -155,9 +155,21 @@ async def test_worker_rides_out_a_server_sigkill(server: PrivateRedis, tmp_path:
         "RELAYMQ_STALLED_CHECK_INTERVAL": "0.2",
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "tests.tasks", "-q", q, "-c", "4",
-        "--backend", server.url, cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "tests.tasks",
+        "-q",
+        q,
+        "-c",
+        "4",
+        "--backend",
+        server.url,
+        cwd=ROOT,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     log = WorkerLog(proc.stderr)
     try:

@@ -113,8 +113,14 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.unexplained or self.lost or self.stuck or self.stale
-                    or self.worker_exits or self.aborted)  # fmt: skip
+        return not (
+            self.unexplained
+            or self.lost
+            or self.stuck
+            or self.stale
+            or self.worker_exits
+            or self.aborted
+        )
 
     def summary(self) -> str:
         return (
@@ -163,8 +169,10 @@ class Exit:
 
     def describe(self) -> str:
         lines = self.stderr.rstrip("\n").splitlines() or ["(nothing on stderr)"]
-        return (f"worker pid {self.pid} exited with code {self.code} ({self.path}); last "
-                "lines of its stderr:\n" + "\n".join(f"    {line}" for line in lines))  # fmt: skip
+        return (
+            f"worker pid {self.pid} exited with code {self.code} ({self.path}); last "
+            "lines of its stderr:\n" + "\n".join(f"    {line}" for line in lines)
+        )
 
 
 TAIL = 20
@@ -194,15 +202,26 @@ class Workers:
         folder.mkdir(parents=True, exist_ok=True)
 
     async def start(self) -> asyncio.subprocess.Process:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_SOAK_LEDGER": str(self.ledger),
-               "RELAYMQ_LOG_LEVEL": "WARNING"}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "RELAYMQ_SOAK_LEDGER": str(self.ledger),
+            "RELAYMQ_LOG_LEVEL": "WARNING",
+        }
         path = self.folder / f"worker-{len(self.procs):04d}.stderr"
         with path.open("wb") as stderr:  # the child holds its own copy of the descriptor
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", self.target.worker_module, self.target.url, self.queue,
-                str(self.target.stalled_threshold), cwd=ROOT, env=env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                self.target.worker_module,
+                self.target.url,
+                self.queue,
+                str(self.target.stalled_threshold),
+                cwd=ROOT,
+                env=env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=stderr,
+            )
         self.procs.append(proc)
         self.paths[proc.pid] = path
         self._watches.append(asyncio.create_task(self._watch(proc)))
@@ -231,8 +250,9 @@ class Workers:
 
     def waited(self) -> int:
         """How many workers logged that they waited for the server at start."""
-        return sum("waiting for" in path.read_text(errors="replace")
-                   for path in self.paths.values())  # fmt: skip
+        return sum(
+            "waiting for" in path.read_text(errors="replace") for path in self.paths.values()
+        )
 
     async def wait_live(self, within: float) -> list[asyncio.subprocess.Process]:
         """The live workers, once there is one (a replacement may be starting); an empty list
@@ -355,9 +375,14 @@ async def _completed(queue: Queue) -> int:
 
 
 async def _run_chaos(
-    target: Target, profile: Profile, queue: Queue, workers: Workers, chaos: Chaos,
-    rng: random.Random, began: float,
-) -> None:  # fmt: skip
+    target: Target,
+    profile: Profile,
+    queue: Queue,
+    workers: Workers,
+    chaos: Chaos,
+    rng: random.Random,
+    began: float,
+) -> None:
     """Do each disruption when its share of the jobs has completed; return when all have."""
     plan = [("kill", rng.uniform(0.05, 0.9)) for _ in range(profile.kills)]
     plan += [("freeze", rng.uniform(0.05, 0.9)) for _ in range(profile.freezes)]
@@ -417,8 +442,10 @@ NO_WORKER_THRESHOLDS = 5
 
 def _no_worker(workers: Workers, patience: float) -> str:
     exits = "\n".join(e.describe() for e in workers.exits[-3:]) or "(no unexpected exits)"
-    return (f"no live worker for {patience:.1f}s ({len(workers.procs)} started, "
-            f"{len(workers.exits)} exited on their own); the last exits:\n{exits}")  # fmt: skip
+    return (
+        f"no live worker for {patience:.1f}s ({len(workers.procs)} started, "
+        f"{len(workers.exits)} exited on their own); the last exits:\n{exits}"
+    )
 
 
 async def _thaw(victim: asyncio.subprocess.Process, chaos: Chaos, stalled: float) -> None:
@@ -459,9 +486,13 @@ def _read_ledger(ledger: Path) -> dict[str, list[Run]]:
 
 
 def _check(
-    report: Report, kinds: dict[str, str], jobs: dict[str, Job | None],
-    ledger: dict[str, list[Run]], chaos: Chaos, stalls: dict[str, list[float]],
-) -> None:  # fmt: skip
+    report: Report,
+    kinds: dict[str, str],
+    jobs: dict[str, Job | None],
+    ledger: dict[str, list[Run]],
+    chaos: Chaos,
+    stalls: dict[str, list[float]],
+) -> None:
     # The chaos times are monotonic, the ledger's wall-clock: line them up.
     offset = time.time() - time.monotonic()
     killed = {pid: at + offset for pid, at in chaos.killed.items()}
@@ -482,14 +513,18 @@ def _check(
             continue
         # Every run but the one that completed the job (its attempt is the job's last) and a
         # flaky job's designed first failure needs a disruption to explain it.
-        extra = [r for r in runs if r.attempt != job.attempts
-                 and not (kind == "flaky" and r.attempt == 1)]  # fmt: skip
+        extra = [
+            r
+            for r in runs
+            if r.attempt != job.attempts and not (kind == "flaky" and r.attempt == 1)
+        ]
         if not extra:
             report.completed_once += 1
             continue
         stalled = report.stalled_threshold
-        unexplained = [r for r in extra
-                       if not _explained(r, runs, killed, frozen, restarts, stalled)]  # fmt: skip
+        unexplained = [
+            r for r in extra if not _explained(r, runs, killed, frozen, restarts, stalled)
+        ]
         if unexplained:
             report.unexplained.append(f"{job_id}: {runs}")
         else:
@@ -505,9 +540,13 @@ def _check(
 
 
 def _explained(
-    run: Run, runs: list[Run], killed: dict[int, float], frozen: dict[int, tuple[float, float]],
-    restarts: list[tuple[float, float]], stalled: float,
-) -> bool:  # fmt: skip
+    run: Run,
+    runs: list[Run],
+    killed: dict[int, float],
+    frozen: dict[int, tuple[float, float]],
+    restarts: list[tuple[float, float]],
+    stalled: float,
+) -> bool:
     """An execution that did not end the job is explained by its process being killed or
     frozen after it started, or by a server restart before the next execution started."""
     after = [r.at for r in runs if r.at > run.at]
@@ -516,5 +555,4 @@ def _explained(
         return True
     if run.pid in frozen and frozen[run.pid][1] >= run.at - 1:
         return True
-    return any(start <= until and end + stalled * 4 >= run.at
-               for start, end in restarts)  # fmt: skip
+    return any(start <= until and end + stalled * 4 >= run.at for start, end in restarts)

@@ -128,6 +128,9 @@ async def rabbitmq_redis(tmp: Path) -> AsyncIterator[Target]:
 
 
 OPENERS: dict[str, Opener] = {
-    "sqlite": sqlite, "redis": redis, "postgres": postgres, "mongodb": mongodb,
+    "sqlite": sqlite,
+    "redis": redis,
+    "postgres": postgres,
+    "mongodb": mongodb,
     "rabbitmq_redis": rabbitmq_redis,
-}  # fmt: skip
+}

@@ -32,8 +32,9 @@ async def test_a_worker_that_exits_on_its_own_is_reported_and_replaced(tmp_path:
 
 
 async def test_a_soak_with_no_worker_left_fails_at_once_with_the_report(tmp_path: Path) -> None:
-    target = Target("sqlite", f"sqlite:///{tmp_path / 'soak.db'}", stalled_threshold=0.5,
-                    worker_module=BROKEN)  # fmt: skip
+    target = Target(
+        "sqlite", f"sqlite:///{tmp_path / 'soak.db'}", stalled_threshold=0.5, worker_module=BROKEN
+    )
     profile = Profile(jobs=20, workers=1, kills=1, freezes=0, restarts=0, deadline=120)
     began = time.monotonic()
     report = await soak(target, profile, tmp_path, seed=1)

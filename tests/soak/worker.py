@@ -22,10 +22,14 @@ def settings(stalled_threshold: float) -> Settings:
     max_stalled high, so no job of the soak is dead-lettered for having been on killed workers
     too often."""
     return Settings(
-        concurrency=8, heartbeat_interval=stalled_threshold / 7.5,
-        stalled_threshold=stalled_threshold, stalled_check_interval=stalled_threshold / 5,
-        shutdown_timeout=2.0, max_stalled=1000, history_flush_interval=0,
-    )  # fmt: skip
+        concurrency=8,
+        heartbeat_interval=stalled_threshold / 7.5,
+        stalled_threshold=stalled_threshold,
+        stalled_check_interval=stalled_threshold / 5,
+        shutdown_timeout=2.0,
+        max_stalled=1000,
+        history_flush_interval=0,
+    )
 
 
 async def main(url: str, queue: str, stalled_threshold: float) -> None:

@@ -59,10 +59,16 @@ class Child:
 async def child(role: str, *args: str) -> AsyncIterator[Child]:
     """Start a child; it is killed and reaped on the way out, whatever happened."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.sqlite.procs", role, *args,
-        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "tests.sqlite.procs",
+        role,
+        *args,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     c = Child(proc, role)
     try:
         yield c

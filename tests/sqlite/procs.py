@@ -65,11 +65,24 @@ async def hold(backend: SQLiteBackend, queue: str) -> None:
     conn = sqlite3.connect(backend.path, isolation_level=None)
     conn.execute(QUERIES["begin_immediate"])
     row = {
-        "queue": queue, "id": "uncommitted", "task": "t", "payload": b"", "state": "waiting",
-        "priority": 0, "seq": 10**9, "now": 0.0, "run_at": None, "ttl": None,
-        "max_attempts": 1, "timeout": None, "traceparent": None, "depends_on": None,
-        "dep_policy": None, "pending_deps": None, "limit_key": None,
-    }  # fmt: skip
+        "queue": queue,
+        "id": "uncommitted",
+        "task": "t",
+        "payload": b"",
+        "state": "waiting",
+        "priority": 0,
+        "seq": 10**9,
+        "now": 0.0,
+        "run_at": None,
+        "ttl": None,
+        "max_attempts": 1,
+        "timeout": None,
+        "traceparent": None,
+        "depends_on": None,
+        "dep_policy": None,
+        "pending_deps": None,
+        "limit_key": None,
+    }
     conn.execute(QUERIES["insert_job"], row)
     say("IN-TRANSACTION")
     await asyncio.sleep(120)  # killed long before this ends

@@ -53,8 +53,12 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert await backend.enqueue(twice) == [Enqueued("t1"), Enqueued("t1", duplicate=True)]
         await backend.set_limits(q, Limits(max_active=1))  # schema 6: queue limits
         assert await backend.list_limits() == {q: Limits(max_active=1)}
-        await backend.enqueue([new_job(q, "child"),  # schema 7: a dependency failure counted
-                               new_job(q, "parent", depends_on=("child",))])  # fmt: skip
+        await backend.enqueue(
+            [
+                new_job(q, "child"),  # schema 7: a dependency failure counted
+                new_job(q, "parent", depends_on=("child",)),
+            ]
+        )
         await cancel(backend, q, "child")
         failed = await get_job(backend, q, "parent")
         assert failed is not None and failed.state is JobState.FAILED

@@ -25,8 +25,15 @@ def nothing() -> None: ...
 def with_context(ctx: JobContext, a: int, b: int = 0) -> None: ...
 
 
-HANDLERS: list[Callable[..., Any]] = [plain, defaults, keyword_only, positional_only, star_args,
-                                      star_kwargs, nothing]  # fmt: skip
+HANDLERS: list[Callable[..., Any]] = [
+    plain,
+    defaults,
+    keyword_only,
+    positional_only,
+    star_args,
+    star_kwargs,
+    nothing,
+]
 ARGS = [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)]
 KWARGS = [{}, {"a": 1}, {"b": 2}, {"c": 3}, {"b": 2, "c": 3}, {"a": 1, "b": 2}, {"z": 0}]
 

@@ -29,13 +29,24 @@ def test_every_python_example_runs(example: str, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(example)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_LOG_LEVEL": "WARNING"}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_the_site_builds_with_strict_link_checking(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).parent / "mkdocs"
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]

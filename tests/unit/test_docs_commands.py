@@ -112,9 +112,14 @@ def app_folder(tmp_path: Path) -> Path:
 
 
 def environment(folder: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_YES": "1",
-            "RELAYMQ_BACKEND": f"sqlite:///{folder}/relaymq.db",
-            "RELAYMQ_DASHBOARD_PORT": "0", "RELAYMQ_LOG_LEVEL": "INFO"}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RELAYMQ_YES": "1",
+        "RELAYMQ_BACKEND": f"sqlite:///{folder}/relaymq.db",
+        "RELAYMQ_DASHBOARD_PORT": "0",
+        "RELAYMQ_LOG_LEVEL": "INFO",
+    }
 
 
 async def read_until(stream: asyncio.StreamReader, wanted: str, what: str) -> str:
@@ -147,10 +152,16 @@ async def test_every_shell_command_runs(
     await asyncio.to_thread(shutil.copy, db, folder / "relaymq.db")
     argv = argv_of(command, job_id)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", *argv, cwd=folder, env=environment(folder),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "relaymq",
+        *argv,
+        cwd=folder,
+        env=environment(folder),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     assert proc.stdout is not None and proc.stderr is not None
     if any(word in argv for word in LONG_RUNNING):
         if argv[0] == "worker":
@@ -170,16 +181,29 @@ async def test_readme_worker_with_q_runs_the_job_enqueue_py_enqueues(tmp_path: P
     folder = app_folder(tmp_path)
     env = environment(folder)
     worker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "app.tasks", "-q", "emails", cwd=folder,
-        env=env, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "app.tasks",
+        "-q",
+        "emails",
+        cwd=folder,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert worker.stderr is not None
     try:
         await read_until(worker.stderr, "started on emails", "the worker's start line")
         enqueue = await asyncio.create_subprocess_exec(
-            sys.executable, "enqueue.py", cwd=folder, env={**env, "PYTHONPATH": f"{folder}:{ROOT}"},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "enqueue.py",
+            cwd=folder,
+            env={**env, "PYTHONPATH": f"{folder}:{ROOT}"},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(enqueue.communicate(), 60)
         assert enqueue.returncode == 0, err.decode()
         assert out.decode().strip() == "sent"
@@ -196,7 +220,10 @@ def test_readme_pytest_example_passes_as_written(tmp_path: Path) -> None:
     (folder / "test_tasks.py").write_text(PYTEST_EXAMPLE)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_tasks.py"],
-        cwd=folder, env={**environment(folder), "PYTHONPATH": f"{folder}:{ROOT}"},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=folder,
+        env={**environment(folder), "PYTHONPATH": f"{folder}:{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr

@@ -51,8 +51,12 @@ async def test_a_returned_value_completes_with_the_serialized_result() -> None:
 
 async def test_an_expired_job_is_expired_and_never_run() -> None:
     k = "exec-expired"
-    job = claimed(tasks.record_order.name, f'{{"args":["{k}","x"],"kwargs":{{}}}}'.encode(),
-                  ttl=5.0, created_at=NOW - 6)  # fmt: skip
+    job = claimed(
+        tasks.record_order.name,
+        f'{{"args":["{k}","x"],"kwargs":{{}}}}'.encode(),
+        ttl=5.0,
+        created_at=NOW - 6,
+    )
     settle = await run(job)
     assert settle.outcome is Outcome.EXPIRE and "ttl of 5.0s" in settle.error
     assert k not in tasks.ORDER
@@ -60,9 +64,12 @@ async def test_an_expired_job_is_expired_and_never_run() -> None:
 
 @pytest.mark.parametrize(
     ("reason", "outcome"),
-    [(StopReason.CANCELLED, Outcome.CANCEL), (StopReason.SHUTDOWN, Outcome.RELEASE),
-     (StopReason.LOST, None)],
-)  # fmt: skip
+    [
+        (StopReason.CANCELLED, Outcome.CANCEL),
+        (StopReason.SHUTDOWN, Outcome.RELEASE),
+        (StopReason.LOST, None),
+    ],
+)
 async def test_a_job_stopped_before_it_starts_never_runs(
     reason: StopReason, outcome: Outcome | None
 ) -> None:
@@ -108,8 +115,12 @@ async def test_an_unknown_main_task_says_to_define_it_in_an_importable_module() 
 
 async def test_a_plain_handler_past_its_timeout_is_settled_only_once_it_returned() -> None:
     k = "exec-overrun"
-    job = claimed(tasks.overrun_timeout.name, f'{{"args":["{k}",0.4],"kwargs":{{}}}}'.encode(),
-                  timeout=0.1, max_attempts=2)  # fmt: skip
+    job = claimed(
+        tasks.overrun_timeout.name,
+        f'{{"args":["{k}",0.4],"kwargs":{{}}}}'.encode(),
+        timeout=0.1,
+        max_attempts=2,
+    )
     r = RunningJob(job, job.claim)
     settle = await execution()[0].run(r, NOW)
     assert tasks.SPANS[k][-1][1] == "end"  # the thread had returned before the outcome
@@ -134,8 +145,9 @@ async def test_an_exception_retries_while_attempts_remain_then_fails() -> None:
 
 
 async def test_a_timeout_is_a_failed_attempt() -> None:
-    settle = await run(claimed(tasks.too_slow.name, b'{"args":["exec-slow"],"kwargs":{}}',
-                               timeout=0.05))  # fmt: skip
+    settle = await run(
+        claimed(tasks.too_slow.name, b'{"args":["exec-slow"],"kwargs":{}}', timeout=0.05)
+    )
     assert settle.outcome is Outcome.FAIL and "timed out after 0.05s" in settle.error
 
 
@@ -231,8 +243,9 @@ async def test_a_plain_job_cancelled_while_it_waits_for_a_thread_never_runs() ->
     ex = Execution(DEFAULT_SERIALIZER, _never_asked, lambda r, v: None, pool=pool)
     try:
         blocker = claimed(tasks.block_thread.name, f'{{"args":["{key}-a"],"kwargs":{{}}}}'.encode())
-        queued = claimed(tasks.block_thread.name, f'{{"args":["{key}-b"],"kwargs":{{}}}}'.encode(),
-                         token=4)  # fmt: skip
+        queued = claimed(
+            tasks.block_thread.name, f'{{"args":["{key}-b"],"kwargs":{{}}}}'.encode(), token=4
+        )
         first = asyncio.create_task(ex.run(RunningJob(blocker, blocker.claim), NOW))
         await asyncio.to_thread(tasks.thread_started(f"{key}-a").wait, 5)
         r = RunningJob(queued, queued.claim)

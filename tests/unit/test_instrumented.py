@@ -54,8 +54,10 @@ async def test_enqueue_announces_each_job_before_returning(
     ops = Instrumented(backend)
     await ops.enqueue([new_job("q", "a"), new_job("q", "b", delay=5), new_job("q", "a")])
     assert [(e.name, e.job_id) for e in seen] == [
-        ("job:waiting", "a"), ("job:delayed", "b"), ("job:deduplicated", "a"),
-    ]  # fmt: skip
+        ("job:waiting", "a"),
+        ("job:delayed", "b"),
+        ("job:deduplicated", "a"),
+    ]
 
 
 async def test_worker_events_are_batched_and_a_stale_settle_reports_the_lost_claim(
@@ -247,11 +249,20 @@ async def test_every_backend_call_goes_through_the_per_call_hook(
         await ops.settle([(job, Settle(job.claim, Outcome.COMPLETE, b"1"))])
         await ops.enqueue([new_job("q", "b")])
         [second] = (await ops.claim(["q"], "w1", 1)).jobs
-        await ops.settle_and_claim([(second, Settle(second.claim, Outcome.COMPLETE, b"1"))],
-                                   ["q"], "w1", 1)  # fmt: skip
+        await ops.settle_and_claim(
+            [(second, Settle(second.claim, Outcome.COMPLETE, b"1"))], ["q"], "w1", 1
+        )
     # the enqueue's events go out with it (enqueue_announced); the worker's in one batch
-    assert calls == ["enqueue", "claim", "heartbeat", "settle", "enqueue", "claim",
-                     "settle_and_claim", "publish"]  # fmt: skip
+    assert calls == [
+        "enqueue",
+        "claim",
+        "heartbeat",
+        "settle",
+        "enqueue",
+        "claim",
+        "settle_and_claim",
+        "publish",
+    ]
 
 
 async def test_leaving_batching_waits_for_a_publish_in_flight(

@@ -17,19 +17,44 @@ PACKAGE = Path(relaymq.__file__).parent
 
 # Each module takes the layer of the longest entry that names it or a package above it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("records", ("errors", "records", "job", "serializers", "retry", "arguments", "models",
-                 "settings")),
+    (
+        "records",
+        ("errors", "records", "job", "serializers", "retry", "arguments", "models", "settings"),
+    ),
     ("policy", ("policy",)),
-    ("seams", ("backends.base", "backends.meta", "backends.notifier", "backends.corrupt",
-               "backends.sqlfile")),
+    (
+        "seams",
+        (
+            "backends.base",
+            "backends.meta",
+            "backends.notifier",
+            "backends.corrupt",
+            "backends.sqlfile",
+        ),
+    ),
     ("backends", ("backends",)),
     ("above the seam", ("registry", "schedules.store")),
     ("facade", ("observers", "instrumented", "events")),
-    ("features", ("options", "limits", "flows", "bulk", "producer", "task", "schedules", "app",
-                  "queue", "recovery", "metrics", "tracing")),
+    (
+        "features",
+        (
+            "options",
+            "limits",
+            "flows",
+            "bulk",
+            "producer",
+            "task",
+            "schedules",
+            "app",
+            "queue",
+            "recovery",
+            "metrics",
+            "tracing",
+        ),
+    ),
     ("worker", ("worker",)),
     ("surfaces", ("cli", "dashboard", "contrib", "demo", "testing", "__main__", "")),
-)  # fmt: skip
+)
 
 
 def module_name(path: Path) -> str:

@@ -173,15 +173,26 @@ print(" ".join(sorted(m for m in sys.modules if m.startswith("relaymq."))))
 
 @pytest.mark.parametrize(
     "module",
-    ["relaymq.task", "relaymq.producer", "relaymq.app", "relaymq.queue", "relaymq.options",
-     "relaymq.instrumented", "relaymq.backends", "relaymq.settings", "relaymq.worker",
-     "relaymq.cli.app"],
-)  # fmt: skip
+    [
+        "relaymq.task",
+        "relaymq.producer",
+        "relaymq.app",
+        "relaymq.queue",
+        "relaymq.options",
+        "relaymq.instrumented",
+        "relaymq.backends",
+        "relaymq.settings",
+        "relaymq.worker",
+        "relaymq.cli.app",
+    ],
+)
 def test_each_producer_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", IMPORT_FIRST.format(path=str(PACKAGE), module=module)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
     assert module in loaded

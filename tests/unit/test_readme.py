@@ -33,6 +33,9 @@ def test_every_relaymq_name_an_example_uses_exists() -> None:
                 module = importlib.import_module(node.module or "")
                 for alias in node.names:
                     assert hasattr(module, alias.name), f"{node.module}.{alias.name}"
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id == "relaymq"):  # fmt: skip
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "relaymq"
+            ):
                 assert hasattr(importlib.import_module("relaymq"), node.attr), node.attr

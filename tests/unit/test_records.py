@@ -20,7 +20,7 @@ def test_the_records_that_were_hashable_still_are_and_by_value() -> None:
         (Settle(claim, Outcome.COMPLETE, b"1"), Settle(same, Outcome.COMPLETE, b"1")),
         (new_job("q", "a"), new_job("q", "a")),
         (Enqueued("a", duplicate=True), Enqueued("a", duplicate=True)),
-    ]  # fmt: skip
+    ]
     for one, other in made_twice:
         assert one == other and hash(one) == hash(other)
         assert len({one, other}) == 1

@@ -82,9 +82,17 @@ async def test_one_bad_call_in_a_bulk_stores_nothing() -> None:
 
 def test_plain_json_values_round_trip_as_the_same_types() -> None:
     value = {
-        "none": None, "t": True, "f": False, "int": -(2**63), "big": 2**64 - 1, "float": 1.5,
-        "whole_float": 2.0, "str": "a\x00é", "list": [1, [2, {"x": []}]], "dict": {"k": {}},
-    }  # fmt: skip
+        "none": None,
+        "t": True,
+        "f": False,
+        "int": -(2**63),
+        "big": 2**64 - 1,
+        "float": 1.5,
+        "whole_float": 2.0,
+        "str": "a\x00é",
+        "list": [1, [2, {"x": []}]],
+        "dict": {"k": {}},
+    }
     back = DEFAULT_SERIALIZER.loads(DEFAULT_SERIALIZER.dumps(value))
     assert back == value
     assert type(back["whole_float"]) is float and type(back["t"]) is bool

@@ -32,9 +32,14 @@ def settler_for(backend: InMemoryBackend) -> tuple[Settler, Claims]:
 
 @pytest.mark.parametrize(
     ("outcome", "delay", "waits"),
-    [(Outcome.RETRY, 0.0, True), (Outcome.RELEASE, 0.0, True),
-     (Outcome.RETRY, 5.0, False), (Outcome.COMPLETE, 0.0, False), (Outcome.FAIL, 0.0, False)],
-)  # fmt: skip
+    [
+        (Outcome.RETRY, 0.0, True),
+        (Outcome.RELEASE, 0.0, True),
+        (Outcome.RETRY, 5.0, False),
+        (Outcome.COMPLETE, 0.0, False),
+        (Outcome.FAIL, 0.0, False),
+    ],
+)
 async def test_only_an_outcome_back_in_line_holds_the_next_claim_until_written(
     outcome: Outcome, delay: float, waits: bool
 ) -> None:

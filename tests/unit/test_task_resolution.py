@@ -43,16 +43,27 @@ def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def claimed(task: str, payload: bytes = b'{"args":[],"kwargs":{}}', attempts: int = 1) -> Job:
-    return Job("q", "j1", task, payload, JobState.ACTIVE, created_at=NOW,
-               attempts=attempts, max_attempts=3, token=1, claimed_at=NOW)  # fmt: skip
+    return Job(
+        "q",
+        "j1",
+        task,
+        payload,
+        JobState.ACTIVE,
+        created_at=NOW,
+        attempts=attempts,
+        max_attempts=3,
+        token=1,
+        claimed_at=NOW,
+    )
 
 
 async def attempt(job: Job, import_prefixes: tuple[str, ...] = ()) -> Settle:
     async def held(r: RunningJob) -> bool:
         return True
 
-    ex = Execution(DEFAULT_SERIALIZER, held, lambda r, v: None, 60.0,
-                   import_prefixes=import_prefixes)  # fmt: skip
+    ex = Execution(
+        DEFAULT_SERIALIZER, held, lambda r, v: None, 60.0, import_prefixes=import_prefixes
+    )
     settle = await ex.run(RunningJob(job, job.claim), NOW)
     assert settle is not None
     return settle

@@ -40,10 +40,23 @@ def test_mypy_rejects_wrong_enqueue_calls_in_user_code(tmp_path: pathlib.Path) -
     env = {k: v for k, v in os.environ.items() if k not in {"MYPYPATH", "PYTHONPATH"}}
     env["PYTHONPATH"] = str(installed)  # seen by mypy as an installed package, not a source
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--show-error-codes",
-         "--cache-dir", str(tmp_path / "cache"), "user.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=110,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-error-summary",
+            "--show-error-codes",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "user.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
     errors = sorted(line for line in done.stdout.splitlines() if ": error:" in line)
     assert [line.split(":")[1] for line in errors] == ["12", "13", "14", "15", "16"], done.stdout
     assert "[arg-type]" in errors[0] and "[call-arg]" in errors[1]

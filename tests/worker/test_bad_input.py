@@ -84,11 +84,15 @@ async def test_nul_characters_round_trip(queue: Queue, run_worker: RunWorker) ->
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"delay": -1}, "delay"), ({"priority": 256}, "priority"), ({"retries": -1}, "retries"),
-        ({"ttl": 0}, "ttl"), ({"timeout": -2}, "timeout"), ({"queue": "no spaces"}, "queue name"),
+        ({"delay": -1}, "delay"),
+        ({"priority": 256}, "priority"),
+        ({"retries": -1}, "retries"),
+        ({"ttl": 0}, "ttl"),
+        ({"timeout": -2}, "timeout"),
+        ({"queue": "no spaces"}, "queue name"),
         ({"job_id": ""}, "job_id"),
     ],
-)  # fmt: skip
+)
 async def test_an_invalid_option_is_refused_naming_it(
     queue: Queue, options: dict[str, object], named: str
 ) -> None:

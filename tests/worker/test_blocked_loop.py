@@ -83,9 +83,12 @@ def url_of(case: BackendCase, tmp_path: Path) -> str | None:
 
 
 async def test_a_handler_blocking_the_loop_keeps_its_job(
-    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture,
-    case: BackendCase, tmp_path: Path,
-) -> None:  # fmt: skip
+    queue: Queue,
+    run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
+    case: BackendCase,
+    tmp_path: Path,
+) -> None:
     caplog.set_level(logging.WARNING, logger="relaymq.worker")
     key = uuid.uuid4().hex
     async with run_worker(**SETTINGS) as worker:
@@ -105,9 +108,12 @@ async def test_a_handler_blocking_the_loop_keeps_its_job(
 
 
 async def test_past_max_blocked_the_job_is_recovered(
-    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture,
-    case: BackendCase, tmp_path: Path,
-) -> None:  # fmt: skip
+    queue: Queue,
+    run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
+    case: BackendCase,
+    tmp_path: Path,
+) -> None:
     url = url_of(case, tmp_path)
     if url is None:
         pytest.skip("in-memory state: no other party can run recovery beside a blocked loop")

@@ -22,8 +22,11 @@ def on(queue: Queue, t: Any) -> Any:
 
 
 def totals(tallies: list[Tally]) -> tuple[int, int, int]:
-    return (sum(t.completed for t in tallies), sum(t.retried for t in tallies),
-            sum(t.failed for t in tallies))  # fmt: skip
+    return (
+        sum(t.completed for t in tallies),
+        sum(t.retried for t in tallies),
+        sum(t.failed for t in tallies),
+    )
 
 
 async def test_parents_failed_by_a_failed_child_are_counted_failed(

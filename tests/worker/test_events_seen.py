@@ -67,8 +67,9 @@ async def test_a_job_recovered_from_a_dead_claim_is_announced_stalled_then_runs(
     clock = FakeClock()
     backend, observer = await make_backend(clock), await make_backend(clock)
     q = queue_name("ev-stall")
-    [stored] = await backend.enqueue([new_job(q, task=tasks.add.name,
-                                              payload=b'{"args":[2,3],"kwargs":{}}')])  # fmt: skip
+    [stored] = await backend.enqueue(
+        [new_job(q, task=tasks.add.name, payload=b'{"args":[2,3],"kwargs":{}}')]
+    )
     [dead] = (await backend.claim([q], "a-worker-that-died", 1)).jobs
     clock.advance(FAST.stalled_threshold + 1)
     subscription = await Instrumented(observer).subscribe()

@@ -25,14 +25,16 @@ async def test_a_parent_runs_after_its_children_and_sees_their_results(
     handles = await queue.add_flow(Flow(gather.call("top"), [inner, add.call(10, 20)]))
     a, b, inner_h, c, top = handles
     assert [(await h.job()).state for h in handles] == [
-        JobState.WAITING, JobState.WAITING, JobState.BLOCKED, JobState.WAITING,
+        JobState.WAITING,
+        JobState.WAITING,
         JobState.BLOCKED,
-    ]  # fmt: skip
+        JobState.WAITING,
+        JobState.BLOCKED,
+    ]
     async with run_worker(concurrency=4):
         result = await top.result(timeout=20)
     inner_result = {"label": "inner", "results": {a.id: 3, b.id: 7}, "failed": {}}
-    assert result == {"label": "top", "results": {inner_h.id: inner_result, c.id: 30},
-                      "failed": {}}  # fmt: skip
+    assert result == {"label": "top", "results": {inner_h.id: inner_result, c.id: 30}, "failed": {}}
     parent = await top.job()
     assert parent.depends_on == (inner_h.id, c.id)
     # Each parent started after its children ended.

@@ -23,19 +23,24 @@ from tests.worker.conftest import RunWorker
 
 
 def totals(history: list[Tally]) -> tuple[int, int, int]:
-    return (sum(t.completed for t in history), sum(t.retried for t in history),
-            sum(t.failed for t in history))  # fmt: skip
+    return (
+        sum(t.completed for t in history),
+        sum(t.retried for t in history),
+        sum(t.failed for t in history),
+    )
 
 
 async def test_a_workers_outcomes_reach_the_stored_history(
     queue: Queue, run_worker: RunWorker
 ) -> None:
     key = uuid.uuid4().hex
-    handles = await queue.add_bulk([
-        *(tasks.add.call(i, 1) for i in range(3)),
-        tasks.fail_once.call(f"{key}-once"),     # a retry, then completed
-        tasks.always_fail.call(f"{key}-never"),  # a retry, then failed for good
-    ])  # fmt: skip
+    handles = await queue.add_bulk(
+        [
+            *(tasks.add.call(i, 1) for i in range(3)),
+            tasks.fail_once.call(f"{key}-once"),  # a retry, then completed
+            tasks.always_fail.call(f"{key}-never"),  # a retry, then failed for good
+        ]
+    )
     async with run_worker(history_flush_interval=0.1):
         for h in handles[:4]:
             await h.result(timeout=20)

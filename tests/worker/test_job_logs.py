@@ -50,9 +50,10 @@ async def test_each_attempt_logs_its_own_attempt_number(
     mine = [(r.attempt, r.getMessage()) for r in handler_lines(caplog)]  # type: ignore[attr-defined]
     assert mine == [(1, "failing attempt for k"), (2, "failing attempt for k")]
     started = [
-        r for r in caplog.records
+        r
+        for r in caplog.records
         if getattr(r, "job_id", None) == handle.id and "started" in r.getMessage()
-    ]  # fmt: skip
+    ]
     assert [r.attempt for r in started] == [1, 2]  # type: ignore[attr-defined]
 
 
@@ -77,9 +78,12 @@ async def test_the_log_formats_print_the_job_fields(
     [record] = handler_lines(caplog)
     entry = orjson.loads(JSONFormatter().format(record))
     assert {k: entry[k] for k in ("message", "queue", "job_id", "task", "attempt")} == {
-        "message": "threaded handler says f", "queue": queue.name, "job_id": handle.id,
-        "task": observed.log_thread.name, "attempt": 1,
-    }  # fmt: skip
+        "message": "threaded handler says f",
+        "queue": queue.name,
+        "job_id": handle.id,
+        "task": observed.log_thread.name,
+        "attempt": 1,
+    }
     plain = PlainFormatter().format(record)
     assert plain.endswith(
         f"threaded handler says f [queue={queue.name} job_id={handle.id} "

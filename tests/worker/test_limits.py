@@ -78,8 +78,9 @@ async def test_limits_defined_in_code_are_stored_by_the_queues_workers(
     limit(queue.name, max_active=7, rate="30/m", key_rate="5/s")
     try:
         async with run_worker():
-            assert await queue.limits() == Limits(max_active=7, rate=30, per=60, key_rate=5,
-                                                  key_per=1)  # fmt: skip
+            assert await queue.limits() == Limits(
+                max_active=7, rate=30, per=60, key_rate=5, key_per=1
+            )
     finally:
         default_app().limits.pop(queue.name)
     assert await queue.set_limits() is None  # neither: removed
@@ -88,21 +89,29 @@ async def test_limits_defined_in_code_are_stored_by_the_queues_workers(
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("100/60", (100, 60.0)), ("10/m", (10, 60.0)), ("5/s", (5, 1.0)), ("1000/h", (1000, 3600.0)),
-     ("3/2.5s", (3, 2.5)), ("7/ 2m", (7, 120.0))],
-)  # fmt: skip
+    [
+        ("100/60", (100, 60.0)),
+        ("10/m", (10, 60.0)),
+        ("5/s", (5, 1.0)),
+        ("1000/h", (1000, 3600.0)),
+        ("3/2.5s", (3, 2.5)),
+        ("7/ 2m", (7, 120.0)),
+    ],
+)
 def test_rates_are_read_as_count_per_period(text: str, expected: tuple[int, float]) -> None:
     assert parse_rate(text) == expected
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"max_active": 0}, "max_active must be a whole number >= 1"),
-     ({"rate": 2.5}, "rate must be a whole number >= 1"),
-     ({"rate": 1, "per": 0}, "per must be a number of seconds > 0"),
-     ({"rate": "ten/m"}, "expected N/PERIOD"),
-     ({"rate": "10"}, "expected N/PERIOD")],
-)  # fmt: skip
+    [
+        ({"max_active": 0}, "max_active must be a whole number >= 1"),
+        ({"rate": 2.5}, "rate must be a whole number >= 1"),
+        ({"rate": 1, "per": 0}, "per must be a number of seconds > 0"),
+        ({"rate": "ten/m"}, "expected N/PERIOD"),
+        ({"rate": "10"}, "expected N/PERIOD"),
+    ],
+)
 async def test_bad_limits_are_refused_and_nothing_is_stored(
     queue: Queue, kwargs: dict[str, object], message: str
 ) -> None:

@@ -70,9 +70,11 @@ async def test_a_paused_queue_is_logged_at_start_and_when_resumed(
 
 
 async def test_a_queue_paused_while_the_worker_idles_is_logged_once(
-    queue: Queue, run_worker: RunWorker, caplog: pytest.LogCaptureFixture,
+    queue: Queue,
+    run_worker: RunWorker,
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(worker_module, "PAUSE_CHECK_INTERVAL", 0.0)
     async with run_worker() as worker:
         await queue.pause()

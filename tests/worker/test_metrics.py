@@ -77,8 +77,12 @@ async def test_counters_histograms_and_gauges_after_running_jobs(
     assert (sample(metrics, "relaymq_backend_call_duration_seconds_count", op="claim") or 0) >= 2
 
     await metrics.refresh()
-    expected = {JobState.COMPLETED: 3, JobState.FAILED: 1, JobState.DELAYED: 1,
-                JobState.CANCELLED: 1}  # fmt: skip
+    expected = {
+        JobState.COMPLETED: 3,
+        JobState.FAILED: 1,
+        JobState.DELAYED: 1,
+        JobState.CANCELLED: 1,
+    }
     for state in JobState:
         value = sample(metrics, "relaymq_queue_jobs", queue=q, state=state.value)
         assert value == expected.get(state, 0), state
@@ -110,8 +114,9 @@ async def test_lost_claims_and_stalled_recovery_are_counted(
     assert sample(metrics, "relaymq_stalled_jobs_total", queue=q, outcome="failed") == 1
     assert sample(metrics, "relaymq_claims_lost_total", queue=q, task="t.stalls") == 1
     assert sample(metrics, "relaymq_jobs_completed_total", queue=q, task="t.stalls") == 0
-    assert sample(metrics, "relaymq_job_pickup_latency_seconds_count",
-                  queue=q, task="t.stalls") == 1  # fmt: skip
+    assert (
+        sample(metrics, "relaymq_job_pickup_latency_seconds_count", queue=q, task="t.stalls") == 1
+    )
 
 
 async def test_a_claim_lost_while_running_is_counted(
@@ -125,8 +130,16 @@ async def test_a_claim_lost_while_running_is_counted(
         await worker.wait_idle()  # the next heartbeat finds the claim lost, stops the handler
     task = tasks.wait_for_gate.name
     assert sample(metrics, "relaymq_claims_lost_total", queue=queue.name, task=task) == 1
-    assert sample(metrics, "relaymq_job_duration_seconds_count", queue=queue.name, task=task,
-                  outcome="lost") == 1  # fmt: skip
+    assert (
+        sample(
+            metrics,
+            "relaymq_job_duration_seconds_count",
+            queue=queue.name,
+            task=task,
+            outcome="lost",
+        )
+        == 1
+    )
 
 
 async def test_scrape_storms_share_one_reading(live: Backend, q: str, metrics: Metrics) -> None:
@@ -154,8 +167,16 @@ async def call_asgi(app: Any, path: str = "/") -> tuple[int, dict[bytes, bytes],
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "GET", "path": path, "query_string": b"",
-             "headers": [], "http_version": "1.1", "scheme": "http", "root_path": ""}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": b"",
+        "headers": [],
+        "http_version": "1.1",
+        "scheme": "http",
+        "root_path": "",
+    }
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

@@ -42,7 +42,10 @@ async def test_a_failing_observer_is_logged_and_the_jobs_still_run(
         threaded = await queue.add(tasks.multiply.call(6, 7))
         assert await handle.result(timeout=10) == 42
         assert await threaded.result(timeout=10) == 42
-    failed = {r.exc_info[1].args[0] for r in caplog.records  # type: ignore[index]
-              if r.name == "relaymq.observers" and r.exc_info}  # fmt: skip
+    failed = {
+        r.exc_info[1].args[0]
+        for r in caplog.records  # type: ignore[index]
+        if r.name == "relaymq.observers" and r.exc_info
+    }
     expected = {"enqueuing", "enqueued", "claimed", "attempt", "attempt_ended", "settled", "call"}
     assert {f"{name} is broken" for name in expected} <= failed

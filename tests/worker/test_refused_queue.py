@@ -24,8 +24,9 @@ from tests.rabbitmq import support
 from tests.support.waiting import poll_until
 from tests.worker import startup_tasks
 
-SETTINGS = Settings(heartbeat_interval=0.5, stalled_threshold=5, history_flush_interval=0,
-                    enable_scheduler=False)  # fmt: skip
+SETTINGS = Settings(
+    heartbeat_interval=0.5, stalled_threshold=5, history_flush_interval=0, enable_scheduler=False
+)
 
 
 @pytest.fixture

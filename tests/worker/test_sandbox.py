@@ -156,9 +156,18 @@ async def test_a_sigkilled_worker_leaves_no_child_behind(tmp_path: Path) -> None
     q = queue_name("sandbox")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RELAYMQ_LOG_LEVEL": "WARNING"}
     worker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaymq", "worker", "tests.sandbox_tasks", "-q", q,
-        "--backend", url, cwd=ROOT, env=env,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "relaymq",
+        "worker",
+        "tests.sandbox_tasks",
+        "-q",
+        q,
+        "--backend",
+        url,
+        cwd=ROOT,
+        env=env,
+    )
     backend = await connect(url)
     try:
         pid_file = tmp_path / "pid"

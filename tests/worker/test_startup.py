@@ -39,10 +39,19 @@ class WorkerProcess:
     @classmethod
     async def start(cls, url: str, *args: str, env: dict[str, str] | None = None) -> WorkerProcess:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relaymq", "worker", TASKS, "-b", url, *args, cwd=ROOT,
+            sys.executable,
+            "-m",
+            "relaymq",
+            "worker",
+            TASKS,
+            "-b",
+            url,
+            *args,
+            cwd=ROOT,
             env={**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})},
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
         return cls(proc)
 
     async def line_with(self, text: str, within: float) -> str:
@@ -182,10 +191,17 @@ async def test_connect_timeout_0_and_admin_commands_fail_at_once() -> None:
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     for argv in (["worker", TASKS, "--connect-timeout", "0"], ["stats"]):
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "relaymq", *argv, "-b", url, cwd=ROOT,
+            sys.executable,
+            "-m",
+            "relaymq",
+            *argv,
+            "-b",
+            url,
+            cwd=ROOT,
             env={**os.environ, "PYTHONPATH": PYTHONPATH, "RELAYMQ_CONNECT_TIMEOUT": "60"},
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
         async with asyncio.timeout(20):
             _, err = await proc.communicate()
         lines = err.decode().strip().splitlines()

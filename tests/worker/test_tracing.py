@@ -58,8 +58,10 @@ async def test_each_attempt_is_a_consumer_span_under_its_enqueue(
     producers = {s.attributes["messaging.message.id"]: s for s in named(spans, f"send {q}")}  # type: ignore[index]
     consumers = {s.attributes["messaging.message.id"]: s for s in named(spans, f"process {q}")}  # type: ignore[index]
     assert set(producers) == set(consumers) == {on_loop.id, in_thread.id}
-    for handle, key, task in ((on_loop, "a", observed.span_async.name),
-                              (in_thread, "t", observed.span_thread.name)):  # fmt: skip
+    for handle, key, task in (
+        (on_loop, "a", observed.span_async.name),
+        (in_thread, "t", observed.span_thread.name),
+    ):
         producer, consumer = producers[handle.id], consumers[handle.id]
         assert producer.kind is SpanKind.PRODUCER and consumer.kind is SpanKind.CONSUMER
         assert producer.parent is not None
@@ -71,16 +73,23 @@ async def test_each_attempt_is_a_consumer_span_under_its_enqueue(
         assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
         assert [link.context.span_id for link in consumer.links] == [producer.context.span_id]
         assert dict(producer.attributes or {}) == {
-            "messaging.system": "relaymq", "messaging.destination.name": q,
-            "messaging.message.id": handle.id, "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue", "relaymq.task": task,
-        }  # fmt: skip
+            "messaging.system": "relaymq",
+            "messaging.destination.name": q,
+            "messaging.message.id": handle.id,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "enqueue",
+            "relaymq.task": task,
+        }
         assert dict(consumer.attributes or {}) == {
-            "messaging.system": "relaymq", "messaging.destination.name": q,
-            "messaging.message.id": handle.id, "messaging.operation.type": "process",
-            "messaging.operation.name": "process", "relaymq.task": task, "relaymq.attempt": 1,
+            "messaging.system": "relaymq",
+            "messaging.destination.name": q,
+            "messaging.message.id": handle.id,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "relaymq.task": task,
+            "relaymq.attempt": 1,
             "relaymq.outcome": "complete",
-        }  # fmt: skip
+        }
         assert consumer.status.status_code is StatusCode.UNSET
         # a span the handler opens (on the loop, or in its thread) is a child of the attempt
         [inner] = named(spans, f"inner {key}")
@@ -95,8 +104,9 @@ async def test_a_failed_attempt_records_its_exception_and_is_an_error(
         with pytest.raises(JobFailedError):
             await handle.result(timeout=10)
     [producer] = named(spans, f"send {queue.name}")
-    attempts = sorted(named(spans, f"process {queue.name}"),
-                      key=lambda s: (s.attributes or {})["relaymq.attempt"])  # fmt: skip
+    attempts = sorted(
+        named(spans, f"process {queue.name}"), key=lambda s: (s.attributes or {})["relaymq.attempt"]
+    )
     assert [(s.attributes or {})["relaymq.outcome"] for s in attempts] == ["retry", "fail"]
     for span in attempts:
         assert span.parent is not None and span.parent.span_id == producer.context.span_id

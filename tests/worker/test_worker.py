@@ -76,9 +76,12 @@ async def test_exhausted_retries_fail_into_the_dlq(queue: Queue, run_worker: Run
 
 
 async def test_expired_job_goes_to_the_dlq_without_running(
-    backend: Backend, clock: FakeClock, q: str, run_worker: RunWorker,
+    backend: Backend,
+    clock: FakeClock,
+    q: str,
+    run_worker: RunWorker,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     # ``backend`` (on the test clock) is made before ``run_worker``'s own handle: the case's
     # handles share one state, and the backend's clock is what decides expiry
     queue = Queue(q, backend)
@@ -184,8 +187,9 @@ async def test_graceful_shutdown_releases_unfinished_claims(
 async def test_stalled_job_of_a_dead_worker_is_recovered_and_completed(
     live: Backend, q: str, run_worker: RunWorker
 ) -> None:
-    await live.enqueue([new_job(q, "orphan", task=tasks.add.name,
-                                payload=b'{"args":[20,22],"kwargs":{}}')])  # fmt: skip
+    await live.enqueue(
+        [new_job(q, "orphan", task=tasks.add.name, payload=b'{"args":[20,22],"kwargs":{}}')]
+    )
     [job] = (await live.claim([q], "dead-worker", 1)).jobs  # a worker that then died
     async with run_worker():
         await wait_state(live, q, "orphan", JobState.COMPLETED)

@@ -87,9 +87,15 @@ class PostgresAdmin(Statements):
         if limits is None or limits.empty:
             await self._execute("remove_limits", queue)
         else:
-            await self._execute("set_limits", queue, limits.max_active, limits.rate,
-                                float(limits.per), limits.key_rate,
-                                float(limits.key_per))  # fmt: skip
+            await self._execute(
+                "set_limits",
+                queue,
+                limits.max_active,
+                limits.rate,
+                float(limits.per),
+                limits.key_rate,
+                float(limits.key_per),
+            )
         self._limited.forget()
 
     async def list_limits(self) -> dict[str, Limits]:
@@ -103,14 +109,20 @@ class PostgresAdmin(Statements):
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
         merged = merge_tallies(tallies)
         if merged:
-            columns = ([t.queue for t in merged], [t.minute for t in merged],
-                       [t.completed for t in merged], [t.retried for t in merged],
-                       [t.failed for t in merged])  # fmt: skip
+            columns = (
+                [t.queue for t in merged],
+                [t.minute for t in merged],
+                [t.completed for t in merged],
+                [t.retried for t in merged],
+                [t.failed for t in merged],
+            )
             await self._execute("add_tallies", *columns)
 
     async def tallies(self, queue: str, since: int) -> list[Tally]:
-        return [Tally(queue, r["minute"], r["completed"], r["retried"], r["failed"])
-                for r in await self._fetch("tallies", queue, since)]  # fmt: skip
+        return [
+            Tally(queue, r["minute"], r["completed"], r["retried"], r["failed"])
+            for r in await self._fetch("tallies", queue, since)
+        ]
 
     async def prune_tallies(self, before: int) -> None:
         await self._execute("prune_tallies", before)

@@ -182,8 +182,9 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             return []
         if keyed(jobs) or dependent(jobs):
             return await self._enqueue_keyed(jobs)
-        rows = await self._fetch("enqueue", *enqueue_args(jobs, self._now()), None, "", 0.0,
-                                 limit_keys(jobs))  # fmt: skip
+        rows = await self._fetch(
+            "enqueue", *enqueue_args(jobs, self._now()), None, "", 0.0, limit_keys(jobs)
+        )
         return enqueue_answers(jobs, rows)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
@@ -193,9 +194,14 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         if not jobs or size >= NOTIFY_LIMIT or keyed(jobs) or dependent(jobs):
             return await super().enqueue_announced(jobs, at)
         channel = event_channel(self.options.schema)
-        rows = await self._fetch("enqueue", *enqueue_args(jobs, self._now()),
-                                 channel, str(self._notes.number()), at,
-                                 limit_keys(jobs))  # fmt: skip
+        rows = await self._fetch(
+            "enqueue",
+            *enqueue_args(jobs, self._now()),
+            channel,
+            str(self._notes.number()),
+            at,
+            limit_keys(jobs),
+        )
         return enqueue_answers(jobs, rows)
 
     async def _enqueue_keyed(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
@@ -225,8 +231,9 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         jobs: list[Job] = []
         limited: dict[str, float | None] = {}
         if plain:
-            rows = await self._fetch("claim", plain, worker_id, limit, now, PROMOTE_PER_CLAIM,
-                                     False)  # fmt: skip
+            rows = await self._fetch(
+                "claim", plain, worker_id, limit, now, PROMOTE_PER_CLAIM, False
+            )
             jobs = await self._readable(rows, now)
         for queue in with_limits:
             want = limit - len(jobs)
@@ -264,9 +271,13 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
     ) -> list[str]:
         """Fail these unreadable rows into the DLQ with the reason; the ids failed."""
         failed = await self._fetch(
-            "quarantine", [r["queue"] for r, _ in bad], [r["id"] for r, _ in bad],
-            [describe(r, wrong) for r, wrong in bad], [r["state"] for r, _ in bad], now,
-        )  # fmt: skip
+            "quarantine",
+            [r["queue"] for r, _ in bad],
+            [r["id"] for r, _ in bad],
+            [describe(r, wrong) for r, wrong in bad],
+            [r["state"] for r, _ in bad],
+            now,
+        )
         return [r["id"] for r in failed]
 
     async def _quarantine_strays(self, queue: str, states: Sequence[str]) -> list[str]:
@@ -312,8 +323,9 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         if with_limits:
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         now = self._now()
-        rows = await self._fetch("settle_claim", *_settle_args(settles), now, plain, worker_id,
-                                 limit, PROMOTE_PER_CLAIM)  # fmt: skip
+        rows = await self._fetch(
+            "settle_claim", *_settle_args(settles), now, plain, worker_id, limit, PROMOTE_PER_CLAIM
+        )
         jobs = await self._readable([r for r in rows if r["id"] is not None], now)
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
@@ -342,9 +354,13 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         result = Recovered(errors=await self._quarantine_strays(queue, strays))
         while True:
             rows = await self._fetch(
-                "recover_stalled", queue, float(threshold), max_stalled, self._now(),
+                "recover_stalled",
+                queue,
+                float(threshold),
+                max_stalled,
+                self._now(),
                 RECOVER_BATCH,
-            )  # fmt: skip
+            )
             for r in rows:
                 (result.failed if r["state"] == JobState.FAILED else result.requeued).append(
                     r["id"]

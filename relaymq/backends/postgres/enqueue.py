@@ -28,11 +28,13 @@ async def enqueue_one_keyed(con: Any, job: NewJob, now: float | None) -> Enqueue
             return Enqueued(holder, duplicate=True)
         # take_key deletes the holder only if it still waits: a worker may have claimed it
         victim = holder if step is KeyStep.REPLACE else None
-        took = await con.fetchrow(Q["take_key"], job.queue, rule.key, job.id, rule.window,
-                                  victim, now)  # fmt: skip
+        took = await con.fetchrow(
+            Q["take_key"], job.queue, rule.key, job.id, rule.window, victim, now
+        )
         replaced = took["replaced"]
-    rows = await con.fetch(Q["enqueue"], *enqueue_args([job], now), None, "", 0.0,
-                           limit_keys([job]))  # fmt: skip
+    rows = await con.fetch(
+        Q["enqueue"], *enqueue_args([job], now), None, "", 0.0, limit_keys([job])
+    )
     [answer] = enqueue_answers([job], rows)
     if job.depends_on and not answer.duplicate:
         await store_dependencies(con, job, now)
@@ -46,9 +48,16 @@ async def store_dependencies(con: Any, job: NewJob, now: float | None) -> None:
     ids = list(dict.fromkeys(job.depends_on))
     states = {r["id"]: r["state"] for r in await con.fetch(Q["dependency_states"], job.queue, ids)}
     start = dependencies_at_enqueue(ids, states, job.on_dependency_failure)
-    await con.execute(Q["set_dependencies"], job.queue, job.id, list(job.depends_on),
-                      job.on_dependency_failure.value, len(start.waits_for), start.error,
-                      now)  # fmt: skip
+    await con.execute(
+        Q["set_dependencies"],
+        job.queue,
+        job.id,
+        list(job.depends_on),
+        job.on_dependency_failure.value,
+        len(start.waits_for),
+        start.error,
+        now,
+    )
     if start.step is DependentStep.BLOCKED:
         await con.execute(Q["add_dependencies"], job.queue, list(start.waits_for), job.id)
 
@@ -56,11 +65,18 @@ async def store_dependencies(con: Any, job: NewJob, now: float | None) -> None:
 def enqueue_args(jobs: Sequence[NewJob], now: float | None) -> list[Any]:
     """The arguments $1..$11 of the ``enqueue`` statements: one array per column."""
     return [
-        [j.queue for j in jobs], [j.id for j in jobs], [j.task for j in jobs],
-        [j.payload for j in jobs], [j.priority for j in jobs], [float(j.delay) for j in jobs],
-        [j.ttl for j in jobs], [j.max_attempts for j in jobs], [j.timeout for j in jobs], now,
+        [j.queue for j in jobs],
+        [j.id for j in jobs],
+        [j.task for j in jobs],
+        [j.payload for j in jobs],
+        [j.priority for j in jobs],
+        [float(j.delay) for j in jobs],
+        [j.ttl for j in jobs],
+        [j.max_attempts for j in jobs],
+        [j.timeout for j in jobs],
+        now,
         [j.traceparent for j in jobs],
-    ]  # fmt: skip
+    ]
 
 
 def limit_keys(jobs: Sequence[NewJob]) -> list[str | None]:

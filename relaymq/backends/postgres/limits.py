@@ -52,13 +52,20 @@ class LimitedQueues:
 
     def split(self, queues: Sequence[str]) -> tuple[list[str], list[str]]:
         """``queues`` without limits, and with, each in the order given."""
-        return ([q for q in queues if q not in self._names],
-                [q for q in queues if q in self._names])  # fmt: skip
+        return (
+            [q for q in queues if q not in self._names],
+            [q for q in queues if q in self._names],
+        )
 
 
 def to_limits(row: Any) -> Limits:
-    return Limits(max_active=row["max_active"], rate=row["rate"], per=row["per"],
-                  key_rate=row["key_rate"], key_per=row["key_per"])  # fmt: skip
+    return Limits(
+        max_active=row["max_active"],
+        rate=row["rate"],
+        per=row["per"],
+        key_rate=row["key_rate"],
+        key_per=row["key_per"],
+    )
 
 
 @dataclass
@@ -87,15 +94,24 @@ async def _allow(con: asyncpg.Connection, queue: str, want: int, now: float | No
 
 async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken: int) -> None:
     a, budget = gate.allowance, gate.budget
-    await con.execute(Q["count_starts"], queue, a.window, a.used + taken,
-                      budget.window if budget else 0,
-                      json.dumps(budget.used if budget else {}))  # fmt: skip
+    await con.execute(
+        Q["count_starts"],
+        queue,
+        a.window,
+        a.used + taken,
+        budget.window if budget else 0,
+        json.dumps(budget.used if budget else {}),
+    )
 
 
 async def claim_limited(
-    con: asyncpg.Connection, queue: str, worker_id: str, want: int, now: float | None,
+    con: asyncpg.Connection,
+    queue: str,
+    worker_id: str,
+    want: int,
+    now: float | None,
     promote: int,
-) -> tuple[list[asyncpg.Record], Allowance | None, float | None]:  # fmt: skip
+) -> tuple[list[asyncpg.Record], Allowance | None, float | None]:
     """Claim up to ``want`` jobs of ``queue`` within its limits: the rows, the allowance
     (None: the queue has no limits, and the claim was the ordinary one), and, when the keys'
     rate held jobs back, the seconds until the key window ends (else None)."""
@@ -116,9 +132,14 @@ async def claim_limited(
 
 
 async def _claim_within(
-    con: asyncpg.Connection, queue: str, worker_id: str, want: int, now: float | None,
-    promote: int, budget: KeyBudget,
-) -> list[asyncpg.Record]:  # fmt: skip
+    con: asyncpg.Connection,
+    queue: str,
+    worker_id: str,
+    want: int,
+    now: float | None,
+    promote: int,
+    budget: KeyBudget,
+) -> list[asyncpg.Record]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
     window (``KEY_SCAN`` looked at, at most); due delayed jobs join the line first."""
     await con.fetch(Q["promote_due"], queue, promote, now)
@@ -138,9 +159,12 @@ async def _claim_within(
 
 
 async def claim_delivered_limited(
-    con: asyncpg.Connection, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str,
+    con: asyncpg.Connection,
+    queue: str,
+    deliveries: Sequence[tuple[str, int]],
+    worker_id: str,
     now: float | None,
-) -> tuple[list[asyncpg.Record], Allowance | None, float | bool | None]:  # fmt: skip
+) -> tuple[list[asyncpg.Record], Allowance | None, float | bool | None]:
     """``claim_delivered`` of ``queue`` within its limits: the statement's rows, the
     allowance (None: no limits), and False, or when live deliveries were held back (kept by
     the caller), the seconds until that may change (None: when active jobs end)."""
@@ -150,8 +174,10 @@ async def claim_delivered_limited(
         held_back: float | bool | None = False
         if gate is not None:
             ids, tokens = [d[0] for d in deliveries], [d[1] for d in deliveries]
-            live = {r["id"]: r["limit_key"]
-                    for r in await con.fetch(Q["live_deliveries"], queue, ids, tokens)}  # fmt: skip
+            live = {
+                r["id"]: r["limit_key"]
+                for r in await con.fetch(Q["live_deliveries"], queue, ids, tokens)
+            }
             offered, taken = [], 0
             for d in deliveries:
                 if d[0] in live and taken >= gate.allowance.take:
@@ -165,9 +191,14 @@ async def claim_delivered_limited(
         rows = []
         if offered:
             rows = await con.fetch(
-                Q["claim_delivered"], queue, [d[0] for d in offered],
-                [d[1] for d in offered], worker_id, now, True,
-            )  # fmt: skip
+                Q["claim_delivered"],
+                queue,
+                [d[0] for d in offered],
+                [d[1] for d in offered],
+                worker_id,
+                now,
+                True,
+            )
         if gate is not None:
             await _count_starts(con, queue, gate, sum(1 for r in rows if r["id"] is not None))
     return rows, None if gate is None else gate.allowance, held_back

@@ -21,9 +21,21 @@ T = TypeVar("T")
 
 
 READS = frozenset(
-    {"get_jobs", "list_waiting", "list_delayed", "list_active", "list_finished", "counts",
-     "is_paused", "list_queues", "meta_get", "meta_list", "wait_check", "fetch_event"}
-)  # fmt: skip
+    {
+        "get_jobs",
+        "list_waiting",
+        "list_delayed",
+        "list_active",
+        "list_finished",
+        "counts",
+        "is_paused",
+        "list_queues",
+        "meta_get",
+        "meta_list",
+        "wait_check",
+        "fetch_event",
+    }
+)
 """Statements that change nothing: retried once when a pooled connection turns out dead."""
 
 

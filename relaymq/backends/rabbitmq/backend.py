@@ -80,10 +80,14 @@ class RabbitMQBackend(Backend):
         self._delivery: DeliveryStore = store
         caps = store.capabilities
         self.capabilities = Capabilities(
-            durable=caps.durable, cross_process=caps.cross_process,
-            server_clock=caps.server_clock, blocking_wait=True, cluster_safe=caps.cluster_safe,
-            transactions=caps.transactions, max_priority=self.options.max_priority,
-        )  # fmt: skip
+            durable=caps.durable,
+            cross_process=caps.cross_process,
+            server_clock=caps.server_clock,
+            blocking_wait=True,
+            cluster_safe=caps.cluster_safe,
+            transactions=caps.transactions,
+            max_priority=self.options.max_priority,
+        )
         self.stale_deliveries = 0
         """Deliveries acknowledged and dropped because their token no longer matched."""
         arguments = topology.queue_arguments(self.options.max_priority, self.options.queue_expires)
@@ -168,15 +172,18 @@ class RabbitMQBackend(Backend):
                 if await self.store.is_paused(name):
                     continue
                 qd = await self._deliveries(name, resume=True)
-            jobs, now = await self._claim_from(inbox, qd, worker_id, limit - len(claimed),
-                                               limited)  # fmt: skip
+            jobs, now = await self._claim_from(inbox, qd, worker_id, limit - len(claimed), limited)
             claimed += jobs
         return ClaimBatch(claimed, now, limited)
 
     async def _claim_from(
-        self, inbox: Inbox, qd: QueueDeliveries, worker_id: str, limit: int,
+        self,
+        inbox: Inbox,
+        qd: QueueDeliveries,
+        worker_id: str,
+        limit: int,
         limited: dict[str, float | None],
-    ) -> tuple[list[Job], float]:  # fmt: skip
+    ) -> tuple[list[Job], float]:
         claimed: list[Job] = []
         now = self._now()
         parked = qd.unpark()  # offered first: the limits may allow them now
@@ -326,8 +333,9 @@ class RabbitMQBackend(Backend):
         retried = [job_id for job_id, ok in zip(ids, done, strict=True) if ok]
         if retried:
             jobs = [j for j in await self.store.get_jobs(queue, retried) if _waiting(j)]
-            await self._broker.publish([(queue, j.id, j.token, j.priority)
-                                        for j in jobs if j is not None])  # fmt: skip
+            await self._broker.publish(
+                [(queue, j.id, j.token, j.priority) for j in jobs if j is not None]
+            )
         return done
 
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:

@@ -20,9 +20,13 @@ MAX_WATCHED = 10_000
 
 class Reconciler:
     def __init__(
-        self, store: Backend, delivery: DeliveryStore, publisher: Publisher, options: Options,
+        self,
+        store: Backend,
+        delivery: DeliveryStore,
+        publisher: Publisher,
+        options: Options,
         now: Clock,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.store = store
         self.delivery = delivery
         self.publisher = publisher
@@ -98,8 +102,11 @@ class Reconciler:
         seconds. It may have been pushed to a worker frozen while it had free slots, which holds
         it without starting it; of two copies one claim wins, the other is dropped as stale."""
         now = self.now()
-        due = [(i, token) for (q, i), (token, at) in self._replacements.items()
-               if q == queue and at <= now]  # fmt: skip
+        due = [
+            (i, token)
+            for (q, i), (token, at) in self._replacements.items()
+            if q == queue and at <= now
+        ]
         if not due:
             return
         waiting = {j.id: j for j in await waiting_jobs(self.store, queue, [i for i, _ in due])}

@@ -30,8 +30,9 @@ class RedisHistory(RedisParts):
         days = sorted(d for d, q, _ in await self._tallied() if q == queue and d >= since // 1440)
         if not days:
             return []
-        hashes = await self._run([("HGETALL", self._keys.tallies(queue, d)) for d in days],
-                                 "tallies")  # fmt: skip
+        hashes = await self._run(
+            [("HGETALL", self._keys.tallies(queue, d)) for d in days], "tallies"
+        )
         minutes: dict[int, list[int]] = {}
         for fields in hashes:
             for field, value in fields.items():
@@ -43,13 +44,18 @@ class RedisHistory(RedisParts):
     async def prune_tallies(self, before: int) -> None:
         [queues] = await self._run([("SMEMBERS", self._keys.queues)], "prune_tallies")
         await self._adopt_days(sorted(q.decode() for q in queues))
-        gone = [(d, q, member) for d, q, member in await self._tallied()
-                if (d + 1) * 1440 <= before]  # fmt: skip
+        gone = [
+            (d, q, member) for d, q, member in await self._tallied() if (d + 1) * 1440 <= before
+        ]
         if gone:
             k = self._keys
-            await self._run([*(("DEL", k.tallies(q, d)) for d, q, _ in gone),
-                             ("SREM", k.tallied, *(m for _, _, m in gone))],
-                            "prune_tallies")  # fmt: skip
+            await self._run(
+                [
+                    *(("DEL", k.tallies(q, d)) for d, q, _ in gone),
+                    ("SREM", k.tallied, *(m for _, _, m in gone)),
+                ],
+                "prune_tallies",
+            )
 
     async def _adopt_days(self, queues: Sequence[str]) -> None:
         """The days a dependency cascade counted in (each queue's ``cascade_days``: a per-queue

@@ -11,6 +11,21 @@ from relaymq.backends.redis.records import num
 from relaymq.backends.redis.transport import Transport
 from relaymq.records.store import Clock
 
+ENQUEUE_CHUNK = 1000
+"""Jobs per enqueue script call: bounds how long one call holds the server."""
+CLAIM_CHUNK = 1000
+"""Most jobs one claim script call takes (a larger limit takes several calls)."""
+SETTLE_CHUNK = 1000
+"""Most transitions or heartbeats in one script call."""
+PROMOTE_MAX = 1000
+"""Delayed jobs promoted per queue per claim; the rest are promoted by the next claims."""
+SCAN_CHUNK = 500
+"""Jobs examined per recovery or purge script call (the caller loops while chunks are full)."""
+PRUNE_CHUNK = 500
+"""Keys examined per ``prune_keys.lua`` call."""
+PRUNE_CALLS = 20
+"""Most ``prune_keys.lua`` calls of one pruning (the next pass goes on from the start)."""
+
 
 class RedisParts:
     _keys: Keys
@@ -18,6 +33,7 @@ class RedisParts:
     _t: Transport
     _run: Callable[[Sequence[tuple[Any, ...]], str], Awaitable[list[Any]]]
     _script: Callable[[str, Sequence[str], Sequence[Any]], Awaitable[Any]]
+    _evalsha: Callable[[str, Sequence[str], Sequence[Any]], tuple[Any, ...]]
 
     def _now(self) -> str:
         """The ``now`` argument of every script: the test clock's reading, or '' for TIME."""
