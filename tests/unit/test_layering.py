@@ -1,9 +1,10 @@
 """The package's import graph, read from the source (imports inside functions and under
 ``TYPE_CHECKING`` count too): no import circle, and no module imports one of a higher layer.
 
-The layers, lowest first, are those of docs/architecture.md: records at the bottom, the seams
-above them, backends above the seams, the facade and the features above the backends, the
-worker above the features, and the command line, dashboard and integrations on top.
+The layers, lowest first, are those of docs/architecture.md: records at the bottom, then the
+policy functions, the seams, the backends, what is written once on the meta store above the
+seam, the facade, the features, the worker, and the command line, dashboard and integrations
+on top.
 """
 
 from __future__ import annotations
