@@ -141,8 +141,9 @@ class Allowance:
     waits for active jobs to end. Meaningless when nothing was held back."""
 
 
-def allowance(limits: Limits, active: int, window: int, used: int, now: float,
-              want: int) -> Allowance:  # fmt: skip
+def allowance(
+    limits: Limits, active: int, window: int, used: int, now: float, want: int
+) -> Allowance:
     """How many of ``want`` jobs a claim at ``now`` may start, given the queue's ``active``
     jobs and its stored rate window (``window`` index, ``used`` starts in it). The rate counts
     in fixed windows of ``per`` seconds: window ``k`` is ``[k * per, (k + 1) * per)``."""
@@ -170,8 +171,9 @@ class KeyBudget:
     counted in the current key window (``key_window`` index, ``used``: key -> starts), plus
     the claim's own. ``window`` and ``used`` are what to store back afterwards."""
 
-    def __init__(self, limits: Limits, key_window: int, used: Mapping[str, int],
-                 now: float) -> None:  # fmt: skip
+    def __init__(
+        self, limits: Limits, key_window: int, used: Mapping[str, int], now: float
+    ) -> None:
         self.rate = limits.key_rate
         self.per = limits.key_per
         self.window = math.floor(now / limits.key_per)

@@ -84,11 +84,11 @@ class JobStore(abc.ABC):
         ``claimed_at = heartbeat_at = now`` and ``worker_id``. Two concurrent claims never
         return the same job.
 
-        A queue with limits (``set_limits``) gives at most its ``relaymq.limits.allowance``,
+        A queue with limits (``set_limits``) gives at most its ``relaymq.policy.allowance``,
         decided in the same atomic step against every process's claims: its active jobs stay
         within ``max_active``, and each claim counts its starts in the rate window. With
         ``key_rate``, a job whose ``limit_key`` used its key window is passed over (it keeps
-        its place) and the jobs behind it are taken, ``relaymq.limits.KEY_SCAN`` looked at at
+        its place) and the jobs behind it are taken, ``relaymq.policy.KEY_SCAN`` looked at at
         most. A queue that gave its whole allowance while the claim asked for more, or whose
         keys held jobs back, is named in ``limited``.
         Claims of queues without limits pay nothing for them.

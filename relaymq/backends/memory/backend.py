@@ -106,8 +106,11 @@ class InMemoryBackend(Backend, DeliveryStore):
             if new.rule is not None:
                 held = q.keys.get(new.rule.key)
                 holder = q.jobs.get(held[0]) if held is not None else None
-                step = key_step(new.rule.mode, None if holder is None else holder.state,
-                                held is not None and held[1] > now)  # fmt: skip
+                step = key_step(
+                    new.rule.mode,
+                    None if holder is None else holder.state,
+                    held is not None and held[1] > now,
+                )
                 if step is KeyStep.DUPLICATE:
                     assert held is not None
                     out.append(Enqueued(held[0], duplicate=True))

@@ -150,8 +150,7 @@ class QueueState:
                 row = self.jobs.get(waiter)
                 if row is None or row.state is not JobState.BLOCKED:
                     continue
-                end = dependency_ended(dep, ended, row.on_dependency_failure,
-                                       self.pending[waiter])  # fmt: skip
+                end = dependency_ended(dep, ended, row.on_dependency_failure, self.pending[waiter])
                 if end.step is DependentStep.FAILED:
                     del self.pending[waiter]
                     row.error = end.error

@@ -297,8 +297,9 @@ class MongoDBBackend(Backend):
                 found = await self._jobs.find_one({"queue": job.queue, "id": holder},
                                                   {"state": 1})  # fmt: skip
                 state = None if found is None else found.get("state")
-            in_window = held is not None and holder is not None and (
-                tx.as_date(held["until"]) > now)  # fmt: skip
+            in_window = (
+                held is not None and holder is not None and (tx.as_date(held["until"]) > now)
+            )
             step = key_step(rule.mode, state, in_window)
             if step is KeyStep.DUPLICATE:
                 assert holder is not None

@@ -78,8 +78,7 @@ class Dependencies:
         doc["depends_on"] = list(job.depends_on)
         doc["dep_policy"] = job.on_dependency_failure.value
         if start.step is DependentStep.FAILED:
-            doc.update(state=str(JobState.FAILED), finished_at=doc["created_at"],
-                       error=start.error)  # fmt: skip
+            doc.update(state=str(JobState.FAILED), finished_at=doc["created_at"], error=start.error)
         elif start.step is DependentStep.BLOCKED:
             doc.update(state=BLOCKED, waiting_on=list(start.waits_for))
             self._blocked[job.queue] = (time.monotonic(), True)
@@ -132,9 +131,12 @@ class Dependencies:
         found = await self._jobs.find_one(here, {"dep_policy": 1, "waiting_on": 1})
         if found is None:
             return None
-        end = dependency_ended(dep, None if state == "removed" else state,
-                               _policy(found.get("dep_policy")),
-                               len(found.get("waiting_on") or []))  # fmt: skip
+        end = dependency_ended(
+            dep,
+            None if state == "removed" else state,
+            _policy(found.get("dep_policy")),
+            len(found.get("waiting_on") or []),
+        )
         if end.step is DependentStep.FAILED:
             failed = await self._jobs.find_one_and_update(
                 here,
@@ -213,5 +215,5 @@ class Dependencies:
 
 def _policy(value: Any) -> DependencyPolicy:
     """A stored dependency policy (absent or unknown: the default, FAIL)."""
-    return DependencyPolicy(value) if value in {p.value for p in DependencyPolicy} else (
-        DependencyPolicy.FAIL)  # fmt: skip
+    known = {p.value for p in DependencyPolicy}
+    return DependencyPolicy(value) if value in known else DependencyPolicy.FAIL

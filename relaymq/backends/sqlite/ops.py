@@ -139,8 +139,10 @@ def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
     }  # fmt: skip
     conn.execute(Q["insert_job"], row)
     if start.step is DependentStep.FAILED:
-        conn.execute(Q["fail_dependent"], {"queue": new.queue, "id": new.id,
-                                           "error": start.error, "now": now})  # fmt: skip
+        conn.execute(
+            Q["fail_dependent"],
+            {"queue": new.queue, "id": new.id, "error": start.error, "now": now},
+        )
         return Enqueued(new.id)
     for dep_id in start.waits_for:
         p = {"queue": new.queue, "dep_id": dep_id, "dependent": new.id}
