@@ -50,9 +50,13 @@ class InMemoryBackend(Backend, DeliveryStore):
     """Process-local reference backend (``memory://``)."""
 
     capabilities = Capabilities(
-        durable=False, cross_process=False, server_clock=True, blocking_wait=True,
-        delivery_store=True, settle_claims=True,  # the worker claims with its settles
-    )  # fmt: skip
+        durable=False,
+        cross_process=False,
+        server_clock=True,
+        blocking_wait=True,
+        delivery_store=True,
+        settle_claims=True,  # the worker claims with its settles
+    )
 
     def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
         self.url = url
@@ -121,12 +125,21 @@ class InMemoryBackend(Backend, DeliveryStore):
                     replaced = holder.id
                 q.keys[new.rule.key] = (new.id, now + new.rule.window)
             row = Row(
-                new.queue, new.id, new.task, new.payload, JobState.WAITING,
-                priority=new.priority, created_at=now, ttl=new.ttl,
-                max_attempts=new.max_attempts, timeout=new.timeout, traceparent=new.traceparent,
-                depends_on=new.depends_on, on_dependency_failure=new.on_dependency_failure,
+                new.queue,
+                new.id,
+                new.task,
+                new.payload,
+                JobState.WAITING,
+                priority=new.priority,
+                created_at=now,
+                ttl=new.ttl,
+                max_attempts=new.max_attempts,
+                timeout=new.timeout,
+                traceparent=new.traceparent,
+                depends_on=new.depends_on,
+                on_dependency_failure=new.on_dependency_failure,
                 limit_key=new.limit_key,
-            )  # fmt: skip
+            )
             if new.depends_on:
                 self._add_dependent(q, row, now)
             else:
@@ -185,8 +198,9 @@ class InMemoryBackend(Backend, DeliveryStore):
             held = self._held(beat.claim)
             if held is None:
                 _, job = self._find(beat.claim.queue, beat.claim.job_id)
-                cancelled = (job is not None and job.token == beat.claim.token
-                             and job.cancel_requested)  # fmt: skip
+                cancelled = (
+                    job is not None and job.token == beat.claim.token and job.cancel_requested
+                )
                 out.append(BeatResult(held=False, cancel_requested=cancelled))
                 continue
             row = held[1]
@@ -232,8 +246,12 @@ class InMemoryBackend(Backend, DeliveryStore):
         """A terminal transition already applied with this token (its reply was lost)."""
         target = OUTCOME_STATE[s.outcome]
         _, job = self._find(s.claim.queue, s.claim.job_id)
-        return (job is not None and target in TERMINAL and job.state is target
-                and job.token == s.claim.token)  # fmt: skip
+        return (
+            job is not None
+            and target in TERMINAL
+            and job.state is target
+            and job.token == s.claim.token
+        )
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         ticket = self._wakeup.ticket()
@@ -341,8 +359,11 @@ class InMemoryBackend(Backend, DeliveryStore):
         q = self._queues.get(queue)
         if q is None:
             return 0
-        ids = [*q.by_state[JobState.BLOCKED], *q.by_state[JobState.WAITING],
-               *q.by_state[JobState.DELAYED]]  # fmt: skip
+        ids = [
+            *q.by_state[JobState.BLOCKED],
+            *q.by_state[JobState.WAITING],
+            *q.by_state[JobState.DELAYED],
+        ]
         for job_id in ids:  # the jobs blocked on these go too: nothing to tell them
             q.remove(job_id, cascade=False)
         return len(ids)
@@ -366,8 +387,11 @@ class InMemoryBackend(Backend, DeliveryStore):
         if q is None:
             return 0
         cutoff = self._now() - older_than
-        gone = [k for k, (holder, until) in q.keys.items() if until < cutoff and not (
-            holder in q.jobs and q.jobs[holder].state in PENDING)]  # fmt: skip
+        gone = [
+            k
+            for k, (holder, until) in q.keys.items()
+            if until < cutoff and not (holder in q.jobs and q.jobs[holder].state in PENDING)
+        ]
         for k in gone:
             del q.keys[k]
         return len(gone)
@@ -387,8 +411,13 @@ class InMemoryBackend(Backend, DeliveryStore):
         for t in merge_tallies(tallies):
             minutes = self._tallies.setdefault(t.queue, {})
             old = minutes.get(t.minute) or Tally(t.queue, t.minute)
-            minutes[t.minute] = Tally(t.queue, t.minute, old.completed + t.completed,
-                                      old.retried + t.retried, old.failed + t.failed)  # fmt: skip
+            minutes[t.minute] = Tally(
+                t.queue,
+                t.minute,
+                old.completed + t.completed,
+                old.retried + t.retried,
+                old.failed + t.failed,
+            )
 
     async def tallies(self, queue: str, since: int) -> list[Tally]:
         minutes = self._tallies.get(queue, {})

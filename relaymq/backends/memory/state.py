@@ -52,9 +52,11 @@ if TYPE_CHECKING:
 
 else:
     Row = dataclasses.make_dataclass(  # Job's fields, defaults and order; slotted, mutable
-        "Row", [(f.name, f.type, _same_default(f)) for f in dataclasses.fields(Job)],
-        slots=True, namespace={"freeze": _freeze},
-    )  # fmt: skip
+        "Row",
+        [(f.name, f.type, _same_default(f)) for f in dataclasses.fields(Job)],
+        slots=True,
+        namespace={"freeze": _freeze},
+    )
 
 
 class QueueState:
@@ -203,8 +205,9 @@ class QueueState:
         """What a claim of ``want`` jobs may take (None: the queue has no limits)."""
         if self.limits is None:
             return None
-        return allowance(self.limits, len(self.by_state[JobState.ACTIVE]), self.window,
-                         self.used, now, want)  # fmt: skip
+        return allowance(
+            self.limits, len(self.by_state[JobState.ACTIVE]), self.window, self.used, now, want
+        )
 
     def started(self, a: Allowance, taken: int) -> None:
         """Count ``taken`` starts in the rate window ``a`` was decided in."""

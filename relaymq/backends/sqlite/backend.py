@@ -34,7 +34,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from relaymq.backends.base import Backend, DeliveryStore
 from relaymq.backends.sqlfile import read
-from relaymq.backends.sqlite import ops
+from relaymq.backends.sqlite import admin, ops
 from relaymq.backends.sqlite.config import POLL_MIN, Options, parse
 from relaymq.backends.sqlite.errors import reopen_after, translate
 from relaymq.backends.sqlite.ops import Q
@@ -365,96 +365,96 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def get_jobs(self, queue: str, ids: Sequence[str]) -> list[Job | None]:
         if not ids:
             return []
-        return await self._read(ops.get_jobs, queue, ids)
+        return await self._read(admin.get_jobs, queue, ids)
 
     async def list_jobs(
         self, queue: str, state: JobState, offset: int = 0, limit: int = 100
     ) -> list[Job]:
-        return await self._read(ops.list_jobs, queue, state, offset, limit)
+        return await self._read(admin.list_jobs, queue, state, offset, limit)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
-        found, strays = await self._read(ops.counts, queue)
+        found, strays = await self._read(admin.counts, queue)
         if strays:  # damaged jobs in no known state: quarantined, then counted as failed
             await self._write(ops.quarantine_strays, queue)
-            found, _ = await self._read(ops.counts, queue)
+            found, _ = await self._read(admin.counts, queue)
         return found
 
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._write(ops.cancel_jobs, queue, ids) if ids else []
+        return await self._write(admin.cancel_jobs, queue, ids) if ids else []
 
     async def retry_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         if not ids:
             return []
-        done = await self._write(ops.retry_jobs, queue, ids)
+        done = await self._write(admin.retry_jobs, queue, ids)
         if any(done):
             self._wakeup.notify()
         return done
 
     async def remove_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
-        return await self._write(ops.remove_jobs, queue, ids) if ids else []
+        return await self._write(admin.remove_jobs, queue, ids) if ids else []
 
     async def pause(self, queue: str) -> None:
-        await self._write(ops.pause, queue)
+        await self._write(admin.pause, queue)
 
     async def resume(self, queue: str) -> None:
-        await self._write(ops.resume, queue)
+        await self._write(admin.resume, queue)
         self._wakeup.notify()
 
     async def is_paused(self, queue: str) -> bool:
-        return await self._read(ops.is_paused, queue)
+        return await self._read(admin.is_paused, queue)
 
     async def drain(self, queue: str) -> int:
-        return await self._write(ops.drain, queue)
+        return await self._write(admin.drain, queue)
 
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
-        return await self._write(ops.clean, queue, state, older_than)
+        return await self._write(admin.clean, queue, state, older_than)
 
     async def obliterate(self, queue: str) -> None:
-        await self._write(ops.obliterate, queue)
+        await self._write(admin.obliterate, queue)
 
     async def prune_keys(self, queue: str, older_than: float) -> int:
-        return await self._write(ops.prune_keys, queue, older_than)
+        return await self._write(admin.prune_keys, queue, older_than)
 
     async def set_limits(self, queue: str, limits: Limits | None) -> None:
-        await self._write(ops.set_limits, queue, limits)
+        await self._write(admin.set_limits, queue, limits)
 
     async def list_limits(self) -> dict[str, Limits]:
-        return await self._read(ops.list_limits)
+        return await self._read(admin.list_limits)
 
     async def list_queues(self) -> list[str]:
-        return await self._read(ops.list_queues)
+        return await self._read(admin.list_queues)
 
     # -- history ----------------------------------------------------------------------------
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
         merged = merge_tallies(tallies)
         if merged:
-            await self._write(ops.add_tallies, merged)
+            await self._write(admin.add_tallies, merged)
 
     async def tallies(self, queue: str, since: int) -> list[Tally]:
-        return await self._read(ops.tallies, queue, since)
+        return await self._read(admin.tallies, queue, since)
 
     async def prune_tallies(self, before: int) -> None:
-        await self._write(ops.prune_tallies, before)
+        await self._write(admin.prune_tallies, before)
 
     # -- meta -------------------------------------------------------------------------------
 
     async def meta_get(self, key: str) -> MetaRecord | None:
-        return await self._read(ops.meta_get, key)
+        return await self._read(admin.meta_get, key)
 
     async def meta_put(self, key: str, value: bytes, ttl: float | None = None) -> None:
-        await self._write(ops.meta_put, key, value, ttl)
+        await self._write(admin.meta_put, key, value, ttl)
 
     async def meta_swap(
         self, key: str, expected: int | None, value: bytes, ttl: float | None = None
     ) -> bool:
-        return await self._write(ops.meta_swap, key, expected, value, ttl)
+        return await self._write(admin.meta_swap, key, expected, value, ttl)
 
     async def meta_list(self, prefix: str) -> list[MetaRecord]:
-        return await self._read(ops.meta_list, prefix)
+        return await self._read(admin.meta_list, prefix)
 
     async def meta_delete(self, key: str) -> bool:
-        return await self._write(ops.meta_delete, key)
+        return await self._write(admin.meta_delete, key)
 
     # -- delivery store (the metadata of a broker's deliveries) -------------------------------
 

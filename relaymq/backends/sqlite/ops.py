@@ -31,7 +31,6 @@ from relaymq.policy import (
 )
 from relaymq.records import events
 from relaymq.records.limits import Limits
-from relaymq.records.meta import MetaRecord
 from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
@@ -41,7 +40,6 @@ from relaymq.records.store import (
     Outcome,
     Recovered,
     Settle,
-    Tally,
     dependent,
     keyed,
 )
@@ -128,15 +126,24 @@ def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
     )
     start = dependencies_at_enqueue(ids, states, new.on_dependency_failure)
     row = {
-        "queue": new.queue, "id": new.id, "task": new.task, "payload": new.payload,
+        "queue": new.queue,
+        "id": new.id,
+        "task": new.task,
+        "payload": new.payload,
         "state": JobState.BLOCKED.value if start.step is DependentStep.BLOCKED else "waiting",
-        "priority": new.priority, "seq": allocate_seq(conn, new.queue, 1), "now": now,
-        "run_at": None, "ttl": new.ttl, "max_attempts": new.max_attempts,
-        "timeout": new.timeout, "traceparent": new.traceparent,
+        "priority": new.priority,
+        "seq": allocate_seq(conn, new.queue, 1),
+        "now": now,
+        "run_at": None,
+        "ttl": new.ttl,
+        "max_attempts": new.max_attempts,
+        "timeout": new.timeout,
+        "traceparent": new.traceparent,
         "depends_on": json.dumps(list(new.depends_on)),
-        "dep_policy": new.on_dependency_failure.value, "pending_deps": len(start.waits_for),
+        "dep_policy": new.on_dependency_failure.value,
+        "pending_deps": len(start.waits_for),
         "limit_key": new.limit_key,
-    }  # fmt: skip
+    }
     conn.execute(Q["insert_job"], row)
     if start.step is DependentStep.FAILED:
         conn.execute(
@@ -160,7 +167,7 @@ def _enqueue_keyed(conn: Conn, now: float, new: NewJob) -> Enqueued:
             Q["existing_ids"], {"queue": new.queue, "ids": json.dumps([new.id])}
         ).fetchone()
     ):
-        return enqueue(conn, now, [dataclasses.replace(new, rule=None)])[0]  # fmt: skip
+        return enqueue(conn, now, [dataclasses.replace(new, rule=None)])[0]
     replaced = None
     held = conn.execute(Q["key_holder"], {"queue": new.queue, "key": rule.key}).fetchone()
     holder, until, holder_state = held if held is not None else (None, None, None)
@@ -170,8 +177,10 @@ def _enqueue_keyed(conn: Conn, now: float, new: NewJob) -> Enqueued:
     if step is KeyStep.REPLACE:
         conn.execute(Q["remove_job"], {"queue": new.queue, "id": holder})
         replaced = holder
-    conn.execute(Q["take_key"], {"queue": new.queue, "key": rule.key, "job_id": new.id,
-                                 "until": now + rule.window})  # fmt: skip
+    conn.execute(
+        Q["take_key"],
+        {"queue": new.queue, "key": rule.key, "job_id": new.id, "until": now + rule.window},
+    )
     enqueue(conn, now, [dataclasses.replace(new, rule=None)])
     return Enqueued(new.id, replaced=replaced)
 
@@ -235,8 +244,9 @@ def _claim_within(
         budget.held_back = True
     if not picked:
         return []
-    rows = conn.execute(Q["claim_rowids"], {"rowids": json.dumps(picked), "now": now,
-                                            "worker_id": worker_id}).fetchall()  # fmt: skip
+    rows = conn.execute(
+        Q["claim_rowids"], {"rowids": json.dumps(picked), "now": now, "worker_id": worker_id}
+    ).fetchall()
     good: list[Job] = []
     for row in rows:
         bad = records.problems(row)
@@ -265,12 +275,22 @@ class _Gate:
 
 def _gate(conn: Conn, now: float, queue: str, want: int) -> _Gate:
     """Whether ``queue`` is paused, its limits, and what they allow a claim of ``want``."""
-    (paused, max_active, rate, per, window, used, key_rate, key_per, key_window, key_used,
-     active) = conn.execute(Q["queue_gate"], {"queue": queue}).fetchone()  # fmt: skip
+    (
+        paused,
+        max_active,
+        rate,
+        per,
+        window,
+        used,
+        key_rate,
+        key_per,
+        key_window,
+        key_used,
+        active,
+    ) = conn.execute(Q["queue_gate"], {"queue": queue}).fetchone()
     if paused or per is None:
         return _Gate(bool(paused))
-    limits = Limits(max_active=max_active, rate=rate, per=per, key_rate=key_rate,
-                    key_per=key_per)  # fmt: skip
+    limits = Limits(max_active=max_active, rate=rate, per=per, key_rate=key_rate, key_per=key_per)
     a = allowance(limits, active, window, used, now, want)
     return _Gate(False, limits, a, key_window, json.loads(key_used))
 
@@ -280,11 +300,16 @@ def _count_starts(
 ) -> None:
     a = gate.allowance
     assert a is not None
-    conn.execute(Q["count_starts"], {
-        "queue": queue, "window": a.window, "used": a.used + taken,
-        "key_window": budget.window if budget else gate.key_window,
-        "key_used": json.dumps(budget.used if budget else gate.key_used),
-    })  # fmt: skip
+    conn.execute(
+        Q["count_starts"],
+        {
+            "queue": queue,
+            "window": a.window,
+            "used": a.used + taken,
+            "key_window": budget.window if budget else gate.key_window,
+            "key_used": json.dumps(budget.used if budget else gate.key_used),
+        },
+    )
 
 
 def _promote_due(conn: Conn, now: float, queue: str) -> None:
@@ -323,9 +348,12 @@ def heartbeat(conn: Conn, now: float, beats: Sequence[Beat]) -> list[BeatResult]
     for beat in beats:
         c = beat.claim
         params = {
-            "queue": c.queue, "id": c.job_id, "token": c.token, "now": now,
+            "queue": c.queue,
+            "id": c.job_id,
+            "token": c.token,
+            "now": now,
             "progress": beat.progress,
-        }  # fmt: skip
+        }
         if conn.execute(Q["heartbeat"], params).rowcount == 1:
             out.append(BeatResult(held=True))
             continue
@@ -400,9 +428,13 @@ def recover_stalled(
 
 
 def _recover_one(
-    conn: Conn, now: float, row: tuple[Any, ...], cutoff: float, max_stalled: int,
+    conn: Conn,
+    now: float,
+    row: tuple[Any, ...],
+    cutoff: float,
+    max_stalled: int,
     result: Recovered,
-) -> None:  # fmt: skip
+) -> None:
     bad = records.problems(row)
     if bad:
         _fail_corrupt(conn, now, row, bad)
@@ -418,120 +450,6 @@ def _recover_one(
         p.update(seq=allocate_seq(conn, job.queue, 1))
         if conn.execute(Q["recover_requeue"], p).rowcount == 1:
             result.requeued.append(job.id)
-
-
-# -- admin and observation ------------------------------------------------------------------
-
-
-def get_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[Job | None]:
-    p = {"queue": queue, "ids": json.dumps(list(ids))}
-    found = {row[1]: records.to_job(row) for row in conn.execute(Q["get_jobs"], p)}
-    return [found.get(i) for i in ids]
-
-
-_LISTINGS = {
-    JobState.WAITING: "list_waiting",
-    JobState.DELAYED: "list_delayed",
-    JobState.ACTIVE: "list_active",
-    JobState.BLOCKED: "list_blocked",
-}
-
-
-def list_jobs(
-    conn: Conn, now: float, queue: str, state: JobState, offset: int, limit: int
-) -> list[Job]:
-    p = {"queue": queue, "state": state.value, "offset": offset, "limit": limit}
-    found = conn.execute(Q[_LISTINGS.get(state, "list_finished")], p).fetchall()
-    return [records.to_job_lenient(row, state) for row in found]
-
-
-def counts(conn: Conn, now: float, queue: str) -> tuple[dict[JobState, int], bool]:
-    """Jobs per state, and whether jobs of ``queue`` are in a state nobody knows (the caller
-    quarantines them with ``quarantine_strays``, then counts again)."""
-    out = {s: 0 for s in JobState}
-    strays = False
-    for state, n in conn.execute(Q["counts"], {"queue": queue}):
-        if state in out:
-            out[JobState(state)] = int(n)
-        elif n > 0:
-            strays = True
-    return out, strays
-
-
-# The batch forms run one statement per job inside the caller's ONE transaction: one round
-# trip to the database thread and one commit per batch.
-
-
-def cancel_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
-    p: dict[str, Any] = {"queue": queue, "now": now}
-    return [conn.execute(Q["cancel"], p | {"id": job_id}).rowcount == 1 for job_id in ids]
-
-
-def retry_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
-    done = []
-    for job_id in ids:
-        p = {"queue": queue, "id": job_id, "seq": allocate_seq(conn, queue, 1), "now": now}
-        done.append(conn.execute(Q["retry_job"], p).rowcount == 1)
-    return done
-
-
-def remove_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[bool]:
-    p = {"queue": queue}
-    return [conn.execute(Q["remove_job"], p | {"id": job_id}).rowcount == 1 for job_id in ids]
-
-
-def pause(conn: Conn, now: float, queue: str) -> None:
-    conn.execute(Q["pause"], {"queue": queue})
-
-
-def resume(conn: Conn, now: float, queue: str) -> None:
-    conn.execute(Q["resume"], {"queue": queue})
-
-
-def is_paused(conn: Conn, now: float, queue: str) -> bool:
-    return conn.execute(Q["is_paused"], {"queue": queue}).fetchone() is not None
-
-
-def drain(conn: Conn, now: float, queue: str) -> int:
-    conn.execute(Q["forget_pending_dependencies"], {"queue": queue})
-    return conn.execute(Q["drain"], {"queue": queue}).rowcount
-
-
-def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float) -> int:
-    if state not in TERMINAL:
-        return 0
-    p = {"queue": queue, "state": state.value, "cutoff": now - older_than}
-    return conn.execute(Q["clean"], p).rowcount
-
-
-def obliterate(conn: Conn, now: float, queue: str) -> None:
-    for name in ("obliterate_dependencies", "obliterate_jobs", "resume", "obliterate_counts",
-                 "obliterate_seq",
-                 "obliterate_tallies", "obliterate_keys", "remove_limits"):  # fmt: skip
-        conn.execute(Q[name], {"queue": queue})
-
-
-def prune_keys(conn: Conn, now: float, queue: str, older_than: float) -> int:
-    return int(conn.execute(Q["prune_keys"], {"queue": queue, "cutoff": now - older_than}).rowcount)
-
-
-def set_limits(conn: Conn, now: float, queue: str, limits: Limits | None) -> None:
-    if limits is None or limits.empty:
-        conn.execute(Q["remove_limits"], {"queue": queue})
-    else:
-        conn.execute(Q["set_limits"], {"queue": queue, "max_active": limits.max_active,
-                                       "rate": limits.rate, "per": limits.per,
-                                       "key_rate": limits.key_rate,
-                                       "key_per": limits.key_per})  # fmt: skip
-
-
-def list_limits(conn: Conn, now: float) -> dict[str, Limits]:
-    return {q: Limits(max_active=m, rate=r, per=p, key_rate=kr, key_per=kp)
-            for q, m, r, p, kr, kp in conn.execute(Q["list_limits"])}  # fmt: skip
-
-
-def list_queues(conn: Conn, now: float) -> list[str]:
-    return [r[0] for r in conn.execute(Q["list_queues"])]
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -561,66 +479,6 @@ def events_after(conn: Conn, now: float, after: int, limit: int) -> list[tuple[i
         (int(i), bytes(body))
         for i, body in conn.execute(Q["events_after"], {"after": after, "limit": limit})
     ]
-
-
-# -- history --------------------------------------------------------------------------------
-
-
-def add_tallies(conn: Conn, now: float, tallies: Sequence[Tally]) -> None:
-    conn.executemany(Q["add_tally"], [
-        {"queue": t.queue, "minute": t.minute, "completed": t.completed, "retried": t.retried,
-         "failed": t.failed} for t in tallies
-    ])  # fmt: skip
-
-
-def tallies(conn: Conn, now: float, queue: str, since: int) -> list[Tally]:
-    rows = conn.execute(Q["tallies"], {"queue": queue, "since": since})
-    return [Tally(queue, m, c, r, f) for m, c, r, f in rows]
-
-
-def prune_tallies(conn: Conn, now: float, before: int) -> None:
-    conn.execute(Q["prune_tallies"], {"before": before})
-
-
-# -- meta -----------------------------------------------------------------------------------
-
-
-def _record(row: Any) -> MetaRecord:
-    key, value, version, expires = row
-    value = value.encode() if isinstance(value, str) else bytes(value)  # written as text by hand
-    return MetaRecord(key, value, version, expires)
-
-
-def _expires(now: float, ttl: float | None) -> float | None:
-    return None if ttl is None else now + ttl
-
-
-def meta_get(conn: Conn, now: float, key: str) -> MetaRecord | None:
-    row = conn.execute(Q["meta_get"], {"key": key, "now": now}).fetchone()
-    return None if row is None else _record(row)
-
-
-def meta_put(conn: Conn, now: float, key: str, value: bytes, ttl: float | None) -> None:
-    conn.execute(Q["meta_prune"], {"now": now})
-    conn.execute(Q["meta_put"], {"key": key, "value": value, "expires": _expires(now, ttl)})
-
-
-def meta_swap(
-    conn: Conn, now: float, key: str, expected: int | None, value: bytes, ttl: float | None
-) -> bool:
-    p = {"key": key, "value": value, "expires": _expires(now, ttl), "now": now}
-    if expected is None:
-        return conn.execute(Q["meta_create"], p).rowcount == 1
-    return conn.execute(Q["meta_swap"], {**p, "expected": expected}).rowcount == 1
-
-
-def meta_list(conn: Conn, now: float, prefix: str) -> list[MetaRecord]:
-    return [_record(row) for row in conn.execute(Q["meta_list"], {"prefix": prefix, "now": now})]
-
-
-def meta_delete(conn: Conn, now: float, key: str) -> bool:
-    row = conn.execute(Q["meta_delete"], {"key": key}).fetchone()
-    return row is not None and (row[0] is None or row[0] > now)
 
 
 # -- delivery store -------------------------------------------------------------------------
