@@ -60,21 +60,12 @@ from relaymq.backends.base import Backend
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState, NewJob
 from relaymq.observers import Observer
-from relaymq.records.store import Enqueued, Outcome, Recovered, Settle
+from relaymq.records.store import OUTCOME_WORDS, Enqueued, Outcome, Recovered, Settle
 
 __all__ = ["Metrics", "QueueGauges", "asgi_app", "process_metrics"]
 
 log = logging.getLogger("relaymq.metrics")
 
-OUTCOME_NAMES = {
-    Outcome.COMPLETE: "completed",
-    Outcome.RETRY: "retried",
-    Outcome.FAIL: "failed",
-    Outcome.EXPIRE: "expired",
-    Outcome.CANCEL: "cancelled",
-    Outcome.RELEASE: "released",
-}
-"""The word each outcome is counted under (``relaymq_jobs_<word>_total``)."""
 
 DURATION_BUCKETS = tuple(
     map(float, "0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 120 300 600 1800 3600".split())
@@ -105,7 +96,7 @@ class _PerTask:
         self.lost = m.claims_lost.labels(queue, task)
         self.pickup = m.pickup_latency.labels(queue, task)
         self.durations = {
-            name: m.duration.labels(queue, task, name) for name in (*OUTCOME_NAMES.values(), "lost")
+            name: m.duration.labels(queue, task, name) for name in (*OUTCOME_WORDS.values(), "lost")
         }
 
 
@@ -159,7 +150,7 @@ class Metrics(Observer):
                 labels,
                 registry=r,
             )
-            for outcome, name in OUTCOME_NAMES.items()
+            for outcome, name in OUTCOME_WORDS.items()
         }
         self.claims_lost = Counter(
             "relaymq_claims_lost_total",
@@ -289,7 +280,7 @@ class Metrics(Observer):
     def attempt_ended(self, job: Job, settle: Settle | None, ran_for: float | None) -> None:
         if ran_for is None:
             return
-        name = "lost" if settle is None else OUTCOME_NAMES[settle.outcome]
+        name = "lost" if settle is None else OUTCOME_WORDS[settle.outcome]
         self._of(job.queue, job.task).durations[name].observe(ran_for)
 
     def settled(self, job: Job, settle: Settle, applied: bool) -> None:

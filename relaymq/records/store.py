@@ -111,6 +111,17 @@ OUTCOME_STATE: dict[Outcome, JobState] = {
 }
 
 
+OUTCOME_WORDS: dict[Outcome, str] = {
+    Outcome.COMPLETE: "completed",
+    Outcome.RETRY: "retried",
+    Outcome.FAIL: "failed",
+    Outcome.EXPIRE: "expired",
+    Outcome.CANCEL: "cancelled",
+    Outcome.RELEASE: "released",
+}
+"""The word each applied outcome is counted under: a worker's stats field, a metric's name."""
+
+
 @dataclass(slots=True, unsafe_hash=True)
 class Settle:
     """One fenced transition out of ``active``."""

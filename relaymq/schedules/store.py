@@ -7,6 +7,9 @@ The record is a JSON header (``next_ms``, ``paused``), a newline, then the opaqu
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import orjson
 
 from relaymq.backends.meta import MetaStore
@@ -78,29 +81,41 @@ async def pause(
     store: MetaStore, schedule_id: str, paused: bool, next_ms: int | None = None
 ) -> bool:
     """Set a schedule's ``paused`` flag, and its ``next_ms`` unless None; False when absent."""
-    key = _key(schedule_id)
-    while True:
-        record = await store.meta_get(key)
-        if record is None:
-            return False
-        old = decode(record)
-        new = StoredSchedule(old.id, old.spec, old.next_ms if next_ms is None else next_ms, paused)
-        if await store.meta_swap(key, record.version, encode(new)):
-            return True
+    return await _change(
+        store,
+        schedule_id,
+        lambda old: dataclasses.replace(
+            old, paused=paused, next_ms=old.next_ms if next_ms is None else next_ms
+        ),
+    )
 
 
 async def advance(store: MetaStore, schedule_id: str, expected_ms: int, next_ms: int) -> bool:
     """Move a schedule's ``next_ms`` from ``expected_ms`` to ``next_ms``, only while it is
     still ``expected_ms`` (compare and set): True when this call moved it."""
+    return await _change(
+        store,
+        schedule_id,
+        lambda old: (
+            dataclasses.replace(old, next_ms=next_ms) if old.next_ms == expected_ms else None
+        ),
+    )
+
+
+async def _change(
+    store: MetaStore, schedule_id: str, change: Callable[[StoredSchedule], StoredSchedule | None]
+) -> bool:
+    """Read a stored schedule, ``change`` it and write it back with a compare-and-set, again
+    from the start when another process wrote in between. False when it is absent, or when
+    ``change`` leaves it as it is (None)."""
     key = _key(schedule_id)
     while True:
         record = await store.meta_get(key)
         if record is None:
             return False
-        old = decode(record)
-        if old.next_ms != expected_ms:
+        new = change(decode(record))
+        if new is None:
             return False
-        new = StoredSchedule(old.id, old.spec, next_ms, old.paused)
         if await store.meta_swap(key, record.version, encode(new)):
             return True
 

@@ -7,21 +7,13 @@ from __future__ import annotations
 import logging
 
 from relaymq.job import Job
-from relaymq.records.store import Outcome, Settle
+from relaymq.records.store import OUTCOME_WORDS, Outcome, Settle
 from relaymq.worker.history import History
 from relaymq.worker.running import RunningJob
 from relaymq.worker.stats import Counts
 
 log = logging.getLogger("relaymq.worker")
 
-COUNTED_AS = {
-    Outcome.COMPLETE: "completed",
-    Outcome.RETRY: "retried",
-    Outcome.FAIL: "failed",
-    Outcome.EXPIRE: "expired",
-    Outcome.CANCEL: "cancelled",
-    Outcome.RELEASE: "released",
-}
 """The ``WorkerStats`` field each applied outcome counts in."""
 
 
@@ -45,7 +37,7 @@ class Bookkeeping:
             lost = "%s: the claim (token %s) was lost; outcome %s dropped"
             log.warning(lost, where(job), r.claim.token, s.outcome.value, extra=r.log_extra)
             return
-        self.counts.add(COUNTED_AS[s.outcome])
+        self.counts.add(OUTCOME_WORDS[s.outcome])
         self.history.count(job.queue, s.outcome)
         if s.outcome is Outcome.COMPLETE:  # the common case: nothing formatted unless logged
             if log.isEnabledFor(logging.DEBUG):
