@@ -46,9 +46,11 @@ jobs blocked on it."""
 
 class Dependencies:
     def __init__(
-        self, jobs: AsyncCollection[Document], now: Now,
+        self,
+        jobs: AsyncCollection[Document],
+        now: Now,
         tallies: AsyncCollection[Document] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._jobs = jobs
         self._tallies = tallies
         """The history (``add_tallies``' collection): a job failed by its dependency counts in
@@ -104,11 +106,16 @@ class Dependencies:
         a recovery that failed jobs)."""
         if not ids:
             return
-        query = {"queue": queue, "id": {"$in": list(ids)}, "state": {"$in": list(ENDED)},
-                 **WITH_DEPENDENTS}  # fmt: skip
+        query = {
+            "queue": queue,
+            "id": {"$in": list(ids)},
+            "state": {"$in": list(ENDED)},
+            **WITH_DEPENDENTS,
+        }
         fields = {"id": 1, "state": 1, "dependents": 1}
-        found = [(d["id"], d["state"], d["dependents"])
-                 async for d in self._jobs.find(query, fields)]  # fmt: skip
+        found = [
+            (d["id"], d["state"], d["dependents"]) async for d in self._jobs.find(query, fields)
+        ]
         await self.ended(queue, found)
 
     async def ended(self, queue: str, ends: Iterable[End]) -> None:
@@ -120,8 +127,9 @@ class Dependencies:
                 if failed is not None:
                     work.append((waiter, str(JobState.FAILED), failed))
             if state != "removed":
-                await self._jobs.update_one({"queue": queue, "id": dep},
-                                            {"$unset": {"dependents": ""}})  # fmt: skip
+                await self._jobs.update_one(
+                    {"queue": queue, "id": dep}, {"$unset": {"dependents": ""}}
+                )
 
     async def _count(self, queue: str, waiter: str, dep: str, state: str) -> list[str] | None:
         """``waiter`` counts ``dep``'s end as ``relaymq.policy.dependency_ended`` says; the
@@ -138,13 +146,18 @@ class Dependencies:
             len(found.get("waiting_on") or []),
         )
         if end.step is DependentStep.FAILED:
+            fail = {
+                "state": str(JobState.FAILED),
+                "waiting_on": [],
+                "error": literal(end.error),
+                "finished_at": self._now.expr(),
+            }
             failed = await self._jobs.find_one_and_update(
                 here,
-                [{"$set": {"state": str(JobState.FAILED), "waiting_on": [],
-                           "error": literal(end.error), "finished_at": self._now.expr()}}],
+                [{"$set": fail}],
                 projection={"dependents": 1, "finished_at": 1},
                 return_document=ReturnDocument.AFTER,
-            )  # fmt: skip
+            )
             if failed is None:
                 return None
             await self._tally_failure(queue, failed.get("finished_at"))
@@ -152,9 +165,11 @@ class Dependencies:
         # BLOCKED or DUE: the pull counts the end; the list it leaves says whether it was the
         # last (another end may have been counted since the read: DUE then, not BLOCKED).
         left = await self._jobs.find_one_and_update(
-            here, {"$pull": {"waiting_on": dep}}, projection={"waiting_on": 1},
+            here,
+            {"$pull": {"waiting_on": dep}},
+            projection={"waiting_on": 1},
             return_document=ReturnDocument.AFTER,
-        )  # fmt: skip
+        )
         if left is not None and not left.get("waiting_on"):
             await self._release(queue, waiter)
         return None
@@ -168,10 +183,12 @@ class Dependencies:
         minute = int(seconds // 60)
         await self._tallies.update_one(
             {"_id": f"{queue}|{minute}"},
-            {"$inc": {"completed": 0, "retried": 0, "failed": 1},
-             "$setOnInsert": {"queue": queue, "minute": minute}},
+            {
+                "$inc": {"completed": 0, "retried": 0, "failed": 1},
+                "$setOnInsert": {"queue": queue, "minute": minute},
+            },
             upsert=True,
-        )  # fmt: skip
+        )
 
     async def _states(self, queue: str, ids: list[str]) -> dict[str, Any]:
         """The stored state of each of ``ids`` that exists."""
