@@ -11,11 +11,10 @@ put a job back in line (retries without delay, releases), manual retries and rec
 backends' orders differ by design (docs/guarantees.md, Ordering). A broker delivers
 asynchronously: the backend's claim is repeated until it has handed out what the model did.
 
-A second machine adds the decisions of ``relaymq.policy``, so that a port of one (a Lua
-script, an SQL trigger) that drifts from it fails here: jobs that depend on others under both
-policies (their dependencies complete, fail, are cancelled or removed, or never were), with
-the error of a job its dependency failed, beside the keyed enqueues (throttle and debounce) of
-the first. A third machine holds the queue limits (``allowance``, ``KeyBudget``): no job in it
+A second machine adds the decisions of ``relaymq.policy``, so that a port of one (Lua, SQL)
+that drifts fails here: jobs that depend on others under both policies (their dependencies
+complete, fail, are cancelled or removed, or never were), with the error of a job its
+dependency failed, beside the keyed enqueues of the first. A third machine holds the queue limits (``allowance``, ``KeyBudget``): no job in it
 is ever delayed (what a limit lets through follows the claim order), and its claims, alone or
 with a settle, take the same jobs in the same order as the model's, and report the queue held
 back (``limited``) alike, while time rolls the rate and key windows over.
@@ -47,14 +46,13 @@ from hypothesis.stateful import (
 
 from relaymq.backends.base import Backend
 from relaymq.backends.memory import InMemoryBackend
-from relaymq.backends.memory import InMemoryBackend as _InMemoryBackend
 from relaymq.errors import JobNotFoundError
 from relaymq.job import Claim, DependencyPolicy, Job, JobState, KeyMode, KeyRule
 from relaymq.records.limits import Limits
-from relaymq.records.store import Beat, CancelResult, ClaimBatch, Outcome, Settle
+from relaymq.records.store import Beat, ClaimBatch, Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.support.cases import BackendCase
-from tests.support.jobs import cancel, new_job, queue_name, retry_job
+from tests.support.jobs import ModelWithOneJobCalls, OneJobCalls, new_job, queue_name
 
 T = TypeVar("T")
 
@@ -88,37 +86,6 @@ class Held:
     job_id: str
     real: Claim
     model: Claim
-
-
-class OneJobCalls:
-    """A backend with the one-job ``cancel`` and ``retry_job`` the first machine calls, which
-    the backends answer with their batch forms now. The machine's source stays as it was, and
-    with it the sequences its derandomized examples run (hypothesis seeds them from the
-    source). Other sequences reach a known difference on RabbitMQ: a job a settle or a replay
-    puts back in line goes behind what the broker already holds at its priority level
-    (docs/guarantees.md, Ordering), where the model hands it out first."""
-
-    def __init__(self, inner: Backend) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        return await cancel(self._inner, queue, job_id)
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        return await retry_job(self._inner, queue, job_id)
-
-
-class ModelWithOneJobCalls(_InMemoryBackend):
-    """The reference backend with the same one-job calls as ``OneJobCalls``."""
-
-    async def cancel(self, queue: str, job_id: str) -> CancelResult:
-        return await cancel(self, queue, job_id)
-
-    async def retry_job(self, queue: str, job_id: str) -> bool:
-        return await retry_job(self, queue, job_id)
 
 
 def broker(case: BackendCase) -> bool:
