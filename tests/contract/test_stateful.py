@@ -14,10 +14,10 @@ asynchronously: the backend's claim is repeated until it has handed out what the
 A second machine adds the decisions of ``relaymq.policy``, so that a port of one (Lua, SQL)
 that drifts fails here: jobs that depend on others under both policies (their dependencies
 complete, fail, are cancelled or removed, or never were), with the error of a job its
-dependency failed, beside the keyed enqueues of the first. A third machine holds the queue limits (``allowance``, ``KeyBudget``): no job in it
-is ever delayed (what a limit lets through follows the claim order), and its claims, alone or
-with a settle, take the same jobs in the same order as the model's, and report the queue held
-back (``limited``) alike, while time rolls the rate and key windows over.
+dependency failed. A third machine holds the queue limits (``allowance``, ``KeyBudget``): no
+job in it is ever delayed (what a limit lets through follows the claim order); its claims take
+the same jobs in the same order as the model's and report the queue held back (``limited``)
+alike, while time rolls the windows over.
 """
 
 from __future__ import annotations
