@@ -113,14 +113,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (
-            self.unexplained
-            or self.lost
-            or self.stuck
-            or self.stale
-            or self.worker_exits
-            or self.aborted
-        )
+        problems = (self.unexplained, self.lost, self.stuck, self.stale, self.worker_exits)
+        return not (any(problems) or self.aborted)
 
     def summary(self) -> str:
         return (
@@ -250,9 +244,8 @@ class Workers:
 
     def waited(self) -> int:
         """How many workers logged that they waited for the server at start."""
-        return sum(
-            "waiting for" in path.read_text(errors="replace") for path in self.paths.values()
-        )
+        texts = [path.read_text(errors="replace") for path in self.paths.values()]
+        return sum("waiting for" in text for text in texts)
 
     async def wait_live(self, within: float) -> list[asyncio.subprocess.Process]:
         """The live workers, once there is one (a replacement may be starting); an empty list
@@ -513,11 +506,8 @@ def _check(
             continue
         # Every run but the one that completed the job (its attempt is the job's last) and a
         # flaky job's designed first failure needs a disruption to explain it.
-        extra = [
-            r
-            for r in runs
-            if r.attempt != job.attempts and not (kind == "flaky" and r.attempt == 1)
-        ]
+        expected = {job.attempts, 1} if kind == "flaky" else {job.attempts}  # flaky: 1 fails
+        extra = [r for r in runs if r.attempt not in expected]
         if not extra:
             report.completed_once += 1
             continue
