@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs pytest django services browser bench soak clean
+.PHONY: demo test lint typecheck docs pytest django services browser topologies bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaymq demo
 
-test: $(STAMP) services browser lint typecheck docs pytest django
+test: $(STAMP) services browser topologies lint typecheck docs pytest django
 
 lint: $(STAMP)
 	$(BIN)/ruff check relaymq tests tests_django benchmarks
@@ -30,6 +30,9 @@ services:
 browser:  # Debian's Chromium, for the dashboard's browser tests (Playwright)
 	bash scripts/chromium.sh
 
+topologies:  # PgBouncer, replicas, sentinels, a RabbitMQ cluster (tests/topologies)
+	bash scripts/topologies.sh
+
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet
 
@@ -42,8 +45,9 @@ django:  # Django 6 needs Python >= 3.12: its own virtualenv (.venv-django)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/throughput.py --url $${URL:-sqlite:///$$(mktemp -d)/bench.db}
 
-soak: $(STAMP) services  # the long chaos soak on every backend (an hour or more; SOAK_ARGS="--jobs 20000 redis")
+soak: $(STAMP) services  # the long chaos soak on every backend, then the long partition profile (hours; SOAK_ARGS="--jobs 20000 redis")
 	$(BIN)/python -m tests.soak.run $(SOAK_ARGS)
+	$(BIN)/python -m tests.soak.run --partitions $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-django .mypy_cache .ruff_cache .pytest_cache .site .screenshots

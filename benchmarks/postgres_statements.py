@@ -20,7 +20,7 @@ import uuid
 import asyncpg
 
 from relaymq.backends.postgres import PostgresBackend
-from relaymq.backends.postgres.migrations import server_settings
+from relaymq.backends.postgres.connection import connect_options
 from relaymq.backends.postgres.statements import Q
 from relaymq.job import NewJob
 
@@ -38,10 +38,10 @@ async def run(url: str, rounds: int, backlog: int) -> None:
             await backend.enqueue([NewJob("s", uuid.uuid4().hex, "t", b"{}") for _ in range(n)])
         opts = backend.options
         for mode in MODES:
-            cons[mode] = await asyncpg.connect(
-                opts.dsn, server_settings={**server_settings(opts), "plan_cache_mode": mode}
-            )
-        await cons[MODES[0]].execute("ANALYZE relaymq_jobs")
+            kwargs = connect_options(opts)
+            kwargs["server_settings"] |= {"plan_cache_mode": mode}
+            cons[mode] = await asyncpg.connect(opts.dsn, **kwargs)
+        await cons[MODES[0]].execute(f'ANALYZE "{schema}".relaymq_jobs')
         times: dict[str, dict[str, list[float]]] = {m: {"claim": [], "settle": []} for m in MODES}
         for r in range(rounds):
             for mode, con in cons.items():

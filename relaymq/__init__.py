@@ -7,6 +7,7 @@ from relaymq.errors import (
     ArgumentValidationError,
     BackendError,
     BackendUnavailableError,
+    ClaimLostError,
     ConfigError,
     JobCancelledError,
     JobExpiredError,
@@ -21,10 +22,20 @@ from relaymq.errors import (
 )
 from relaymq.events import Event
 from relaymq.flows import Flow
-from relaymq.job import TERMINAL, Claim, DependencyPolicy, Job, JobState
+from relaymq.job import (
+    TERMINAL,
+    Attempt,
+    Claim,
+    DependencyPolicy,
+    Job,
+    JobState,
+    SequenceFailure,
+)
 from relaymq.options import Call
 from relaymq.queue import JobHandle, Queue
 from relaymq.records.limits import Limits
+from relaymq.records.retention import Retention
+from relaymq.records.search import JobFilter
 from relaymq.records.store import Capabilities
 from relaymq.retry import exponential, fixed
 from relaymq.schedules import Schedule, Schedules
@@ -36,12 +47,14 @@ __all__ = [
     "TERMINAL",
     "App",
     "ArgumentValidationError",
+    "Attempt",
     "Backend",
     "BackendError",
     "BackendUnavailableError",
     "Call",
     "Capabilities",
     "Claim",
+    "ClaimLostError",
     "ConfigError",
     "DependencyPolicy",
     "Event",
@@ -51,6 +64,7 @@ __all__ = [
     "JobContext",
     "JobExpiredError",
     "JobFailedError",
+    "JobFilter",
     "JobHandle",
     "JobNotFoundError",
     "JobState",
@@ -59,9 +73,11 @@ __all__ = [
     "RelayError",
     "RelayWarning",
     "ResultTimeoutError",
+    "Retention",
     "Schedule",
     "ScheduleNotFoundError",
     "Schedules",
+    "SequenceFailure",
     "SerializationError",
     "Settings",
     "Task",

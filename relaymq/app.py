@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from relaymq import backends
 from relaymq.backends.base import Backend
+from relaymq.backends.transactional import Transactional, transactional
 from relaymq.errors import ConfigError
 from relaymq.instrumented import Instrumented
-from relaymq.limits import make_limits
+from relaymq.limits import check_local_max_active, make_limits
 from relaymq.observers import Hooks, Observer
 from relaymq.options import DEFAULT_QUEUE, Call, Options, validate_queue_name
 from relaymq.producer import JobHandle, Producer
@@ -54,7 +55,12 @@ class App:
     """A backend and everything declared for it. ``url`` defaults to ``settings.backend``,
     and ``settings`` to the environment (``Settings.from_env``, read on first use); a
     ``backend`` given ready (connected) is used as it is. ``options`` go to the backend's
-    constructor (``relaymq.connect``)."""
+    constructor (``relaymq.connect``).
+
+    ``outbox`` (a ``postgresql://`` or ``sqlite:///`` URL: the application's own database)
+    is where enqueues made in a caller's transaction are written when this app's backend
+    cannot hold them itself (Redis, MongoDB, RabbitMQ); the app's workers run the relay that
+    moves them on (``relaymq.outbox``, docs/transactions.md)."""
 
     def __init__(
         self,
@@ -63,13 +69,28 @@ class App:
         settings: Settings | None = None,
         backend: Backend | None = None,
         serializer: Serializer = DEFAULT_SERIALIZER,
+        outbox: str | None = None,
         **options: Any,
     ) -> None:
         self.url = url
+        self.outbox_url = outbox
+        """The outbox's URL, or None."""
+        self._outbox: Backend | None = None
+        if (
+            outbox is not None
+            and not backends.backend_class(outbox).capabilities.joins_transactions
+        ):
+            raise ConfigError(
+                f"the outbox must be a database your transactions write in: a postgresql:// "
+                f"or sqlite:/// URL, not {outbox!r}"
+            )
         self.serializer = serializer
         self.tasks: dict[str, Task[Any, Any]] = {}
         """Every task declared on this app (``task``), by name: those its workers run."""
         self.limits: dict[str, Limits] = {}
+        self.local_limits: dict[str, int] = {}
+        """Queue -> at most this many of its jobs running in each worker of this app
+        (``limit(local_max_active=...)``); kept in the process, never stored."""
         """Limits declared in code (``limit``), by queue; each worker stores those of its
         queues when it starts, so the code's limits hold from the next deploy on."""
         self.schedules: dict[str, Schedule] = {}
@@ -81,6 +102,9 @@ class App:
         self._options = options
         self._ops: Instrumented | None = None
         self._producers: dict[str, Producer] = {}
+        self._unconnected: Instrumented | None = None
+        """A facade over the backend, not connected: sync enqueues in a caller's transaction
+        (``enqueue_bulk_sync``) before the app connects, if ever."""
         self._paused: weakref.WeakKeyDictionary[Backend, dict[str, tuple[float, bool]]] = (
             weakref.WeakKeyDictionary()
         )
@@ -109,8 +133,8 @@ class App:
     # -- the backend ------------------------------------------------------------------------
 
     async def connect(self) -> Instrumented:
-        """Connect the app's backend unless it is (once, however many callers wait);
-        returns the facade, ``ops``."""
+        """Connect the app's backend unless it is (once, however many callers wait), and
+        its outbox, if any (which prepares the outbox's tables); returns the facade, ``ops``."""
         if self._ops is not None:
             return self._ops
         loop = asyncio.get_running_loop()
@@ -118,6 +142,7 @@ class App:
             if self._ops is None:
                 url = self.url or self.settings.backend
                 self.use(await backends.connect(url, **self._options))
+                await self.connect_outbox()
             assert self._ops is not None
             return self._ops
 
@@ -127,7 +152,9 @@ class App:
         self._ops = None
         if backend is not None:
             seen = self._paused.setdefault(backend, {})
-            self._ops = Instrumented(backend, hooks=self.hooks, paused_seen=seen)
+            self._ops = Instrumented(
+                backend, hooks=self.hooks, paused_seen=seen, outbox=self._outbox_store()
+            )
         self._producers.clear()
         if backend is None and not self._given_settings:
             self._settings = None
@@ -138,6 +165,25 @@ class App:
             backend, self._ops = self._ops.backend, None
             self._producers.clear()
             await backend.close()
+        outbox, self._outbox = self._outbox, None
+        if outbox is not None:
+            await outbox.close()
+
+    def _outbox_store(self) -> Transactional | None:
+        """The outbox backend (built on first need, connected only by ``connect_outbox``)."""
+        if self.outbox_url is None:
+            return None
+        if self._outbox is None:
+            self._outbox = backends.from_url(self.outbox_url)
+        return transactional(self._outbox)
+
+    async def connect_outbox(self) -> Instrumented | None:
+        """The outbox backend, connected, behind a facade of its own (no observers: the
+        relay's reads and deletes are not the app's jobs); None without an outbox."""
+        if self._outbox_store() is None or self._outbox is None:
+            return None
+        await self._outbox.connect()
+        return Instrumented(self._outbox)
 
     @property
     def connected(self) -> bool:
@@ -160,16 +206,18 @@ class App:
         found.use(backend)
         return found
 
-    def on(self, url: str, **options: Any) -> App:
+    def on(self, url: str, *, outbox: str | None = None, **options: Any) -> App:
         """This app on the backend at ``url`` (connected on first use: ``connect``; closed
-        by ``close``): the same tasks, limits, schedules, observers and settings."""
+        by ``close``), with ``outbox`` if given: the same tasks, limits, schedules, observers
+        and settings."""
         return self._sharing(
-            App(url, settings=self._settings, serializer=self.serializer, **options)
+            App(url, settings=self._settings, serializer=self.serializer, outbox=outbox, **options)
         )
 
     def _sharing(self, other: App) -> App:
         """``other``, made to share this app's declarations, observers and pause views."""
         other.tasks, other.limits, other.schedules = self.tasks, self.limits, self.schedules
+        other.local_limits = self.local_limits
         other.hooks, other._paused = self.hooks, self._paused
         return other
 
@@ -190,6 +238,35 @@ class App:
         app = self if call.options.backend is None else self.over(call.options.backend)
         await app.connect()
         return await app.producer(call.options.queue).add(call)
+
+    def enqueue_sync(self, call: Call[R]) -> JobHandle[R]:
+        """``enqueue`` from sync code, in the open transaction of the call's ``connection``
+        option (``Producer.add_bulk_sync``; ``Task.enqueue_sync`` comes here)."""
+        [handle] = self.enqueue_bulk_sync([call])
+        return handle
+
+    def enqueue_bulk_sync(
+        self, calls: Iterable[Call[Any]], *, connection: object = None
+    ) -> list[JobHandle[Any]]:
+        """Enqueue ``calls`` (of one queue) from sync code, in the open transaction of
+        ``connection`` (or the calls' ``connection`` option). The app need not be connected:
+        nothing but the caller's connection is used."""
+        calls = list(calls)
+        if not calls:
+            return []
+        options = calls[0].options
+        app = self if options.backend is None else self.over(options.backend)
+        if app._ops is not None:
+            ops = app._ops
+        else:  # a facade over the backend unconnected: enough to write in a caller's transaction
+            if app._unconnected is None:
+                url = app.url or app.settings.backend
+                outbox = app._outbox_store()
+                built = backends.from_url(url, **app._options)
+                app._unconnected = Instrumented(built, hooks=app.hooks, outbox=outbox)
+            ops = app._unconnected
+        producer = Producer(options.queue, ops, serializer=app.serializer, settings=app.settings)
+        return producer.add_bulk_sync(calls, connection=connection)
 
     # -- declaring --------------------------------------------------------------------------
 
@@ -257,17 +334,34 @@ class App:
         per: float = 1.0,
         key_rate: int | str | None = None,
         key_per: float = 1.0,
+        key_max_active: int | None = None,
+        fair: bool = False,
+        weights: Mapping[str, int] | None = None,
+        local_max_active: int | None = None,
     ) -> Limits:
         """Declare ``queue``'s limits in code: at most ``max_active`` of its jobs active at
         once, at most ``rate`` starts per ``per`` seconds (or ``rate="100/m"``), and at most
-        ``key_rate`` starts per ``key_per`` seconds for each limit key, over every worker.
+        ``key_rate`` starts per ``key_per`` seconds and at most ``key_max_active`` active
+        jobs for each limit key, over every worker. With ``fair=True``, claims rotate over
+        the limit keys with waiting jobs (a key starts its weight, 1 unless ``weights`` says
+        more, in each round), priority and FIFO kept within a key. ``local_max_active`` caps
+        the queue's running jobs in each worker process of this app (a cap per host, beside
+        the global ones; it is not stored in the backend).
 
         Workers of the queue store them when they start; ``Queue.set_limits`` (or ``relaymq
         queue limits``) changes them at run time, until the next worker start stores these
         again."""
         validate_queue_name(queue)
-        limits = make_limits(max_active, rate, per, key_rate, key_per)
+        limits = make_limits(
+            max_active, rate, per, key_rate, key_per, key_max_active, fair, weights
+        )
+        if local_max_active is not None:
+            check_local_max_active(local_max_active)
         self.limits[queue] = limits
+        if local_max_active is None:
+            self.local_limits.pop(queue, None)
+        else:
+            self.local_limits[queue] = local_max_active
         return limits
 
     def schedule(self, task: Task[Any, Any] | str, **how: Any) -> Schedule:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from relaymq.errors import ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState
+from relaymq.records.search import JobFilter
 
 PAGE = 500
 """Jobs per page of a bulk action: one listing and one batch call each."""
@@ -156,3 +157,61 @@ async def find(
             break
         at += len(jobs)
     return out
+
+
+SCAN_LIMIT = 10_000
+"""Jobs a search reads at most, a page at a time, where the backend's own query cannot check
+every condition (``Capabilities.search``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a search found (``Queue.search``), and how."""
+
+    jobs: list[Job]
+    scanned: int | None = None
+    """Jobs read and checked here, a page at a time, because the backend's query cannot check
+    every condition; None when its query found them."""
+    cut: bool = False
+    """The scan stopped at its bound before the end of the state: jobs past it were not
+    looked at."""
+
+
+async def search(
+    ops: Instrumented,
+    queue: str,
+    state: JobState,
+    where: JobFilter,
+    offset: int = 0,
+    limit: int = 100,
+    scan: int = SCAN_LIMIT,
+) -> Found:
+    """The jobs of ``queue`` in ``state`` that ``where`` matches, skipping ``offset`` of them,
+    at most ``limit``: by the backend's own query for what it can check (``"native"``: all;
+    ``"fields"``: all but the argument conditions), the rest checked here over at most
+    ``scan`` jobs read."""
+    how = ops.backend.capabilities.search
+    if where.empty:
+        return Found(await ops.list_jobs(queue, state, offset, limit))
+    if how == "native":
+        return Found(await ops.list_jobs(queue, state, offset, limit, where))
+    query = where.without_args() if how == "fields" else JobFilter()
+    if query == where:
+        return Found(await ops.list_jobs(queue, state, offset, limit, where))
+    rest = JobFilter(args=where.args) if how == "fields" else where
+    out: list[Job] = []
+    skip, read = offset, 0
+    while len(out) < limit and read < scan:
+        want = min(PAGE, scan - read)
+        jobs = await ops.list_jobs(queue, state, read, want, None if query.empty else query)
+        read += len(jobs)
+        for job in jobs:
+            if not rest.matches(job):
+                continue
+            if skip:
+                skip -= 1
+            elif len(out) < limit:
+                out.append(job)
+        if len(jobs) < want:
+            return Found(out, read)
+    return Found(out, read, cut=len(out) < limit)

@@ -15,6 +15,7 @@
     │   └── RecordRefusedError      the backend refuses a record as it is (over its size
     │                               limit): the same write can never succeed
     ├── JobNotFoundError            no such job in that queue
+    ├── ClaimLostError              ``JobContext.complete_in``: this attempt's claim is lost
     ├── ScheduleNotFoundError       no schedule with that id
     ├── ResultTimeoutError          ``JobHandle.result(timeout=)`` passed; says the job's state
     ├── TaskNotFoundError           a job names a task this process cannot import
@@ -80,6 +81,12 @@ class RecordRefusedError(BackendError):
 
 class JobNotFoundError(RelayError, LookupError):
     """No job with that id exists in that queue."""
+
+
+class ClaimLostError(RelayError):
+    """``JobContext.complete_in`` found that this attempt no longer holds its job (recovered
+    as stalled and claimed again, cancelled or removed): nothing was written, and the caller's
+    transaction, which this exception leaves, must not commit the handler's work either."""
 
 
 class ResultTimeoutError(RelayError, TimeoutError):

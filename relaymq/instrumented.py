@@ -32,11 +32,14 @@ from typing import Any
 from relaymq import events, registry
 from relaymq.backends.base import Backend
 from relaymq.backends.meta import MetaStore
+from relaymq.backends.transactional import Transactional
+from relaymq.coalesce import Coalescer, coalescer
 from relaymq.errors import BackendError
 from relaymq.job import Job, JobState, NewJob
-from relaymq.observers import UNOBSERVED, Hooks, observer_log
+from relaymq.observers import UNOBSERVED, Hooks
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
+from relaymq.records.search import JobFilter
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -50,6 +53,7 @@ from relaymq.records.store import (
     Tally,
     WorkerInfo,
 )
+from relaymq.transactions import TransactionalWrites
 
 log = logging.getLogger("relaymq.events")
 recovery_log = logging.getLogger("relaymq.recovery")
@@ -67,7 +71,7 @@ OUTCOME_EVENT = {
 }
 
 
-class Instrumented(MetaStore):
+class Instrumented(TransactionalWrites, MetaStore):
     """A backend, instrumented. Methods keep the backend's names and return its answers. It is
     a meta store too, so what is written on the meta store (``relaymq.registry``,
     ``relaymq.schedules.store``, leases) goes through it."""
@@ -79,6 +83,8 @@ class Instrumented(MetaStore):
         window: float = EVENT_WINDOW,
         hooks: Hooks | None = None,
         paused_seen: dict[str, tuple[float, bool]] | None = None,
+        outbox: Transactional | None = None,
+        coalesced: Coalescer | None = None,
     ) -> None:
         self.backend = backend
         self.window = window
@@ -90,15 +96,24 @@ class Instrumented(MetaStore):
         trip of their own."""
         self._pending: list[events.Event] = []
         self._wanted = asyncio.Event()
+        self.outbox = outbox
+        """The backend that keeps enqueues made in a caller's transaction until the relay
+        moves them here (``App(url, outbox=...)``), or None."""
         self._publisher: asyncio.Task[None] | None = None
         self._publishing = asyncio.Lock()
         """Held while events are published: the batcher is never stopped inside a publish."""
+        self._coalescer = coalescer(backend) if coalesced is None else coalesced
 
     def sibling(self) -> Instrumented:
         """A facade over the same backend and observers, with an event batch of its own (a
         worker's: ``batching``)."""
         return Instrumented(
-            self.backend, window=self.window, hooks=self.hooks, paused_seen=self.paused_seen
+            self.backend,
+            window=self.window,
+            hooks=self.hooks,
+            paused_seen=self.paused_seen,
+            outbox=self.outbox,
+            coalesced=self._coalescer,
         )
 
     def _call(self, op: str) -> contextlib.AbstractContextManager[object]:
@@ -110,23 +125,17 @@ class Instrumented(MetaStore):
     # -- producer ---------------------------------------------------------------------------
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """Store ``jobs``; announce each as waiting, delayed or deduplicated."""
-        observers = self.hooks.observers
-        for o in observers:
-            try:
-                jobs = o.enqueuing(jobs)
-            except Exception:
-                observer_log.exception("observer %r failed", o)
+        """Store ``jobs``; announce each as waiting, delayed or deduplicated. Concurrent calls
+        are sent together where the backend coalesces them (``relaymq.coalesce``)."""
+        jobs = self._enqueuing(jobs)
+        store = self.backend if self._coalescer is None else self._coalescer
         try:
             with self._call("enqueue"):  # with the events, in one round trip where it can
-                answers = await self.backend.enqueue_announced(jobs, time.time())
+                answers = await store.enqueue_announced(jobs, time.time())
         except BaseException as e:
-            refused = e
-            if observers:
-                self.hooks.tell(lambda o: o.enqueued(jobs, None, refused))
+            self._enqueued(jobs, None, e)
             raise
-        if observers:
-            self.hooks.tell(lambda o: o.enqueued(jobs, answers, None))
+        self._enqueued(jobs, answers, None)
         return answers
 
     # -- worker -----------------------------------------------------------------------------
@@ -397,10 +406,19 @@ class Instrumented(MetaStore):
             return await self.backend.get_jobs(queue, ids)
 
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
         with self._call("list_jobs"):
-            return await self.backend.list_jobs(queue, state, offset, limit)
+            return await self.backend.list_jobs(queue, state, offset, limit, where)
+
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        with self._call("sequence_head"):
+            return await self.backend.sequence_head(queue, sequence)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         with self._call("counts"):
@@ -417,6 +435,10 @@ class Instrumented(MetaStore):
     async def list_workers(self) -> list[WorkerInfo]:
         """The live workers (``relaymq.registry``, on the meta store)."""
         return await registry.list_workers(self)
+
+    async def list_silent_workers(self) -> list[WorkerInfo]:
+        """Workers that stopped renewing their registration lately without unregistering."""
+        return await registry.list_silent(self)
 
     # -- history ----------------------------------------------------------------------------
 

@@ -10,8 +10,11 @@ stay hashable (``unsafe_hash``).
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import json
 import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +99,115 @@ class DependencyPolicy(enum.StrEnum):
     """As IGNORE, and it also sees which dependencies did not complete, and why."""
 
 
+class SequenceFailure(enum.StrEnum):
+    """What a job of a sequence (``NewJob.sequence``) does to its sequence once it is
+    dead-lettered (failed or expired)."""
+
+    HOLD = "hold"
+    """It holds the sequence (the jobs behind it wait) until it is retried (replayed from the
+    DLQ), cancelled or removed."""
+    CONTINUE = "continue"
+    """It leaves the sequence: the next job runs."""
+
+
+class Outcome(enum.StrEnum):
+    """How a worker ends its claim on a job."""
+
+    COMPLETE = "complete"  # -> completed, result stored
+    RETRY = "retry"  # -> delayed (or waiting when delay == 0), error stored, attempts kept
+    FAIL = "fail"  # -> failed, into the DLQ
+    EXPIRE = "expire"  # -> expired, into the DLQ
+    CANCEL = "cancel"  # -> cancelled (the worker acknowledges a cancellation)
+    RELEASE = "release"  # -> waiting at once, the attempt not counted (graceful shutdown)
+
+
+ATTEMPTS_KEPT = 20
+"""How many attempts a job's history keeps by default (``Settings.attempt_history``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One ended attempt of a job, as its history keeps it (``Job.attempt_history``). The
+    backend writes it in the same atomic step as the attempt's outcome."""
+
+    attempt: int
+    """Its number: the job's ``attempts`` while it ran (1 for the first; an operator's retry
+    counts from 1 again)."""
+    outcome: Outcome
+    started_at: float | None
+    """When it was claimed (backend clock)."""
+    ended_at: float
+    """When its outcome was written (backend clock)."""
+    worker: str | None = None
+    """The worker that ran it."""
+    ran_for: float | None = None
+    """Seconds its handler ran; None when the handler never started (the job had expired, was
+    cancelled first, or could not be decoded)."""
+    error: str | None = None
+    """What went wrong (type, message and traceback), for every outcome but ``complete``."""
+
+    def to_record(self) -> dict[str, Any]:
+        """The stored form: one JSON object (or document) per attempt, these keys on every
+        backend."""
+        return {
+            "attempt": self.attempt,
+            "outcome": self.outcome.value,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "worker": self.worker,
+            "ran_for": self.ran_for,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_record(cls, r: Mapping[str, Any]) -> Attempt:
+        """An attempt from its stored form; ``KeyError``, ``TypeError`` or ``ValueError`` when
+        it is not one."""
+
+        def seconds(value: Any) -> float | None:
+            if value is None:
+                return None
+            if isinstance(value, dt.datetime):  # MongoDB's dates: UTC, maybe without a zone
+                return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp()
+            return float(value)
+
+        ended = seconds(r["ended_at"])
+        if ended is None:
+            raise ValueError("an attempt without ended_at")
+        worker, error = r.get("worker"), r.get("error")
+        return cls(
+            int(r["attempt"]),
+            Outcome(r["outcome"]),
+            seconds(r.get("started_at")),
+            ended,
+            None if worker is None else str(worker),
+            seconds(r.get("ran_for")),
+            None if error is None else str(error),
+        )
+
+
+def attempts_from(stored: str | bytes | Sequence[Any] | None) -> tuple[Attempt, ...]:
+    """A stored history (a JSON array, or a list of mappings) as ``Attempt`` records, oldest
+    first. The history is for people to read: an entry that cannot be read is left out rather
+    than making the whole job unreadable."""
+    if stored is None or stored == b"" or stored == "":
+        return ()
+    if isinstance(stored, str | bytes):
+        try:
+            stored = json.loads(stored)
+        except ValueError:
+            return ()
+    if not isinstance(stored, list):  # e.g. Lua's cjson writes an empty array as {}
+        return ()
+    out = []
+    for entry in stored:
+        try:
+            out.append(Attempt.from_record(entry))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return tuple(out)
+
+
 MAX_ERROR_CHARS = 4000
 """The longest error text stored with a job (``describe``)."""
 
@@ -142,6 +254,10 @@ class NewJob:
     on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
     limit_key: str | None = None
     """The key its queue's per-key limits count it under (``Limits.key_rate``)."""
+    sequence: str | None = None
+    """The jobs of one sequence of a queue run one at a time, in enqueue order
+    (``relaymq.policy.sequence_head``)."""
+    sequence_on_failure: SequenceFailure = SequenceFailure.HOLD
 
 
 @dataclass(slots=True)
@@ -183,6 +299,12 @@ class Job:
     on_dependency_failure: DependencyPolicy = DependencyPolicy.FAIL
     limit_key: str | None = None
     """As given at enqueue (``NewJob.limit_key``)."""
+    sequence: str | None = None
+    """As given at enqueue (``NewJob.sequence``)."""
+    sequence_on_failure: SequenceFailure = SequenceFailure.HOLD
+    attempt_history: tuple[Attempt, ...] = ()
+    """Its last attempts (``Settings.attempt_history`` of them at most), oldest first: when
+    each started and ended, on which worker, how long its handler ran, and its error."""
 
     @property
     def claim(self) -> Claim:

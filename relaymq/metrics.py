@@ -30,7 +30,9 @@ Histograms, in seconds:
 - ``relaymq_backend_call_duration_seconds`` (``op``): backend calls (not idle waits).
 
 Gauges: ``relaymq_queue_jobs`` (``queue``, ``state``), ``relaymq_queue_paused`` (``queue``: 1
-while paused), ``relaymq_backend_up`` (1 when the last reading of the gauges succeeded).
+while paused), ``relaymq_backend_up`` (1 when the last reading of the gauges succeeded),
+``relaymq_queue_held_back_jobs`` (``queue``, for queues with limits: the waiting jobs its
+limits hold back, ``relaymq.keyusage``).
 
 The gauges are read when scraped, at most once per ``max_age`` seconds however many scrapers
 ask (a cached reading is served meanwhile): ``counts`` is O(1) per queue on every backend.
@@ -59,6 +61,7 @@ from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
 from relaymq.instrumented import Instrumented
 from relaymq.job import Job, JobState, NewJob
+from relaymq.keyusage import key_usage
 from relaymq.observers import Observer
 from relaymq.records.store import OUTCOME_WORDS, Enqueued, Outcome, Recovered, Settle
 
@@ -312,7 +315,7 @@ def process_metrics() -> Metrics:
     return _process_metrics
 
 
-Snapshot = tuple[dict[str, dict[JobState, int]], dict[str, bool], bool]
+Snapshot = tuple[dict[str, dict[JobState, int]], dict[str, bool], bool, dict[str, int]]
 
 
 class QueueGauges(Collector):
@@ -339,7 +342,7 @@ class QueueGauges(Collector):
         self.timeout = timeout
         self.reads = 0
         """How many times the backend was read (scrapes served from the cache do not count)."""
-        self._snapshot: Snapshot = ({}, {}, False)
+        self._snapshot: Snapshot = ({}, {}, False, {})
         self._read_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
@@ -368,14 +371,20 @@ class QueueGauges(Collector):
                         names = await self.ops.list_queues()
                     counts = await asyncio.gather(*(self.ops.counts(q) for q in names))
                     paused = await asyncio.gather(*(self.ops.is_paused(q) for q in names))
+                    limits = await self.ops.list_limits()
+                    limited = [q for q in names if q in limits]
+                    usage = await asyncio.gather(
+                        *(key_usage(self.ops, q, limits[q], top=0) for q in limited)
+                    )
                 self._snapshot = (
                     dict(zip(names, counts, strict=True)),
                     dict(zip(names, paused, strict=True)),
                     True,
+                    {q: u.held_back for q, u in zip(limited, usage, strict=True)},
                 )
             except Exception as e:
                 log.warning("metrics: could not read the queues' counts: %s", e)
-                self._snapshot = ({}, {}, False)
+                self._snapshot = ({}, {}, False, {})
             self._read_at = time.monotonic()
 
     def _refresh_from_another_thread(self) -> None:
@@ -397,18 +406,22 @@ class QueueGauges(Collector):
     def collect(self) -> Iterator[Metric]:
         if not self._fresh():
             self._refresh_from_another_thread()
-        counts, paused, up = self._snapshot
-        jobs, paused_family, up_family = self._families()
+        counts, paused, up, held = self._snapshot
+        jobs, paused_family, up_family, held_family = self._families()
         for queue, by_state in counts.items():
             for state in JobState:
                 jobs.add_metric([queue, state.value], by_state.get(state, 0))
         for queue, flag in paused.items():
             paused_family.add_metric([queue], 1.0 if flag else 0.0)
         up_family.add_metric([], 1.0 if up else 0.0)
-        yield from (jobs, paused_family, up_family)
+        for queue, n in held.items():
+            held_family.add_metric([queue], n)
+        yield from (jobs, paused_family, up_family, held_family)
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[
+        GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily
+    ]:
         return (
             GaugeMetricFamily(
                 "relaymq_queue_jobs", "Jobs in the queue, per state.", labels=["queue", "state"]
@@ -418,6 +431,12 @@ class QueueGauges(Collector):
             ),
             GaugeMetricFamily(
                 "relaymq_backend_up", "1 when the last reading of the queue gauges succeeded."
+            ),
+            GaugeMetricFamily(
+                "relaymq_queue_held_back_jobs",
+                "Waiting jobs the queue's limits hold back (max_active reached, or their "
+                "key at key_max_active).",
+                labels=["queue"],
             ),
         )
 

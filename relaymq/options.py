@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from relaymq.errors import ConfigError
-from relaymq.job import MAX_PRIORITY, DependencyPolicy, KeyMode, KeyRule
+from relaymq.job import MAX_PRIORITY, DependencyPolicy, KeyMode, KeyRule, SequenceFailure
 from relaymq.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
@@ -59,6 +59,14 @@ class Options:
     limit_key: str | None = None
     """The key its queue's per-key limits count it under (``Limits.key_rate``): a customer,
     an account, an API token."""
+    sequence: str | None = None
+    """The jobs of one sequence of the queue (``"customer:42"``) run one at a time, in
+    enqueue order; a dead-lettered one holds the sequence until it is retried, cancelled or
+    removed, unless ``sequence_on_failure`` is ``continue``."""
+    sequence_on_failure: SequenceFailure = SequenceFailure.HOLD
+    connection: Any = None
+    """The caller's database connection (or SQLAlchemy session) whose open transaction the
+    job is written in: it exists if and only if that transaction commits (docs/transactions.md)."""
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid option."""
@@ -104,6 +112,23 @@ class Options:
             check_text(self.limit_key, "limit_key").split() != [self.limit_key]
         ):
             raise ConfigError(f"limit_key must have no spaces, got {self.limit_key!r}")
+        if self.sequence is not None:
+            check_text(self.sequence, "sequence")
+            if self.depends_on:
+                raise ConfigError(
+                    "a job of a sequence runs when the jobs before it in the sequence ended: "
+                    "give it no depends_on (the sequence already orders it)"
+                )
+            if self.debounce is not None:
+                raise ConfigError(
+                    "a job of a sequence keeps its place in the sequence: it cannot be "
+                    "debounced (a debounce deletes the waiting job it replaces)"
+                )
+        if not isinstance(self.sequence_on_failure, SequenceFailure):
+            raise ConfigError(
+                "sequence_on_failure must be 'hold' or 'continue', "
+                f"got {_shown(self.sequence_on_failure)}"
+            )
         if not isinstance(self.on_dependency_failure, DependencyPolicy):
             raise ConfigError(
                 "on_dependency_failure must be 'fail', 'ignore' or 'include', "
@@ -121,6 +146,16 @@ class Options:
     def start_delay(self) -> float:
         """Seconds until a new job is eligible: ``delay``, or a debounce's seconds."""
         return float(self.debounce[1]) if self.debounce is not None else self.delay
+
+
+def sequence_policy(value: str | SequenceFailure) -> SequenceFailure:
+    """``value`` as a ``SequenceFailure``; ``ConfigError`` when it is none."""
+    try:
+        return SequenceFailure(value)
+    except ValueError:
+        raise ConfigError(
+            f"sequence_on_failure must be 'hold' or 'continue', got {_shown(value)}"
+        ) from None
 
 
 def validate_queue_name(name: str) -> str:

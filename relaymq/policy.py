@@ -12,7 +12,8 @@ the in-memory one, so a port that drifts from this module fails there.
 - dependencies (``DependencyPolicy``): ``dependencies_at_enqueue`` for a new job, and
   ``dependency_ended`` when one of a blocked job's dependencies ends;
 - limits (``relaymq.limits.Limits``): ``allowance`` (``max_active`` and ``rate``) and
-  ``KeyBudget`` (``key_rate``) for a claim;
+  ``KeyBudget`` (``key_rate``, ``key_max_active``) for a claim;
+- sequences (``NewJob.sequence``): ``holds_sequence`` and ``sequence_head`` for a claim;
 - retry and backoff live in ``relaymq.retry`` (the worker decides; no backend does).
 """
 
@@ -23,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from relaymq.job import DependencyPolicy, JobState, KeyMode
+from relaymq.job import DependencyPolicy, JobState, KeyMode, SequenceFailure
 from relaymq.records.limits import Limits
 
 # -- keys (throttle and debounce) -----------------------------------------------------------------
@@ -167,35 +168,131 @@ those whose key has used its window: beyond that, jobs of other keys wait for th
 
 
 class KeyBudget:
-    """What each limit key may still start in a claim (``Limits.key_rate``): the starts
-    counted in the current key window (``key_window`` index, ``used``: key -> starts), plus
-    the claim's own. ``window`` and ``used`` are what to store back afterwards."""
+    """What each limit key may still start in a claim: within ``Limits.key_rate``, the starts
+    counted in the current key window (``key_window`` index, ``used``: key -> starts), plus the
+    claim's own; within ``Limits.key_max_active``, the key's ``active`` jobs (key -> count,
+    every job of the queue in state ``active``, stalled ones included), plus the claim's own;
+    with ``Limits.fair``, the starts of each key in the current round (``served``): a key
+    that started its weight (1 by default) in this round waits until every key with waiting
+    jobs has had its turn, when the claim begins a new round (``next_round``).
+    ``window``, ``used`` and ``served`` are what to store back afterwards."""
 
     def __init__(
-        self, limits: Limits, key_window: int, used: Mapping[str, int], now: float
+        self,
+        limits: Limits,
+        key_window: int,
+        used: Mapping[str, int],
+        now: float,
+        active: Mapping[str, int] | None = None,
+        served: Mapping[str, int] | None = None,
     ) -> None:
         self.rate = limits.key_rate
         self.per = limits.key_per
+        self.cap = limits.key_max_active
         self.window = math.floor(now / limits.key_per)
-        self.used: dict[str, int] = dict(used) if key_window == self.window else {}
+        self.used: dict[str, int] = (
+            dict(used) if key_window == self.window and self.rate is not None else {}
+        )
+        self.active: dict[str, int] = dict(active or {})
+        self.fair = limits.fair
+        self.weights = dict(limits.weights)
+        self.served: dict[str, int] = dict(served or {}) if limits.fair else {}
+        self.new_round = False
+        """Whether this claim began a new round (``next_round``)."""
         self.held_back = False
-        """Whether a job was refused (its key had used its window)."""
+        """Whether a job was refused (its key had used its window, or was at its cap)."""
+        self.rate_held = False
+        """Whether a job was refused by the key rate (it may start when the window ends)."""
+
+    def refuses(self, key: str | None) -> bool:
+        """Whether ``key`` is at its cap or has used its window, so that none of its jobs may
+        start now (it then held a job back); counts nothing. A job passed over for another
+        reason too (its sequence) is held back by its key first."""
+        if key is None:
+            return False
+        if self.cap is not None and self.active.get(key, 0) >= self.cap:
+            self.held_back = True
+            return True
+        if self.rate is not None and self.used.get(key, 0) >= self.rate:
+            self.held_back = self.rate_held = True
+            return True
+        return False
 
     def take(self, key: str | None) -> bool:
         """Whether a job of ``key`` may start now; if so, it is counted."""
-        if key is None or self.rate is None:
+        if key is None:
             return True
-        n = self.used.get(key, 0)
-        if n >= self.rate:
-            self.held_back = True
+        if self.refuses(key):
             return False
-        self.used[key] = n + 1
+        if self.fair and self.served.get(key, 0) >= self.weights.get(key, 1):
+            return False  # had its turn in this round: not held back, passed over
+        if self.rate is not None:
+            self.used[key] = self.used.get(key, 0) + 1
+        if self.cap is not None:
+            self.active[key] = self.active.get(key, 0) + 1
+        if self.fair:
+            self.served[key] = self.served.get(key, 0) + 1
         return True
 
-    def retry_in(self, now: float) -> float:
-        """Seconds until the key window ends (when the keys that used it start again)."""
-        return max(0.0, (self.window + 1) * self.per - now)
+    def retry_in(self, now: float) -> float | None:
+        """Seconds until the key window ends (when the keys that used it start again); None
+        when only keys at their cap held jobs back (they start when active jobs end)."""
+        if self.rate is not None and (self.rate_held or self.spent_by_rate()):
+            return max(0.0, (self.window + 1) * self.per - now)
+        return None
+
+    def spent_by_rate(self) -> list[str]:
+        """The keys that have used their rate window."""
+        return [k for k, n in self.used.items() if self.rate is not None and n >= self.rate]
 
     def spent(self) -> list[str]:
-        """The keys that may start nothing more in this window."""
-        return [k for k, n in self.used.items() if self.rate is not None and n >= self.rate]
+        """The keys that may start nothing more now: their window used, or at their cap (a
+        claim that leaves their jobs out of its candidates was held back by them)."""
+        capped = [k for k, n in self.active.items() if self.cap is not None and n >= self.cap]
+        return list(dict.fromkeys(self.spent_by_rate() + capped))
+
+    def excluded(self) -> list[str]:
+        """The keys whose jobs a claim leaves out of its candidates: ``spent``, and with
+        ``fair``, the keys that had their turn in this round."""
+        turned = [k for k, n in self.served.items() if n >= self.weights.get(k, 1)]
+        return list(dict.fromkeys(self.spent() + turned))
+
+    def next_round(self) -> bool:
+        """With ``fair``, once a claim found no more candidates: begin a new round (every key
+        may start again) and say whether the claim should look again (some key had its turn
+        in the old one; at most once per claim)."""
+        if not self.fair or self.new_round or not self.served:
+            return False
+        self.served, self.new_round = {}, True
+        return True
+
+
+# -- sequences ------------------------------------------------------------------------------------
+
+SEQUENCE_HOLDS: frozenset[str] = frozenset({JobState.WAITING, JobState.DELAYED, JobState.ACTIVE})
+"""A job of a sequence in one of these states holds its place in the sequence."""
+DEAD: frozenset[str] = frozenset({JobState.FAILED, JobState.EXPIRED})
+"""... and in one of these too, unless it was enqueued with ``SequenceFailure.CONTINUE``."""
+
+
+def holds_sequence(state: str, on_failure: SequenceFailure) -> bool:
+    """Whether a job of a sequence in ``state`` holds its place: it has not ended, or it was
+    dead-lettered and holds the sequence until it is retried, cancelled or removed.
+    Completed and cancelled jobs (and removed ones) have left it."""
+    return state in SEQUENCE_HOLDS or (state in DEAD and on_failure is SequenceFailure.HOLD)
+
+
+def sequence_head(jobs: Sequence[tuple[str, str, SequenceFailure]]) -> str | None:
+    """The one job of a sequence a claim may start, of ``jobs``: (id, state, on_failure) of
+    every job of the sequence, in enqueue order. It is the head (the earliest job that holds
+    its place, ``holds_sequence``) when it is waiting and no job of the sequence is active;
+    else None: the sequence waits for its head (running, delayed, or dead-lettered), or for
+    an active job behind it (one started while the head had left the sequence and was then
+    retried). A retried job keeps its place in enqueue order."""
+    head: tuple[str, str] | None = None
+    for job_id, state, on_failure in jobs:
+        if state == JobState.ACTIVE:
+            return None
+        if head is None and holds_sequence(state, on_failure):
+            head = (job_id, state)
+    return head[0] if head is not None and head[1] == JobState.WAITING else None

@@ -31,7 +31,7 @@ from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 from relaymq.models import Models
 from relaymq.options import Call, validate_queue_name
-from relaymq.records.store import dependent
+from relaymq.records.store import Enqueued, dependent, refuse_sequences
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
 
@@ -62,6 +62,7 @@ class JobHandle(Generic[R]):
         serializer: Serializer = DEFAULT_SERIALIZER,
         paused: bool | None = None,
         models: Models | None = None,
+        relayed: bool = False,
     ) -> None:
         self.ops = ops if isinstance(ops, Instrumented) else Instrumented(ops)
         """The facade the handle reads through (its app's)."""
@@ -71,6 +72,9 @@ class JobHandle(Generic[R]):
         self.paused = paused
         self._serializer = serializer
         self._models = models
+        self.relayed = relayed
+        """The job was enqueued into the app's outbox: the backend has it only once the
+        relay moved it (``result`` waits for that too)."""
 
     def __repr__(self) -> str:
         flags = (" duplicate" if self.duplicate else "") + (" paused" if self.paused else "")
@@ -104,8 +108,10 @@ class JobHandle(Generic[R]):
                 subscription = await self.ops.subscribe()
                 try:
                     while True:
-                        job = await self.job()
-                        if job.state in TERMINAL:
+                        job = await self.ops.get_job(self.queue, self.id)
+                        if job is None and not self.relayed:
+                            raise _not_found(self.queue, self.id)
+                        if job is not None and job.state in TERMINAL:
                             return self._outcome(job)
                         await _next_event_for(subscription, self.queue, self.id, within=1.0)
                 finally:
@@ -139,7 +145,8 @@ class JobHandle(Generic[R]):
                 f"{where}; its state could not be read: {e!r}", self.id, self.queue, None
             )
         if job is None:
-            return ResultTimeoutError(f"{where}: it no longer exists", self.id, self.queue, None)
+            gone = "it is still in the outbox" if self.relayed else "it no longer exists"
+            return ResultTimeoutError(f"{where}: {gone}", self.id, self.queue, None)
         return ResultTimeoutError(
             f"{where}: {_standing(job, paused)}", self.id, self.queue, job.state.value
         )
@@ -216,17 +223,30 @@ class Producer:
 
     # -- producer ---------------------------------------------------------------------------
 
-    async def add(self, call: Call[R]) -> JobHandle[R]:
-        """Enqueue one invocation (``my_task.call(...)``); returns its handle."""
-        [handle] = await self.add_bulk([call])
+    async def add(self, call: Call[R], *, connection: object = None) -> JobHandle[R]:
+        """Enqueue one invocation (``my_task.call(...)``); returns its handle. With
+        ``connection``, in its open transaction (``add_bulk``)."""
+        [handle] = await self.add_bulk([call], connection=connection)
         return handle
 
-    async def add_bulk(self, calls: Iterable[Call[Any]]) -> list[JobHandle[Any]]:
-        """Enqueue many invocations in one backend call; nothing is stored if any is invalid."""
+    async def add_bulk(
+        self, calls: Iterable[Call[Any]], *, connection: object = None
+    ) -> list[JobHandle[Any]]:
+        """Enqueue many invocations in one backend call; nothing is stored if any is invalid.
+
+        With ``connection`` (or a ``connection`` option of the calls), the jobs are written
+        in that connection's open transaction, so they exist if and only if it commits
+        (docs/transactions.md): a driver's connection or a SQLAlchemy session, on the
+        backend's own database, or on the app's outbox's."""
         calls = list(calls)
+        connection = _one_connection(calls, connection)
         new_jobs = self._new_jobs(calls)
         if not new_jobs:
             return []
+        if connection is not None:
+            check_order(new_jobs)  # others may be in the transaction: the statements see them
+            answers = await self.ops.enqueue_in(connection, new_jobs)
+            return self._handles(calls, answers, None, relayed=self.ops.outbox is not None)
         if dependent(new_jobs):
             await self._check_dependencies(new_jobs)
         seen = self.ops.paused_seen.get(self.name)
@@ -236,6 +256,36 @@ class Producer:
             answers, paused = await asyncio.gather(self.ops.enqueue(new_jobs), self._check_paused())
         else:
             answers, paused = await self.ops.enqueue(new_jobs), seen[1]
+        return self._handles(calls, answers, paused)
+
+    def add_bulk_sync(
+        self, calls: Iterable[Call[Any]], *, connection: object = None
+    ) -> list[JobHandle[Any]]:
+        """``add_bulk`` in the open transaction of a sync ``connection`` (a sqlite3 or
+        psycopg ``Connection``, a SQLAlchemy ``Session``), from sync code: no event loop
+        needed, and the app need not be connected (the handles' reads need it)."""
+        calls = list(calls)
+        connection = _one_connection(calls, connection)
+        if connection is None:
+            raise ConfigError(
+                "a sync enqueue writes in your transaction: give it connection= "
+                "(from async code, use add_bulk)"
+            )
+        new_jobs = self._new_jobs(calls)
+        if not new_jobs:
+            return []
+        check_order(new_jobs)
+        answers = self.ops.enqueue_in_sync(connection, new_jobs)
+        return self._handles(calls, answers, None, relayed=self.ops.outbox is not None)
+
+    def _handles(
+        self,
+        calls: list[Call[Any]],
+        answers: list[Enqueued],
+        paused: bool | None,
+        *,
+        relayed: bool = False,
+    ) -> list[JobHandle[Any]]:
         return [
             JobHandle(
                 self.ops,
@@ -245,14 +295,16 @@ class Producer:
                 serializer=self.serializer,
                 paused=paused,
                 models=c.task.models,
+                relayed=relayed,
             )
             for a, c in zip(answers, calls, strict=True)
         ]
 
-    async def add_flow(self, flow: Flow) -> list[JobHandle[Any]]:
+    async def add_flow(self, flow: Flow, *, connection: object = None) -> list[JobHandle[Any]]:
         """Enqueue a flow in one batch: the handles of its jobs, children before their parent,
-        so the last is the top parent's. See ``relaymq.Flow``."""
-        return await self.add_bulk(flow.calls())
+        so the last is the top parent's. See ``relaymq.Flow``. With ``connection``, in its
+        open transaction (``add_bulk``)."""
+        return await self.add_bulk(flow.calls(), connection=connection)
 
     async def _check_paused(self) -> bool | None:
         try:
@@ -307,8 +359,12 @@ class Producer:
                     depends_on=o.depends_on,
                     on_dependency_failure=o.on_dependency_failure,
                     limit_key=o.limit_key,
+                    sequence=o.sequence,
+                    sequence_on_failure=o.sequence_on_failure,
                 )
             )
+        if not self.ops.backend.capabilities.sequences:
+            refuse_sequences(out, type(self.ops.backend).__name__)
         return out
 
     async def _check_dependencies(self, jobs: Sequence[NewJob]) -> None:
@@ -326,5 +382,19 @@ class Producer:
             )
 
 
+def _one_connection(calls: Sequence[Call[Any]], given: object) -> object:
+    """The connection a batch is written through: ``given``, or the calls' own option (one
+    for all of them); None for none."""
+    if given is not None:
+        return given
+    found = {id(c.options.connection): c.options.connection for c in calls}
+    if len(found) > 1:
+        raise ConfigError("the calls of one batch name different connections: give one")
+    return next(iter(found.values()), None)
+
+
 def _not_found(queue: str, job_id: str) -> JobNotFoundError:
-    return JobNotFoundError(f"no job {job_id!r} in queue {queue!r}")
+    return JobNotFoundError(
+        f"no job {job_id!r} in queue {queue!r}: it was never enqueued there, was removed, or "
+        "finished longer ago than the queue's retention keeps finished jobs"
+    )

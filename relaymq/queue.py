@@ -8,10 +8,11 @@ one with ``Queue(name, app)``; given a backend, it is the default app's queue on
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from relaymq import bulk
+from relaymq import retention as _retention
 from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError
@@ -21,6 +22,8 @@ from relaymq.limits import make_limits
 from relaymq.options import check_text
 from relaymq.producer import JobHandle, Producer, _not_found
 from relaymq.records.limits import Limits
+from relaymq.records.retention import Retention
+from relaymq.records.search import JobFilter
 from relaymq.records.store import CancelResult, Tally
 from relaymq.serializers import DEFAULT_SERIALIZER, Serializer
 from relaymq.settings import Settings
@@ -65,6 +68,12 @@ class Queue(Producer):
         """The current records of ``job_ids`` in one backend call, None for absent ones."""
         return await self.ops.get_jobs(self.name, _job_ids(job_ids))
 
+    async def sequence_head(self, sequence: str) -> Job | None:
+        """The job ``sequence`` waits on: its earliest job, in enqueue order, that has not
+        left it (waiting, delayed, active, or dead-lettered and holding it); None when no job
+        does (the sequence is free)."""
+        return await self.ops.sequence_head(self.name, check_text(sequence, "sequence"))
+
     async def list_jobs(
         self,
         state: JobState,
@@ -84,10 +93,22 @@ class Queue(Producer):
         selection = _selection(None, None, task, older_than, now, task_contains)
         return await bulk.find(self.ops, self.name, state, selection, offset, limit)
 
+    async def search(
+        self, state: JobState, where: JobFilter, offset: int = 0, limit: int = 100
+    ) -> bulk.Found:
+        """A page of the jobs in ``state`` that ``where`` matches (an id prefix, a part of the
+        task name, an age, argument values: ``JobFilter``, or ``JobFilter.parse`` for what an
+        operator typed), in listing order. SQLite and PostgreSQL find them with one query
+        (argument values through their JSON functions), MongoDB all but the arguments; what
+        the backend cannot check is checked here over at most ``bulk.SCAN_LIMIT`` jobs read,
+        which ``Found.scanned`` says."""
+        return await bulk.search(self.ops, self.name, state, where, offset, limit)
+
     async def history(self, minutes: int = 60) -> list[Tally]:
-        """The queue's stored per-minute outcomes (completed, retried, failed) over the last
-        ``minutes`` minutes, this one included, oldest first; minutes with none are left out.
-        Workers write them every ``Settings.history_flush_interval`` seconds."""
+        """The queue's stored per-minute outcomes (completed, retried, failed), per task with
+        its run times and pickup latencies (``Tally``), over the last ``minutes`` minutes,
+        this one included, by minute; minutes with none are left out. Workers write them
+        every ``Settings.history_flush_interval`` seconds."""
         if minutes < 1:
             raise ConfigError(f"minutes must be at least 1, not {minutes!r}")
         return await self.ops.tallies(self.name, int(time.time() // 60) - minutes + 1)
@@ -213,19 +234,49 @@ class Queue(Producer):
         per: float = 1.0,
         key_rate: int | str | None = None,
         key_per: float = 1.0,
+        key_max_active: int | None = None,
+        fair: bool = False,
+        weights: Mapping[str, int] | None = None,
     ) -> Limits | None:
         """Limit this queue over every worker, from their next claim on: at most
         ``max_active`` jobs active at once, at most ``rate`` starts per ``per`` seconds (or
         ``rate="100/m"``), at most ``key_rate`` starts per ``key_per`` seconds for each limit
-        key (``with_options(limit_key=...)``). With none, the queue's limits are removed.
+        key (``with_options(limit_key=...)``), and at most ``key_max_active`` active jobs of
+        each key (the claim passes over a key at its cap to the jobs behind); ``fair=True``
+        rotates claims over the keys with waiting jobs (``weights``: more turns per round for
+        some keys). With none, the queue's limits are removed.
         Returns what is stored. See ``relaymq.limits``."""
-        limits = make_limits(max_active, rate, per, key_rate, key_per)
+        limits = make_limits(
+            max_active, rate, per, key_rate, key_per, key_max_active, fair, weights
+        )
         await self.ops.set_limits(self.name, None if limits.empty else limits)
         return None if limits.empty else limits
 
     async def limits(self) -> Limits | None:
         """This queue's stored limits, or None."""
         return (await self.ops.list_limits()).get(self.name)
+
+    async def set_retention(
+        self,
+        *,
+        completed: _retention.Seconds | None = None,
+        cancelled: _retention.Seconds | None = None,
+        failed: _retention.Seconds | None = None,
+        max_finished: int | None = None,
+    ) -> Retention:
+        """Keep this queue's finished jobs this long (seconds or ``timedelta``; 0 keeps them
+        for ever), for every worker: ``completed`` and ``cancelled`` jobs (default one day),
+        dead-lettered ``failed`` and expired jobs (default seven days), and at most about
+        ``max_finished`` jobs per finished state. A window not given keeps its default. The
+        elected maintenance deletes older ones (``relaymq.retention``). Returns what is
+        stored; ``ConfigError`` on a negative or non-number, and nothing is stored."""
+        policy = _retention.make_retention(completed, cancelled, failed, max_finished)
+        await _retention.store(self.ops, self.name, policy)
+        return policy
+
+    async def retention(self) -> Retention:
+        """The retention that applies to this queue: its own, else the backend's default."""
+        return await _retention.policy(self.ops, self.name)
 
     async def drain(self) -> int:
         """Delete every waiting and delayed job."""
@@ -238,8 +289,9 @@ class Queue(Producer):
         return await self.ops.clean(self.name, state, older_than)
 
     async def obliterate(self) -> None:
-        """Delete the queue and everything in it."""
+        """Delete the queue and everything in it, its retention too."""
         await self.ops.obliterate(self.name)
+        await _retention.store(self.ops, self.name, None)
 
 
 _RETRYABLE = (*sorted(DLQ_STATES), JobState.CANCELLED)

@@ -14,14 +14,12 @@ from collections.abc import Callable, Sequence
 
 from relaymq.errors import BackendError, ConfigError
 from relaymq.instrumented import Instrumented
-from relaymq.job import TERMINAL
 from relaymq.records.store import Recovered
+from relaymq.retention import enforce, policy
 from relaymq.settings import Settings
 
 log = logging.getLogger("relaymq.recovery")
 
-RETENTION_INTERVAL = 60.0
-"""Seconds between two retention passes over one queue."""
 KEY_GRACE = 60.0
 """Seconds after its window a throttle or debounce key is kept at least (``prune_keys``)."""
 PRUNE_INTERVAL = 300.0
@@ -104,22 +102,18 @@ class Maintenance:
         return False
 
     async def _retain(self, queue: str) -> None:
-        """At most once a minute: forget the queue's keys that hold nothing any more, and
-        delete finished jobs older than ``backend.retention``."""
-        now = time.monotonic()
-        if now - self._cleaned_at.get(queue, -RETENTION_INTERVAL) < RETENTION_INTERVAL:
+        """Every ``retention_interval``: forget the queue's keys that hold nothing any more, and
+        delete the finished jobs its retention no longer keeps (``relaymq.retention``)."""
+        now, every = time.monotonic(), self.settings.retention_interval
+        if queue in self._cleaned_at and now - self._cleaned_at[queue] < every:
             return
         self._cleaned_at[queue] = now
         forgotten = await self.ops.prune_keys(queue, KEY_GRACE)
         if forgotten:
             log.info("forgot %d throttle and debounce keys of %s", forgotten, queue)
-        retention = self.ops.backend.retention
-        if retention is None:
-            return
-        for state in sorted(TERMINAL):
-            removed = await self.ops.clean(queue, state, retention)
-            if removed:
-                log.info("retention removed %d %s jobs of %s", removed, state.value, queue)
+        removed = await enforce(self.ops, queue, await policy(self.ops, queue))
+        for state, n in removed.items():
+            log.info("retention removed %d %s jobs of %s", n, state.value, queue)
 
     async def release_locks(self) -> None:
         for queue in self._held:

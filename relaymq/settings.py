@@ -45,8 +45,14 @@ class Settings:
     history_flush_interval: float = 5.0
     """Seconds between two writes of a worker's outcome counts to the backend's per-minute
     history (the dashboard's charts); 0 records no history."""
+    retention_interval: float = 60.0
+    """Seconds between two retention passes over one queue by its elected maintenance
+    (``relaymq.retention``: finished jobs past their queue's retention are deleted)."""
     history_retention: float = 7 * 86400.0
     """Seconds of history kept; older minutes are pruned by the elected maintenance."""
+    attempt_history: int = 20
+    """Attempts a job keeps in its history (``Job.attempt_history``: when each ran, where, for
+    how long, and its error), the newest; 0 records none."""
     import_prefixes: tuple[str, ...] = ()
     """Modules (or packages) a worker may import because a job names a task in them that is
     not registered yet (``RELAYMQ_IMPORT_PREFIXES=app.tasks,billing``). Empty by default: a
@@ -74,10 +80,14 @@ class Settings:
             raise ConfigError("max_stalled and max_blocked must be >= 0, max_payload_bytes >= 1")
         if self.max_result_bytes < 1:
             raise ConfigError(f"max_result_bytes must be >= 1, not {self.max_result_bytes}")
+        if self.retention_interval <= 0:
+            raise ConfigError("retention_interval must be positive")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
         if self.connect_timeout < 0:
             raise ConfigError("connect_timeout must be >= 0")
+        if self.attempt_history < 0:
+            raise ConfigError(f"attempt_history must be >= 0, not {self.attempt_history}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -22,7 +22,7 @@ from relaymq.arguments import Parameters
 from relaymq.errors import ConfigError, TaskNotFoundError
 from relaymq.flows import dependency_ids, dependency_policy
 from relaymq.models import Models, models_of
-from relaymq.options import Call, Options, check_text
+from relaymq.options import Call, Options, check_text, sequence_policy
 from relaymq.producer import JobHandle
 from relaymq.retry import Backoff
 
@@ -38,6 +38,16 @@ class Enqueuer(Protocol):
 
     async def enqueue(self, call: Call[R]) -> JobHandle[R]: ...
 
+    def enqueue_sync(self, call: Call[R]) -> JobHandle[R]: ...
+
+
+class Completer(Protocol):
+    """How a worker completes a job in a handler's transaction (``JobContext.complete_in``)."""
+
+    async def complete(self, connection: object, result: Any) -> None: ...
+
+    def complete_sync(self, connection: object, result: Any) -> None: ...
+
 
 class JobContext:
     """What a running handler may know and do about its own job."""
@@ -51,6 +61,7 @@ class JobContext:
         report: Callable[[Any], None],
         results: dict[str, Any] | None = None,
         failed: dict[str, str] | None = None,
+        complete: Completer | None = None,
     ) -> None:
         self.job_id = job_id
         self.queue = queue
@@ -63,12 +74,33 @@ class JobContext:
         """Under ``on_dependency_failure="include"``: each dependency that did not complete,
         by job id: how it ended (``"failed: <error>"``, ``"cancelled: ..."``, ``"removed"``)."""
         self._report = report
+        self._complete = complete
         self._cancelled = False
 
     def progress(self, value: Any) -> None:
         """Record progress (any serializable value); stored with the next heartbeat and
         published as ``job:progress``. Safe to call from a plain function's thread."""
         self._report(value)
+
+    async def complete_in(self, connection: object, result: Any = None) -> None:
+        """Complete this job in ``connection``'s open transaction, with ``result``: the
+        handler's own writes in that transaction and the job's completion commit together, or
+        not at all. Fenced by the attempt's claim: when the job is no longer this attempt's
+        (recovered and claimed elsewhere, cancelled), nothing is written and
+        ``ClaimLostError`` is raised, so the transaction it leaves rolls back. Once the
+        transaction commits, the worker writes no outcome of its own (the handler's return
+        value is not stored); if it did not commit, the attempt counts as failed. On the
+        PostgreSQL and SQLite backends (docs/transactions.md)."""
+        await self._completer().complete(connection, result)
+
+    def complete_in_sync(self, connection: object, result: Any = None) -> None:
+        """``complete_in`` from a plain (sync) handler, with a sync connection."""
+        self._completer().complete_sync(connection, result)
+
+    def _completer(self) -> Completer:
+        if self._complete is None:
+            raise ConfigError("complete_in is for a handler that a worker runs")
+        return self._complete
 
     @property
     def cancelled(self) -> bool:
@@ -123,13 +155,23 @@ class Task(Generic[P, R]):
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue one job through the task's app, on the task's backend if it names one;
-        returns its handle."""
+        returns its handle. With a ``connection`` option, in that connection's open
+        transaction: the job exists if and only if it commits (docs/transactions.md)."""
+        return await self._app().enqueue(self.call(*args, **kwargs))
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """``enqueue`` from sync code, in the open transaction of the ``connection`` option
+        (``with_options(connection=conn)``: a sqlite3 or psycopg ``Connection``, a SQLAlchemy
+        ``Session``); no event loop needed."""
+        return self._app().enqueue_sync(self.call(*args, **kwargs))
+
+    def _app(self) -> Enqueuer:
         if self.app is None:
             raise ConfigError(
                 f"task {self.name!r} belongs to no app: define it with @app.task "
                 "or @relaymq.task, or enqueue it with Queue.add"
             )
-        return await self.app.enqueue(self.call(*args, **kwargs))
+        return self.app
 
     def with_options(
         self,
@@ -148,6 +190,9 @@ class Task(Generic[P, R]):
         depends_on: Iterable[str | JobHandle[Any]] | None = None,
         on_dependency_failure: str | None = None,
         limit_key: str | None = None,
+        sequence: str | None = None,
+        sequence_on_failure: str | None = None,
+        connection: object = None,
     ) -> Task[P, R]:
         """A copy of this task whose next enqueues use these options.
 
@@ -161,6 +206,12 @@ class Task(Generic[P, R]):
         (``DependencyPolicy``; see ``relaymq.Flow`` for a parent with children).
         ``limit_key="customer:42"`` counts the job under that key for its queue's per-key
         limits (``relaymq.limit(queue, key_rate=...)``).
+        ``sequence="customer:42"`` runs the jobs of that sequence of the queue one at a time,
+        in enqueue order; a failed or expired one holds the sequence until it is retried,
+        cancelled or removed, unless ``sequence_on_failure="continue"`` (``SequenceFailure``).
+        ``connection=conn`` writes the job in ``conn``'s open transaction (a driver's
+        connection or a SQLAlchemy session): it exists if and only if that transaction commits
+        (docs/transactions.md).
 
         Raises ``ConfigError`` at once for an invalid option, as ``@task(...)`` does.
         """
@@ -183,6 +234,11 @@ class Task(Generic[P, R]):
                 if on_dependency_failure is None
                 else dependency_policy(on_dependency_failure),
                 "limit_key": limit_key,
+                "sequence": sequence,
+                "sequence_on_failure": None
+                if sequence_on_failure is None
+                else sequence_policy(sequence_on_failure),
+                "connection": connection,
             }.items()
             if v is not None
         }

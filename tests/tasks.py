@@ -85,6 +85,20 @@ async def record_order(key: str, label: str) -> None:
 
 
 @task(queue="tests")
+async def sequence_step(key: str, label: str) -> None:
+    """Appends ``label`` to ``ORDER[key]`` and counts how many of ``key`` run at once
+    (``PEAK``), letting other jobs run meanwhile."""
+    ORDER.setdefault(key, []).append(label)
+    with _lock:
+        RUNNING[key] += 1
+        PEAK[key] = max(PEAK[key], RUNNING[key])
+    for _ in range(3):
+        await asyncio.sleep(0)  # others' turn: a second job of the key would start now
+    with _lock:
+        RUNNING[key] -= 1
+
+
+@task(queue="tests")
 async def wait_for_gate(key: str) -> str:
     """Counts how many run at once, then blocks until the test opens the gate."""
     LEDGER[key] += 1

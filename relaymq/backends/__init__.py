@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from relaymq.backends.base import Backend
+from relaymq.backends.urls import hosts
 from relaymq.errors import ConfigError, UnknownBackendError
 from relaymq.records.store import Clock
 
@@ -18,6 +19,9 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "redis": ("relaymq.backends.redis", "RedisBackend", "redis"),
     "rediss": ("relaymq.backends.redis", "RedisBackend", "redis"),
     "redis+cluster": ("relaymq.backends.redis", "RedisBackend", "redis"),
+    "rediss+cluster": ("relaymq.backends.redis", "RedisBackend", "redis"),
+    "redis+sentinel": ("relaymq.backends.redis", "RedisBackend", "redis"),
+    "rediss+sentinel": ("relaymq.backends.redis", "RedisBackend", "redis"),
     "postgresql": ("relaymq.backends.postgres", "PostgresBackend", "postgres"),
     "postgres": ("relaymq.backends.postgres", "PostgresBackend", "postgres"),
     "mongodb": ("relaymq.backends.mongodb", "MongoDBBackend", "mongodb"),
@@ -34,10 +38,8 @@ def backend_class(url: str) -> type[Backend]:
         raise UnknownBackendError(
             f"unknown backend URL {url!r}: the scheme must be one of {supported}"
         )
-    try:
-        urlsplit(url).port  # noqa: B018 - parsing the port is the check
-    except ValueError as e:
-        raise ConfigError(f"bad port in backend URL {url!r}: {e}") from e
+    if scheme not in ("memory", "sqlite"):  # every host:port listed (failover URLs list several)
+        hosts(urlsplit(url).netloc, 1, url)
     module_name, class_name, extra = BACKENDS[scheme]
     try:
         module = importlib.import_module(module_name)

@@ -28,6 +28,7 @@ from relaymq.backends.notifier import Notifier
 from relaymq.job import Job, JobState, NewJob
 from relaymq.records import events
 from relaymq.records.limits import Limits
+from relaymq.records.search import JobFilter
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -92,6 +93,13 @@ class JobStore(abc.ABC):
         most. A queue that gave its whole allowance while the claim asked for more, or whose
         keys held jobs back, is named in ``limited``.
         Claims of queues without limits pay nothing for them.
+
+        A job with a ``sequence`` is taken only when ``relaymq.policy.sequence_head`` names it
+        among every job of its (queue, sequence), in enqueue order, decided in the same atomic
+        step against every process's claims: so a sequence never has two active jobs, and its
+        jobs start in enqueue order. A job that is not its sequence's head is passed over (it
+        keeps its place). Backends without ``Capabilities.sequences`` refuse such jobs at
+        ``enqueue``.
         """
 
     @abc.abstractmethod
@@ -157,11 +165,27 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
         """A page of jobs in ``state``: waiting in claim order, delayed by run time, others
         oldest first. Costs a page, not the queue. An unreadable record is listed with what
-        could be read and the damage described in ``extra["corrupt"]``."""
+        could be read and the damage described in ``extra["corrupt"]``.
+
+        ``where``: only the jobs it matches (``JobFilter.matches``), counted by ``offset``
+        and ``limit``, found by the backend's own query. A backend applies the conditions its
+        ``capabilities.search`` names, and callers give it no others: "native" all of them,
+        "fields" all but the argument conditions, "scan" none (``where`` is None)."""
+
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        """The job that ``sequence`` of ``queue`` waits on: its earliest job, in enqueue order,
+        that holds its place (``relaymq.policy.holds_sequence``); None when no job does. One
+        indexed read. Backends without ``Capabilities.sequences`` hold no sequence: None."""
+        return None
 
     @abc.abstractmethod
     async def counts(self, queue: str) -> dict[JobState, int]:
@@ -208,7 +232,10 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
-        """Delete jobs in terminal ``state`` that finished more than ``older_than`` seconds ago."""
+        """Delete jobs in terminal ``state`` that finished more than ``older_than`` seconds ago,
+        with every trace of them (record, indexes, flow edges); the number deleted. Deletes in
+        batches of at most a few thousand jobs per script call, statement or transaction, so
+        claims never wait long behind it; jobs in any other state are never touched."""
 
     @abc.abstractmethod
     async def obliterate(self, queue: str) -> None:
@@ -265,8 +292,9 @@ class Backend(JobStore, Notifier, MetaStore):
     """Whether ``connect`` may create missing storage (a database file). Read-only tools set it
     to False so that a mistyped location is an error, not a new empty queue store."""
     retention: float | None = None
-    """Seconds finished (terminal) jobs are kept; None keeps them until ``clean``. The elected
-    maintenance runner of each queue applies it through ``clean`` (never the backend itself)."""
+    """Seconds finished (terminal) jobs of a queue without a retention of its own are kept
+    (0: for ever); None: ``relaymq.retention``'s defaults. The elected maintenance of each
+    queue applies the policy through ``clean`` (never the backend itself)."""
 
     _made_with: tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -336,6 +364,10 @@ class DeliveryStore(abc.ABC):
     store decides, atomically, whether a delivery may start the job. Everything else (settle,
     heartbeat, recovery, admin) is the ordinary contract.
     """
+
+    delivers_sequences = False
+    """Whether ``claim_delivered`` keeps sequences: it starts a job of one only as its head
+    and holds back the other live deliveries (kept by the caller; ``limited`` names the queue)."""
 
     @abc.abstractmethod
     async def claim_delivered(

@@ -15,8 +15,9 @@ from relaymq.cli.common import (
     with_queue,
 )
 from relaymq.cli.jobs import Pick, bulk_options, run_bulk
-from relaymq.cli.output import console, emit_json, job_dict, jobs_table
+from relaymq.cli.output import console, emit_json, jobs_table
 from relaymq.job import DLQ_STATES, Job, JobState
+from relaymq.overview import job_dict
 from relaymq.queue import Queue
 
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)

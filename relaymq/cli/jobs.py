@@ -27,15 +27,15 @@ from relaymq.cli.common import (
 )
 from relaymq.cli.output import (
     ask,
+    attempts_table,
     console,
-    decoded,
     done,
     emit_json,
-    job_dict,
     job_table,
     jobs_table,
 )
 from relaymq.job import Job, JobState
+from relaymq.overview import decoded, held_by, job_dict, waits_on
 from relaymq.queue import Queue
 from relaymq.records.store import CancelResult
 
@@ -176,17 +176,21 @@ def empty_hint(queue: str, state: JobState, counts: dict[JobState, int], filtere
 @backend_option
 @json_option
 def job_show(queue: str, job_id: str, backend: str, as_json: bool) -> None:
-    """Everything stored about one job: arguments, state, attempts, error, result."""
+    """Everything stored about one job: arguments, state, attempts, error, result, and its
+    last attempts (when each ran, on which worker, for how long, and its error). A job of a
+    sequence that waits for an earlier one names it (sequence_waits_on: its id and state)."""
 
-    async def get(q: Queue) -> Job:
+    async def get(q: Queue) -> tuple[Job, Job | None]:
         [job] = await require_jobs(q, [job_id])
-        return job
+        return job, await held_by(q, job)
 
-    job = with_queue(backend, queue, get)
+    job, head = with_queue(backend, queue, get)
     if as_json:
-        emit_json(job_dict(job, full=True))
+        emit_json(job_dict(job, full=True) | {"sequence_waits_on": waits_on(head)})
     else:
-        console().print(job_table(job))
+        console().print(job_table(job, head))
+        if job.attempt_history:
+            console().print(attempts_table(job))
 
 
 @job_group.command("watch")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,8 +14,8 @@ from rich.table import Table
 
 from relaymq.backends.corrupt import CORRUPT
 from relaymq.job import Job, JobState, error_line
-from relaymq.records.store import WorkerInfo
-from relaymq.serializers import DEFAULT_SERIALIZER
+from relaymq.overview import decoded, job_dict, relative, when
+from relaymq.records.store import OUTCOME_WORDS
 
 PIPE_WIDTH = 240
 """Columns of a table written to a pipe or a file (no terminal to measure): wide enough that
@@ -32,76 +31,6 @@ def emit_json(value: Any) -> None:
     click.echo(orjson.dumps(value, default=str).decode())
 
 
-def decoded(raw: bytes | None) -> Any:
-    """A stored payload, result or progress decoded for display; undecodable bytes are shown
-    as text rather than failing the command."""
-    if raw is None:
-        return None
-    try:
-        return DEFAULT_SERIALIZER.loads(raw)
-    except Exception:
-        return raw.decode("utf-8", "replace")
-
-
-def job_dict(job: Job, *, full: bool = False) -> dict[str, Any]:
-    """A job as JSON: the fields an operator reads; ``full`` adds arguments and result."""
-    out: dict[str, Any] = {
-        "queue": job.queue,
-        "id": job.id,
-        "task": job.task,
-        "state": job.state.value,
-        "priority": job.priority,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "created_at": job.created_at,
-        "run_at": job.run_at,
-        "finished_at": job.finished_at,
-        "worker_id": job.worker_id,
-        "error": job.error,
-    }
-    if CORRUPT in job.extra:  # listed as far as it could be read: say what is wrong
-        out[CORRUPT] = job.extra[CORRUPT]
-    if full:
-        out |= {
-            "payload": decoded(job.payload),
-            "progress": decoded(job.progress),
-            "result": decoded(job.result),
-            "token": job.token,
-            "claimed_at": job.claimed_at,
-            "heartbeat_at": job.heartbeat_at,
-            "stalls": job.stalls,
-            "ttl": job.ttl,
-            "timeout": job.timeout,
-            "cancel_requested": job.cancel_requested,
-            "extra": job.extra,
-        }
-    return out
-
-
-def when(at: float | None) -> str:
-    """An epoch time as local date and time, or '' when absent."""
-    return "" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
-
-
-def age(at: float | None, now: float | None = None) -> str:
-    """How long ago ``at`` was, short (``42s``, ``3m``, ``5h``, ``2d``)."""
-    if at is None:
-        return ""
-    seconds = max(0.0, (now if now is not None else time.time()) - at)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def relative(at: float, now: float | None = None) -> str:
-    """``at`` from now, short: ``5m ago``, ``in 58m`` or ``now``."""
-    now = time.time() if now is None else now
-    if abs(at - now) < 0.5:
-        return "now"
-    return f"{age(at, now)} ago" if at < now else f"in {age(now, at)}"
-
-
 def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
     """A listing; a delayed one says when each job runs, an active one when each started and
     its last progress."""
@@ -115,7 +44,12 @@ def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
             return [at_and_relative(j.claimed_at), progress_text(j.progress)]
         return [when(j.finished_at)]
 
-    table = Table("id", "task", "state", "attempts", "created", *shown, "error")
+    jobs = list(jobs)
+    sequences = any(j.sequence is not None for j in jobs)  # a column only when one has one
+    table = Table(
+        "id", "task", "state", *(["sequence"] if sequences else []), "attempts", "created",
+        *shown, "error",
+    )  # fmt: skip
     for j in jobs:
         error = error_line(j.error)[:60]
         if CORRUPT in j.extra:  # a damaged record: its values are stand-ins, say why
@@ -124,6 +58,7 @@ def jobs_table(jobs: Iterable[Job], state: JobState | None = None) -> Table:
             j.id,
             j.task,
             j.state.value,
+            *([j.sequence or ""] if sequences else []),
             f"{j.attempts}/{j.max_attempts}",
             when(j.created_at),
             *extra(j),
@@ -145,12 +80,34 @@ def progress_text(raw: bytes | None) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def job_table(job: Job) -> Table:
+def job_table(job: Job, held_by: Job | None = None) -> Table:
+    """Every field of ``job``; with ``held_by``, the job its sequence waits on."""
     table = Table("field", "value", show_header=False)
     for name, value in job_dict(job, full=True).items():
+        if name == "attempt_history":  # a table of its own: attempts_table
+            continue
         if name.endswith("_at") and isinstance(value, float):
             value = at_and_relative(value)
         table.add_row(name, "" if value is None else str(value))
+    if held_by is not None:
+        table.add_row("sequence_waits_on", f"{held_by.id} ({held_by.state.value})")
+    return table
+
+
+def attempts_table(job: Job) -> Table:
+    """The job's attempt history, oldest first: outcome, worker, when it started, how long
+    its handler ran, and the last line of its error (``--json`` has the whole traceback)."""
+    table = Table("attempt", "outcome", "worker", "started", "ran for", "error")
+    table.title = f"last {len(job.attempt_history)} attempts"
+    for a in job.attempt_history:
+        table.add_row(
+            str(a.attempt),
+            OUTCOME_WORDS[a.outcome],
+            a.worker or "",
+            when(a.started_at),
+            "" if a.ran_for is None else f"{a.ran_for:.3f}s",
+            error_line(a.error)[:80],
+        )
     return table
 
 
@@ -163,21 +120,6 @@ def counts_table(rows: dict[str, tuple[dict[JobState, int], bool]]) -> Table:
 
 def counts_json(counts: dict[JobState, int], paused: bool) -> dict[str, Any]:
     return {**{s.value: n for s, n in counts.items()}, "paused": paused}
-
-
-def worker_dict(info: WorkerInfo, running: int, now: float) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "host": info.host,
-        "pid": info.pid,
-        "queues": list(info.queues),
-        "concurrency": info.concurrency,
-        "running": running,
-        "started_at": info.started_at,
-        "seen_at": info.seen_at,
-        "heartbeat_age": max(0.0, now - info.seen_at),
-        "refused": dict(info.refused),
-    }
 
 
 def confirm(question: str, yes: bool) -> None:

@@ -1,13 +1,16 @@
-"""``relaymq queue list|info|limits|pause|resume|drain|clean|obliterate``."""
+"""``relaymq queue list|info|limits|retention|pause|resume|drain|clean|obliterate``."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from relaymq import retention as _retention
 from relaymq.app import App
 from relaymq.cli.common import (
+    Duration,
     backend_option,
     json_option,
     older_than_option,
@@ -19,8 +22,12 @@ from relaymq.cli.common import (
 )
 from relaymq.cli.output import ask, console, counts_json, counts_table, done, emit_json
 from relaymq.job import TERMINAL, JobState
+from relaymq.keyusage import KeyUsage, key_usage
 from relaymq.queue import Queue
 from relaymq.records.limits import Limits
+from relaymq.records.retention import Retention
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group("queue")
@@ -62,6 +69,7 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
             "queue": q.name,
             **counts_json(counts, paused),
             "limits": limits_json(await q.limits()),
+            "retention": _retention.to_dict(await q.retention()),
             "workers": [
                 {"id": w.id, "host": w.host, "pid": w.pid, "concurrency": w.concurrency}
                 for w in workers
@@ -78,6 +86,7 @@ def queue_info(queue: str, backend: str, as_json: bool) -> None:
     names = ", ".join(f"{w['id']} ({w['concurrency']})" for w in info["workers"]) or "none"
     out.print(f"  workers: {names}")
     out.print(f"  limits: {Limits(**info['limits']).describe() if info['limits'] else 'none'}")
+    out.print(f"  retention: {_retention.describe(Retention(**info['retention']))}")
 
 
 def limits_json(limits: Limits | None) -> dict[str, Any] | None:
@@ -89,7 +98,21 @@ def limits_json(limits: Limits | None) -> dict[str, Any] | None:
         "per": limits.per,
         "key_rate": limits.key_rate,
         "key_per": limits.key_per,
+        "key_max_active": limits.key_max_active,
+        "fair": limits.fair,
+        "weights": dict(limits.weights),
     }
+
+
+def _weights(given: tuple[str, ...]) -> dict[str, int]:
+    """``--weight KEY=N`` options as a mapping (a usage error for one that is not)."""
+    weights: dict[str, int] = {}
+    for text in given:
+        key, sep, n = text.rpartition("=")
+        if not sep or not key or not n.strip().isdigit():
+            raise click.UsageError(f"--weight {text!r}: expected KEY=N, e.g. enterprise=3")
+        weights[key] = int(n)
+    return weights
 
 
 @queue_group.command("limits")
@@ -114,6 +137,31 @@ def limits_json(limits: Limits | None) -> dict[str, Any] | None:
     help="At most N starts per period for each limit key (a job's limit_key), e.g. 10/m.",
 )
 @click.option(
+    "--key-max-active",
+    type=click.IntRange(1, 1_000_000_000),
+    envvar="RELAYMQ_KEY_MAX_ACTIVE",
+    show_envvar=True,
+    help="At most this many active jobs of each limit key at once, over every worker.",
+)
+@click.option(
+    "--fair",
+    is_flag=True,
+    default=None,
+    envvar="RELAYMQ_FAIR",
+    show_envvar=True,
+    help="Rotate claims over the limit keys with waiting jobs (round robin).",
+)
+@click.option(
+    "--weight",
+    "weights",
+    multiple=True,
+    metavar="KEY=N",
+    envvar="RELAYMQ_WEIGHTS",
+    show_envvar=True,
+    help="With --fair: KEY starts up to N jobs in each round (repeat for more keys; the "
+    "variable holds them separated by spaces).",
+)
+@click.option(
     "--clear",
     is_flag=True,
     envvar="RELAYMQ_CLEAR_LIMITS",
@@ -127,16 +175,22 @@ def queue_limits(
     max_active: int | None,
     rate: str | None,
     key_rate: str | None,
+    key_max_active: int | None,
+    fair: bool | None,
+    weights: tuple[str, ...],
     clear: bool,
     backend: str,
     as_json: bool,
 ) -> None:
     """Show or set QUEUE's limits (every queue's, without QUEUE).
 
-    --max-active, --rate and --key-rate replace what is stored (one left out is unset);
+    --max-active, --rate, --key-rate, --key-max-active, --fair and --weight replace what is
+    stored (one left out is unset);
     workers obey from their next claim. Limits defined in code (relaymq.limit) are stored
     again by each worker of the queue when it starts."""
-    changing = clear or max_active is not None or rate is not None or key_rate is not None
+    given = (max_active, rate, key_rate, key_max_active, fair, weights or None)
+    changing = clear or any(v is not None for v in given)
+    weighted = _weights(weights)
     if queue is None:
         if changing:
             raise click.UsageError("name the QUEUE whose limits to set")
@@ -149,20 +203,91 @@ def queue_limits(
             if not found:
                 click.echo("no queue has limits")
         return
-    if clear and (max_active is not None or rate is not None or key_rate is not None):
+    if clear and any(v is not None for v in given):
         raise click.UsageError("--clear removes the limits: give it alone")
 
-    async def go(app: App) -> Limits | None:
+    async def go(app: App) -> tuple[Limits | None, KeyUsage | None]:
         q = Queue(queue, app)
         if not changing:
-            return await q.limits()
-        return await q.set_limits(max_active=max_active, rate=rate, key_rate=key_rate)
+            limits = await q.limits()
+            return limits, await key_usage(app.ops, queue, limits)
+        stored = await q.set_limits(
+            max_active=max_active,
+            rate=rate,
+            key_rate=key_rate,
+            key_max_active=key_max_active,
+            fair=bool(fair),
+            weights=weighted,
+        )
+        return stored, None
+
+    stored, usage = run(lambda: with_app(backend, go, create=changing))
+    if as_json:
+        shown = {"queue": queue, "limits": limits_json(stored)}
+        emit_json(shown | ({"keys": usage.as_json()} if usage is not None else {}))
+        return
+    click.echo(f"queue {queue!r}: {stored.describe() if stored else 'no limits'}")
+    if usage is not None and stored is not None:
+        busiest = ", ".join(f"{k} {n}" for k, n in usage.active) or "none"
+        click.echo(f"  active jobs of the busiest keys: {busiest}")
+        click.echo(f"  keys at their cap: {', '.join(usage.at_cap) or 'none'}")
+        click.echo(f"  waiting jobs held back: {usage.held_back}")
+
+
+def _window(name: str, default: str, what: str) -> Callable[[F], F]:
+    return click.option(
+        f"--{name}",
+        type=Duration(),
+        envvar=f"RELAYMQ_RETENTION_{name.upper()}",
+        show_envvar=True,
+        help=f"Keep {what} this long: seconds, or 30m, 24h, 7d; 0 keeps them for ever "
+        f"(default {default}).",
+    )
+
+
+@queue_group.command("retention")
+@click.argument("queue")
+@_window("completed", "24h", "completed jobs")
+@_window("cancelled", "24h", "cancelled jobs")
+@_window("failed", "7d", "dead-lettered (failed and expired) jobs")
+@click.option(
+    "--max-finished",
+    type=click.IntRange(1, 1_000_000_000),
+    envvar="RELAYMQ_RETENTION_MAX_FINISHED",
+    show_envvar=True,
+    help="Keep at most about N jobs per finished state, the newest.",
+)
+@backend_option
+@json_option
+def queue_retention(
+    queue: str,
+    completed: float | None,
+    cancelled: float | None,
+    failed: float | None,
+    max_finished: int | None,
+    backend: str,
+    as_json: bool,
+) -> None:
+    """Show or set how long QUEUE's finished jobs are kept.
+
+    Given any option, stores QUEUE's retention for every worker (a window left out takes
+    its default); the elected maintenance deletes older finished jobs from then on."""
+    windows = (completed, cancelled, failed, max_finished)
+    changing = any(w is not None for w in windows)
+
+    async def go(app: App) -> Retention:
+        q = Queue(queue, app)
+        if not changing:
+            return await q.retention()
+        return await q.set_retention(
+            completed=completed, cancelled=cancelled, failed=failed, max_finished=max_finished
+        )
 
     stored = run(lambda: with_app(backend, go, create=changing))
     if as_json:
-        emit_json({"queue": queue, "limits": limits_json(stored)})
+        emit_json({"queue": queue, "retention": _retention.to_dict(stored)})
     else:
-        click.echo(f"queue {queue!r}: {stored.describe() if stored else 'no limits'}")
+        click.echo(f"queue {queue!r}: {_retention.describe(stored)}")
 
 
 @queue_group.command("pause")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections import Counter
 from typing import Any
 
 import click
@@ -14,39 +13,20 @@ from rich.table import Table
 
 from relaymq.app import App
 from relaymq.cli.common import backend_option, json_option, run, with_app
-from relaymq.cli.output import age, console, counts_json, counts_table, emit_json, worker_dict
-from relaymq.instrumented import Instrumented
+from relaymq.cli.output import console, counts_json, counts_table, emit_json
 from relaymq.job import JobState
+from relaymq.overview import age, collect_workers
 from relaymq.queue import Queue
-
-ACTIVE_PAGE = 1000
-"""Active jobs read per call when counting each worker's running jobs (the active set is
-bounded by the workers' concurrency)."""
-
-
-async def collect_workers(ops: Instrumented) -> list[dict[str, Any]]:
-    """Every live worker with the number of jobs it is running now (read through ``ops``, an
-    app's facade)."""
-    workers = await ops.list_workers()
-    running: Counter[str] = Counter()
-    for name in sorted({q for w in workers for q in w.queues}):
-        queue, offset = Queue(name, ops), 0
-        while True:
-            page = await queue.list_jobs(JobState.ACTIVE, offset, ACTIVE_PAGE)
-            running.update(j.worker_id for j in page if j.worker_id)
-            if len(page) < ACTIVE_PAGE:
-                break
-            offset += len(page)
-    now = time.time()
-    return [worker_dict(w, running[w.id], now) for w in sorted(workers, key=lambda w: w.id)]
 
 
 @click.command("workers")
 @backend_option
 @json_option
 def workers(backend: str, as_json: bool) -> None:
-    """The live workers: host, pid, queues, concurrency, running jobs, last heartbeat; and the
-    queues a worker does not claim from because the backend refuses them as configured."""
+    """The workers: host, pid, queues, concurrency, the jobs running now, attempts processed
+    and failed since start, last heartbeat, uptime; workers that went silent lately (no
+    heartbeat, never unregistered) marked SILENT; and the queues a worker does not claim from
+    because the backend refuses them as configured."""
     found = run(lambda: with_app(backend, lambda app: collect_workers(app.ops)))
     if as_json:
         emit_json(found)
@@ -59,6 +39,8 @@ def workers(backend: str, as_json: bool) -> None:
         "queues",
         "concurrency",
         "running",
+        "processed",
+        "failed",
         "heartbeat",
         "up",
         *(["refused"] if refusals else []),
@@ -66,14 +48,17 @@ def workers(backend: str, as_json: bool) -> None:
     now = time.time()
     for w in found:
         refused = "\n".join(f"{q}: {e}" for q, e in sorted(w["refused"].items()))
+        heartbeat = f"{w['heartbeat_age']:.0f}s ago" + (" SILENT" if w["silent"] else "")
         table.add_row(
             w["id"],
             w["host"],
             str(w["pid"]),
             ", ".join(w["queues"]),
             str(w["concurrency"]),
-            str(w["running"]),
-            f"{w['heartbeat_age']:.0f}s ago",
+            "-" if w["silent"] else str(w["running"]),
+            str(w["processed"]),
+            str(w["failed"]),
+            heartbeat,
             age(w["started_at"], now),
             *([refused] if refusals else []),
         )

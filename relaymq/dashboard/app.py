@@ -24,11 +24,10 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response, S
 from starlette.templating import Jinja2Templates
 
 from relaymq.app import App
-from relaymq.cli.workers import collect_workers
 from relaymq.dashboard import charts, security
 from relaymq.dashboard.live import Hub
 from relaymq.dashboard.security import Access, Throttle, Throttled
-from relaymq.dashboard.views import actions_for, job_view
+from relaymq.dashboard.views import actions_for, job_view, progress_of
 from relaymq.dashboard.web import (
     client_of,
     csrf_of,
@@ -43,12 +42,19 @@ from relaymq.errors import (
     ScheduleNotFoundError,
 )
 from relaymq.job import DLQ_STATES, Job, JobState
+from relaymq.keyusage import key_usage
 from relaymq.options import validate_queue_name
+from relaymq.overview import collect_workers, held_by
 from relaymq.queue import Queue
+from relaymq.records.search import JobFilter
 from relaymq.records.store import CancelResult
+from relaymq.retention import describe as describe_retention
 from relaymq.schedules import Schedules
 
 PAGE_SIZE = 50
+SEARCH = ("id", "task", "newer", "older", "args")
+"""A listing's search fields (``JobFilter.parse``): id prefix, part of the task name, ages,
+argument conditions."""
 STATES = tuple(JobState)
 DLQ = tuple(s for s in JobState if s in DLQ_STATES)
 BULK = {"retry": "retried", "cancel": "cancelled", "remove": "removed"}
@@ -169,48 +175,102 @@ class Dashboard:
         q = Queue(name, self.app)
         counts, paused, tallies = await asyncio.gather(q.counts(), q.is_paused(), q.history(1440))
         minute = int(time.time() // 60)
-        hour = charts.window(tallies, "last hour", minute, 60, 60)
-        day = charts.window(tallies, "last day", minute, 1440, 48)
+        hour = charts.window(tallies, f"{name}, last hour per minute", minute, 60, 60)
+        day = charts.window(tallies, f"{name}, last day per hour", minute, 1440, 24)
         return {
             "name": name,
             "counts": counts,
             "paused": paused,
             "hour": hour,
             "day": day,
-            "hour_chart": charts.sparkline(hour),
-            "day_chart": charts.sparkline(day),
+            "hour_chart": charts.small_chart(hour),
+            "day_chart": charts.small_chart(day),
         }
 
+    async def figures(self, request: Request) -> Response:
+        """A queue's figures over the last hour and day, of every task or of ``?task=``:
+        throughput, failure rate, run time and pickup latency, with charts, and its tasks."""
+        q = self._queue(request)
+        task = request.query_params.get("task") or None
+        tallies = await q.history(1440)
+        minute = int(time.time() // 60)
+        hour = charts.window(tallies, "last hour, per minute", minute, 60, 60, task)
+        day = charts.window(tallies, "last day, per 10 minutes", minute, 1440, 144, task)
+        tasks = [
+            (name, charts.window(tallies, "last day", minute, 1440, 1, name))
+            for name in charts.tasks_of(tallies)
+        ]
+        return self.render(
+            request,
+            "figures.html",
+            queue=q.name,
+            task=task,
+            hour=hour,
+            day=day,
+            hour_chart=charts.chart(hour, ticks=6),
+            day_chart=charts.chart(day, ticks=8),
+            tasks=tasks,
+        )
+
     async def queue(self, request: Request) -> Response:
+        """A queue's jobs of one state, a page at a time, narrowed by a search (``SEARCH``);
+        an id that is a job's whole id goes to its page."""
         q = self._queue(request)
         wanted = request.query_params.get("id", "").strip()
-        if wanted:
-            if await q.get_job(wanted) is not None:
-                return RedirectResponse(job_url(request, q.name, wanted), status_code=303)
-            listing = await self._listing(request, q)
-            return self.render(request, "queue.html", **listing | {"missing": wanted})
+        if wanted and await q.get_job(wanted) is not None:
+            return RedirectResponse(job_url(request, q.name, wanted), status_code=303)
         return self.render(request, "queue.html", **await self._listing(request, q))
 
     async def _listing(self, request: Request, q: Queue) -> dict[str, Any]:
         state = JobState(request.query_params.get("state", JobState.WAITING.value))
-        task = request.query_params.get("task", "").strip() or None
+        typed = {name: request.query_params.get(name, "") for name in SEARCH}
+        task = typed["task"].strip() or None
         page = page_number(request.query_params.get("page", ""))
         offset = (page - 1) * self.page_size
-        jobs = await q.list_jobs(state, offset, self.page_size + 1, task_contains=task)
-        counts, paused, limits = await asyncio.gather(q.counts(), q.is_paused(), q.limits())
+        problem = ""
+        try:
+            where = JobFilter.parse(
+                id_prefix=typed["id"],
+                task=typed["task"],
+                newer_than=typed["newer"],
+                older_than=typed["older"],
+                args=typed["args"],
+                now=time.time(),
+            )
+        except ConfigError as e:  # a typo in the search: said on the page, nothing searched
+            where, problem = JobFilter(), str(e)
+        found = await q.search(state, where, offset, self.page_size + 1)
+        jobs = found.jobs
+        counts, paused, limits, kept = await asyncio.gather(
+            q.counts(), q.is_paused(), q.limits(), q.retention()
+        )
+        usage = await key_usage(self.app.ops, q.name, limits) if limits is not None else None
+        shown = jobs[: self.page_size]
+        bars = None
+        if state is JobState.ACTIVE:  # each running job's progress, kept live on the page
+            bars = {j.id: progress_of(j) for j in shown if j.progress is not None}
         return {
             "queue": q.name,
+            "bars": bars,
             "state": state,
             "task": task or "",
             "page": page,
-            "jobs": jobs[: self.page_size],
+            "jobs": shown,
             "more": len(jobs) > self.page_size,
             "counts": counts,
             "paused": paused,
             "limits": limits,
+            "retention": describe_retention(kept),
+            "usage": usage,
             "states": STATES,
-            "missing": None,
             "actions": actions_for(state),
+            "search": typed,
+            "searched": not where.empty,
+            "narrow": not where.empty and where != JobFilter(task_contains=task),
+            "problem": problem,
+            "found": found,
+            "how": self.app.ops.backend.capabilities.search,
+            "links": {k: v for k, v in typed.items() if v} | {"state": state.value},
         }
 
     async def job(self, request: Request) -> Response:
@@ -221,7 +281,8 @@ class Dashboard:
             response = self.render(request, "missing.html", queue=q.name, job_id=job_id)
             response.status_code = 404
             return response
-        return self.render(request, "job.html", job=job, view=job_view(job))
+        view = job_view(job) | {"held_by": await held_by(q, job)}
+        return self.render(request, "job.html", job=job, view=view)
 
     async def dlq(self, request: Request) -> Response:
         sections = []
@@ -266,7 +327,7 @@ class Dashboard:
         queue, job_id = request.query_params.get("queue"), request.query_params.get("job")
         follow = (queue, job_id) if queue and job_id else None
         return StreamingResponse(
-            self.hub.stream(follow),
+            self.hub.stream(follow, None if job_id else queue),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

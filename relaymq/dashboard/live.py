@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from relaymq.events import Event
+from relaymq.events import JOB_PROGRESS, Event
 from relaymq.instrumented import Instrumented
 
 log = logging.getLogger("relaymq.dashboard")
@@ -30,9 +30,11 @@ CLIENT_BUFFER = 1000
 
 @dataclass(eq=False)
 class Client:
-    """One browser's stream: the job it follows (its job page), if any."""
+    """One browser's stream: the job it follows (its job page), or the queue whose jobs'
+    progress it shows (its queue page), if any."""
 
     job: tuple[str, str] | None = None
+    queue: str | None = None
     inbox: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(CLIENT_BUFFER))
 
     def send(self, message: bytes) -> None:
@@ -86,10 +88,13 @@ class Hub:
         for c in self.clients:
             c.end()
 
-    async def stream(self, job: tuple[str, str] | None = None) -> AsyncIterator[bytes]:
-        """A client's stream, until it goes away."""
+    async def stream(
+        self, job: tuple[str, str] | None = None, queue: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """A client's stream, until it goes away: every queue's counts, and the events of
+        ``job`` (or the progress of ``queue``'s jobs)."""
         self._start()
-        client = Client(job)
+        client = Client(job, queue)
         self.clients.add(client)
         try:
             yield b"retry: 2000\n\n"
@@ -129,9 +134,10 @@ class Hub:
         if event.job_id is None:
             return
         key = (event.queue, event.job_id)
+        progress = event.name == JOB_PROGRESS
         message: bytes | None = None
         for c in self.clients:
-            if c.job == key:
+            if c.job == key or (progress and c.queue == event.queue):
                 message = message or sse("job", asdict(event))
                 c.send(message)
 

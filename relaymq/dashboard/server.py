@@ -20,15 +20,15 @@ from starlette.templating import Jinja2Templates
 
 from relaymq.app import App, default_app
 from relaymq.backends.base import Backend
-from relaymq.cli.output import when
 from relaymq.dashboard.app import PAGE_SIZE, Dashboard, Endpoint
 from relaymq.dashboard.guard import Guard, host_name
 from relaymq.dashboard.live import Hub
 from relaymq.dashboard.security import Access, SessionKey, Throttle, Throttled
-from relaymq.dashboard.views import pretty
+from relaymq.dashboard.views import pretty, seconds
 from relaymq.dashboard.web import job_href
 from relaymq.errors import BackendError, BackendUnavailableError
 from relaymq.job import error_line
+from relaymq.overview import when
 
 
 def create_app(
@@ -65,6 +65,8 @@ def create_app(
     env.filters["when"] = when
     env.filters["summary"] = error_line
     env.filters["pretty"] = pretty
+    env.filters["duration"] = seconds
+    env.filters["combine"] = lambda a, b: {**a, **b}
     env.globals["job_href"] = job_href
     access = Access(token, password, SessionKey(session_key_file))
     relay = app if isinstance(app, App) else default_app().over(app)
@@ -79,6 +81,7 @@ def create_app(
     routes = [
         Route("/", d.page(d.overview), name="overview"),
         Route("/queues/{queue}", d.page(d.queue), name="queue"),
+        Route("/queues/{queue}/figures", d.page(d.figures), name="figures"),
         Route(
             "/queues/{queue}/actions",
             d.action(d.queue_action),

@@ -4,6 +4,7 @@ records. Plain values; this module imports nothing of relaymq but other records.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import json
@@ -14,7 +15,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relaymq.job import MAX_PRIORITY, Claim, Job, JobState, NewJob
+from relaymq.errors import ConfigError
+from relaymq.job import (
+    ATTEMPTS_KEPT,
+    MAX_PRIORITY,
+    Attempt,
+    Claim,
+    Job,
+    JobState,
+    NewJob,
+)
+from relaymq.job import Outcome as Outcome  # its home was here: importable from both
 
 Clock = Callable[[], float]
 """Returns seconds since the epoch. Given to a backend, it replaces the server's clock (tests)."""
@@ -45,6 +56,24 @@ class Capabilities:
     settle_claims: bool = False
     """``settle_and_claim`` makes one round trip: the worker then claims with its settles
     (false: the worker's claims and settles are separate calls, made side by side)."""
+    joins_transactions: bool = False
+    """Enqueues and settles can be written in a caller's own transaction, on its connection
+    (``relaymq.backends.transactional``: the SQL backends)."""
+    coalesce_enqueues: bool = False
+    """Enqueues made while another is in flight are sent together as one batch
+    (``relaymq.coalesce``): the backend stores a batch in one round trip, in order, and
+    refuses it as a whole."""
+    fair_claims: bool = True
+    """Claims can rotate over limit keys (``Limits.fair``); false: the broker hands out jobs in
+    its own order, and ``set_limits`` refuses ``fair``."""
+    sequences: bool = False
+    """Jobs of a sequence (``NewJob.sequence``) run one at a time in enqueue order, decided in
+    the claim; false: ``enqueue`` refuses a job with a sequence, naming the backend."""
+    search: str = "scan"
+    """What ``list_jobs(where=...)`` finds with the backend's own query: "native" (every
+    condition of a ``JobFilter``: SQL over the payload's JSON), "fields" (id, task and age;
+    argument conditions are checked by the caller) or "scan" (none: the caller reads pages
+    and checks them, up to a bound)."""
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -60,6 +89,20 @@ class Enqueued:
 def keyed(jobs: Sequence[NewJob]) -> bool:
     """Whether any of ``jobs`` carries a ``KeyRule`` (the backends' slower, keyed path)."""
     return any(j.rule is not None for j in jobs)
+
+
+def refuse_sequences(jobs: Sequence[NewJob], backend: str) -> None:
+    """``ConfigError`` when any of ``jobs`` has a sequence: for the backends whose claims do
+    not keep sequences (``Capabilities.sequences`` false), so none is silently run out of
+    order."""
+    for new in jobs:
+        if new.sequence is not None:
+            raise ConfigError(
+                f"job {new.id!r} has sequence={new.sequence!r}, and {backend} does not run "
+                "sequences yet: its claims would not keep their order. Use the memory, "
+                "SQLite, PostgreSQL, Redis or MongoDB backend, or RabbitMQ over a Redis or "
+                "PostgreSQL store."
+            )
 
 
 def dependent(jobs: Sequence[NewJob]) -> bool:
@@ -88,17 +131,6 @@ class SettledClaimed:
     batch: ClaimBatch | None = None
     """What the claim took; None when no claim was asked for, or it failed (``claim_error``)."""
     claim_error: Exception | None = None
-
-
-class Outcome(enum.StrEnum):
-    """How a worker ends its claim on a job."""
-
-    COMPLETE = "complete"  # -> completed, result stored
-    RETRY = "retry"  # -> delayed (or waiting when delay == 0), error stored, attempts kept
-    FAIL = "fail"  # -> failed, into the DLQ
-    EXPIRE = "expire"  # -> expired, into the DLQ
-    CANCEL = "cancel"  # -> cancelled (the worker acknowledges a cancellation)
-    RELEASE = "release"  # -> waiting at once, the attempt not counted (graceful shutdown)
 
 
 OUTCOME_STATE: dict[Outcome, JobState] = {
@@ -132,11 +164,55 @@ class Settle:
     error: str | None = None
     delay: float = 0.0
     """For RETRY: seconds from the backend's now until the job is eligible again."""
+    ran_for: float | None = None
+    """Seconds the handler ran (None: it never started), for the job's attempt history."""
+    keep: int = ATTEMPTS_KEPT
+    """How many attempts the job's history keeps, this one included (0: none is recorded).
+    The backend adds this attempt (``relaymq.job.Attempt``: its number, the claim's time and
+    worker, the settle's time, ``ran_for`` and ``error``) in the settle's own atomic step."""
+
+
+def ended_attempt(job: Job, s: Settle, now: float) -> Attempt:
+    """The attempt ``s`` ends, as the history keeps it (``job``: the record as claimed)."""
+    error = None if s.outcome is Outcome.COMPLETE else s.error
+    return Attempt(job.attempts, s.outcome, job.claimed_at, now, job.worker_id, s.ran_for, error)
+
+
+def with_attempt(history: tuple[Attempt, ...], attempt: Attempt, keep: int) -> tuple[Attempt, ...]:
+    """``history`` with ``attempt`` added, the last ``keep`` of them (``keep`` 0: unchanged).
+    Backends that store the history themselves (JSON, documents, Lua) follow this rule."""
+    if keep <= 0:
+        return history
+    return (*history, attempt)[-keep:]
+
+
+TIME_BUCKETS: tuple[float, ...] = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+"""Upper bounds in seconds of the buckets a tally counts durations in (run times, pickup
+latencies); a last bucket counts everything longer. Fixed, so minutes from any worker add up."""
+
+
+def time_bucket(seconds: float) -> int:
+    """The index of the bucket of ``TIME_BUCKETS`` that ``seconds`` falls in."""
+    return bisect.bisect_left(TIME_BUCKETS, seconds)
+
+
+def add_counts(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """Two histograms added bucket by bucket (either may be shorter, or empty), without
+    trailing empty buckets: the form every backend reads back."""
+    n = max(len(a), len(b))
+    out = [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
+    while out and not out[-1]:
+        out.pop()
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """What one queue's jobs came to in one minute: the dashboard's history."""
+    """What one queue's jobs (of one task, when ``task`` is given) came to in one minute: the
+    dashboard's history and figures."""
 
     queue: str
     minute: int
@@ -146,17 +222,66 @@ class Tally:
     """Attempts that failed and will run again."""
     failed: int = 0
     """Jobs that ended failed for good (dead-lettered: failed or expired)."""
+    task: str = ""
+    """The jobs' task; "" for counts kept per queue only (jobs failed by a dependency)."""
+    run_times: tuple[int, ...] = ()
+    """Attempts whose handler ran, counted per bucket of ``TIME_BUCKETS`` by run time."""
+    pickups: tuple[int, ...] = ()
+    """First attempts counted per bucket of ``TIME_BUCKETS`` by the time from the job's enqueue
+    to its start (a delay asked for at enqueue included)."""
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.completed
+            or self.retried
+            or self.failed
+            or any(self.run_times)
+            or any(self.pickups)
+        )
 
 
 def merge_tallies(tallies: Sequence[Tally]) -> list[Tally]:
-    """One tally per (queue, minute), summed: what a backend adds in one write."""
-    sums: dict[tuple[str, int], list[int]] = {}
+    """One tally per (queue, task, minute), summed: what a backend adds in one write."""
+    sums: dict[tuple[str, str, int], Tally] = {}
     for t in tallies:
-        s = sums.setdefault((t.queue, t.minute), [0, 0, 0])
-        s[0] += t.completed
-        s[1] += t.retried
-        s[2] += t.failed
-    return [Tally(q, m, *s) for (q, m), s in sums.items() if any(s)]
+        key = (t.queue, t.task, t.minute)
+        old = sums.get(key)
+        sums[key] = t if old is None else add_tally(old, t)
+    return [t for t in sums.values() if not t.empty]
+
+
+def add_tally(a: Tally, b: Tally) -> Tally:
+    """``a`` and ``b`` (of the same queue, task and minute) added up."""
+    return Tally(
+        a.queue,
+        a.minute,
+        a.completed + b.completed,
+        a.retried + b.retried,
+        a.failed + b.failed,
+        a.task,
+        add_counts(a.run_times, b.run_times),
+        add_counts(a.pickups, b.pickups),
+    )
+
+
+def percentile(counts: Sequence[int], q: float) -> float | None:
+    """The ``q`` quantile (0-1) of durations counted per bucket of ``TIME_BUCKETS``, read by
+    linear interpolation inside its bucket (the last, open bucket answers its lower bound);
+    None when nothing was counted."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(counts):
+        if n and seen + n >= rank:
+            low = TIME_BUCKETS[i - 1] if i > 0 else 0.0
+            if i >= len(TIME_BUCKETS):
+                return low
+            return low + (TIME_BUCKETS[i] - low) * max(0.0, rank - seen) / n
+        seen += n
+    return TIME_BUCKETS[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +345,13 @@ class WorkerInfo:
     refused: tuple[tuple[str, str], ...] = ()
     """(queue, error) for each of ``queues`` that the backend refuses as configured: the
     worker stopped claiming from it (``Backend.check_queue``)."""
+    processed: int = 0
+    """Attempts it ended with an outcome since it started (completed, retried, failed,
+    expired or cancelled), as of its last registration."""
+    failed: int = 0
+    """Of those, the attempts that failed (retried, failed or expired)."""
+    beat: float = 0.0
+    """Seconds within which it renews its registration; past them it has gone silent."""
 
     @classmethod
     def for_this_process(
@@ -240,13 +372,17 @@ class WorkerInfo:
             "pid": self.pid,
             "started_at": self.started_at,
             "refused": [list(pair) for pair in self.refused],
+            "processed": self.processed,
+            "failed": self.failed,
+            "beat": self.beat,
         }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], seen_at: float) -> WorkerInfo:
         """The one place a stored worker becomes a ``WorkerInfo``; raises ``KeyError``,
         ``TypeError`` or ``ValueError`` for a damaged record (callers skip it). ``refused``
-        may be missing (a record of an older relaymq) or JSON text (a SQL column)."""
+        and the counts may be missing (a record of an older relaymq); ``refused`` may be JSON
+        text (a SQL column)."""
         refused = record.get("refused") or {}
         if isinstance(refused, str | bytes):
             refused = json.loads(refused)
@@ -259,6 +395,9 @@ class WorkerInfo:
             float(record["started_at"]),
             float(seen_at),
             tuple((str(q), str(e)) for q, e in dict(refused).items()),
+            int(record.get("processed", 0)),
+            int(record.get("failed", 0)),
+            float(record.get("beat", 0.0)),
         )
 
     def seen(self, at: float) -> WorkerInfo:

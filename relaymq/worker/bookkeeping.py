@@ -38,7 +38,7 @@ class Bookkeeping:
             log.warning(lost, where(job), r.claim.token, s.outcome.value, extra=r.log_extra)
             return
         self.counts.add(OUTCOME_WORDS[s.outcome])
-        self.history.count(job.queue, s.outcome)
+        self.history.count(job, s)
         if s.outcome is Outcome.COMPLETE:  # the common case: nothing formatted unless logged
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s completed", where(job), extra=r.log_extra)

@@ -18,7 +18,8 @@ from typing import Any
 
 from relaymq.app import default_app
 from relaymq.errors import BackendError, SerializationError, TaskNotFoundError
-from relaymq.job import DependencyPolicy, Job, JobState, describe, error_line
+from relaymq.instrumented import Instrumented
+from relaymq.job import ATTEMPTS_KEPT, DependencyPolicy, Job, JobState, describe, error_line
 from relaymq.observers import Hooks
 from relaymq.records.store import Outcome, Settle
 from relaymq.retry import DEFAULT_BACKOFF, Backoff, next_delay
@@ -26,6 +27,7 @@ from relaymq.serializers import Serializer
 from relaymq.settings import Settings
 from relaymq.task import JobContext, Task, resolve
 from relaymq.worker import logcontext
+from relaymq.worker.completing import NOT_COMMITTED, CompleteIn, committed
 from relaymq.worker.running import RunningJob, StopReason
 from relaymq.worker.sandbox import Sandbox, SandboxFailed
 from relaymq.worker.threads import ThreadPool
@@ -129,8 +131,12 @@ class Execution:
         import_prefixes: tuple[str, ...] = (),
         tasks: Mapping[str, Task[Any, Any]] | None = None,
         hooks: Hooks | None = None,
+        ops: Instrumented | None = None,
+        attempt_history: int = ATTEMPTS_KEPT,
     ) -> None:
         self.serializer = serializer
+        self.attempt_history = attempt_history
+        """Attempts a job's history keeps, for a completion written by ``complete_in``."""
         self.max_result_bytes = max_result_bytes
         """A larger serialized result fails the attempt (``Settings.max_result_bytes``)."""
         self.import_prefixes = import_prefixes
@@ -141,7 +147,10 @@ class Execution:
         self.hooks = default_app().hooks if hooks is None else hooks
         """The observers told of each attempt (its app's)."""
         self.get_jobs = get_jobs
-        """Reads the dependencies of a job whose handler takes a ``JobContext``."""
+        """Reads the dependencies of a job whose handler takes a ``JobContext``, and a job
+        the handler completed in its own transaction (``JobContext.complete_in``)."""
+        self.ops = ops
+        """Where ``JobContext.complete_in`` writes (None: a context without it)."""
         self.still_held = still_held
         self.report = report
         self.fresh_for = fresh_for
@@ -234,6 +243,16 @@ class Execution:
                 lambda value: self.report(r, value),
                 results,
                 failed,
+                None
+                if self.ops is None
+                else CompleteIn(
+                    self.ops,
+                    r,
+                    self.serializer,
+                    models,
+                    self.max_result_bytes,
+                    self.attempt_history,
+                ),
             )
             args.insert(0, r.ctx)
         if log.isEnabledFor(logging.DEBUG):
@@ -271,6 +290,12 @@ class Execution:
         r.ran_for = time.monotonic() - began
         if r.stop_reason in (StopReason.LOST, StopReason.CANCELLED):
             return after_stop(r)  # a thread that ended after it was told to stop
+        if r.completed_in is not None and self.get_jobs is not None:
+            [now_job] = await self.get_jobs(job.queue, [job.id])
+            done = committed(r, now_job)
+            if done is not False:  # written in the handler's transaction, or lost meanwhile
+                return r.completed_in if done else None
+            return settle or failure(job, backoff, NOT_COMMITTED)
         if settle is not None:
             return settle
         try:

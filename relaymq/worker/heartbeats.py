@@ -13,10 +13,20 @@ from relaymq.worker.running import Claims, RunningJob, StopReason
 
 log = logging.getLogger("relaymq.worker")
 
+MAX_UNANSWERED = 2
+"""Rounds left unanswered at once before the heartbeats wait for one of them."""
+
 
 class Heartbeats:
     """Renews claims every ``interval`` and stops handlers whose claim was lost or whose job
-    was cancelled. ``also`` runs after each round (the worker renews its registration)."""
+    was cancelled. ``also`` runs after each round (the worker renews its registration).
+
+    A round that gets no answer within ``deadline`` seconds (a connection that hangs: a network
+    cut TCP has not given up on yet, whose data waits for a retransmission that backs off to
+    minutes) is left to finish on its own, and the next goes out at once, on another call: one
+    hung connection must not keep every claim from being renewed until the stall threshold
+    passes, and a slow server's late answer still renews them. At most ``MAX_UNANSWERED``
+    rounds wait so; then the next waits for one of them."""
 
     def __init__(
         self,
@@ -24,23 +34,48 @@ class Heartbeats:
         claims: Claims,
         interval: float,
         also: Callable[[], Awaitable[None]],
+        deadline: float | None = None,
     ) -> None:
         self.ops = ops
         self.claims = claims
         self.interval = interval
         self.also = also
+        self.deadline = interval if deadline is None else deadline
         self._asked: list[tuple[RunningJob, asyncio.Future[bool]]] = []
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.beat()
-                await self.also()
-            except BackendError as e:
-                log.warning("heartbeat failed (%s)", e)
-            except Exception:  # a bug must not stop the heartbeats of every other job
-                log.exception("heartbeat failed")
+        unanswered: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                while True:
+                    beating = asyncio.create_task(self._round())
+                    unanswered.add(beating)  # until it answers (cancelled if we stop first)
+                    beating.add_done_callback(unanswered.discard)
+                    done, _ = await asyncio.wait({beating}, timeout=self.deadline)
+                    if done:
+                        break
+                    # left to finish on its own (a slow server's answer still renews), while
+                    # the next round goes out at once, on another call
+                    log.warning(
+                        "heartbeat got no answer within %gs; sending another", self.deadline
+                    )
+                    if len(unanswered) >= MAX_UNANSWERED:
+                        await asyncio.wait(unanswered, return_when=asyncio.FIRST_COMPLETED)
+                        break
+        finally:
+            for t in list(unanswered):
+                t.cancel()
+            await asyncio.gather(*unanswered, return_exceptions=True)
+
+    async def _round(self) -> None:
+        try:
+            await self.beat()
+            await self.also()
+        except BackendError as e:
+            log.warning("heartbeat failed (%s)", e)
+        except Exception:  # a bug must not stop the heartbeats of every other job
+            log.exception("heartbeat failed")
 
     async def beat(self) -> None:
         held = self.claims.to_renew()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relaymq.job import Claim, Job
+from relaymq.records.store import Settle
 from relaymq.task import JobContext
 from relaymq.worker import logcontext
 
@@ -30,6 +31,7 @@ class RunningJob:
     job: Job
     claim: Claim
     claimed_mono: float = field(default_factory=time.monotonic)
+    """When the call that made the claim was sent: the claim is at least this old."""
     ctx: JobContext | None = None
     """Made only for handlers that take one."""
     task: asyncio.Task[Any] | None = None
@@ -42,6 +44,10 @@ class RunningJob:
     """The handler (or the checks before it) has not ended: the job takes a slot."""
     settling: bool = False
     """The outcome is written or being written: heartbeats leave the claim alone."""
+    completed_in: Settle | None = None
+    """The completion the handler wrote in its own transaction (``JobContext.complete_in``):
+    the claim is no longer renewed (that transaction holds the job), and the worker writes
+    no outcome of its own if it committed."""
     ran_for: float | None = None
     """Seconds the handler ran, once it ended (None while it runs, or if it never started)."""
     key: tuple[str, str, int] = field(init=False)
@@ -89,15 +95,19 @@ class Claims:
     def __init__(self) -> None:
         self._held: dict[tuple[str, str, int], RunningJob] = {}
         self.running = 0
+        self.by_queue: dict[str, int] = {}
+        """Running jobs per queue (for ``App.limit(local_max_active=...)``)."""
         self.slot_free = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def add(self, job: Job) -> RunningJob:
-        """A new claim: held and running."""
-        r = RunningJob(job, job.claim)
+    def add(self, job: Job, sent: float | None = None) -> RunningJob:
+        """A new claim, made by a call sent at ``sent`` (monotonic; default: now): held and
+        running."""
+        r = RunningJob(job, job.claim, time.monotonic() if sent is None else sent)
         self._held[r.key] = r
         self.running += 1
+        self.by_queue[job.queue] = self.by_queue.get(job.queue, 0) + 1
         self.idle.clear()
         return r
 
@@ -106,6 +116,7 @@ class Claims:
         if r.running:
             r.running = False
             self.running -= 1
+            self.by_queue[r.job.queue] -= 1
             self.slot_free.set()
             if self.running == 0:
                 self.idle.set()
@@ -124,8 +135,9 @@ class Claims:
 
     def to_renew(self) -> list[RunningJob]:
         """Every held claim, those whose outcome waits to be written included: a settle held up
-        (a slow or reconnecting backend) must not let the outcomes queued behind it stall."""
-        return list(self._held.values())
+        (a slow or reconnecting backend) must not let the outcomes queued behind it stall.
+        Not one completed in a handler's transaction, which holds the job (and its lock)."""
+        return [r for r in self._held.values() if r.completed_in is None]
 
     def running_jobs(self) -> list[RunningJob]:
         return [r for r in self._held.values() if r.running]

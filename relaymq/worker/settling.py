@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from relaymq.errors import BackendError, RecordRefusedError
 from relaymq.instrumented import Instrumented
+from relaymq.job import ATTEMPTS_KEPT
 from relaymq.records.store import Beat, ClaimBatch, Outcome, Settle, SettledClaimed
 from relaymq.worker.execution import refused
 from relaymq.worker.running import Claims, RunningJob
@@ -58,9 +60,17 @@ class Settler:
     Makes the worker's claims, alone or with a settle (``claim``)."""
 
     def __init__(
-        self, ops: Instrumented, claims: Claims, books: Books, *, coalesce: bool = False
+        self,
+        ops: Instrumented,
+        claims: Claims,
+        books: Books,
+        *,
+        coalesce: bool = False,
+        keep: int = ATTEMPTS_KEPT,
     ) -> None:
         self.ops = ops
+        self.keep = keep
+        """Attempts each job's history keeps (``Settings.attempt_history``)."""
         self.claims = claims
         self.books = books
         self.coalesce = coalesce
@@ -70,6 +80,9 @@ class Settler:
         """The last claim took every job it asked for: claim beside the settles."""
         self._asked: _Asked | None = None
         """A claim waiting for the next settle to make it."""
+        self.sent = 0.0
+        """When the call that made the claim ``claim`` returned last was sent (monotonic): its
+        claims are no younger, however late the answer came back."""
         self._closed = asyncio.Event()
         self.lock = asyncio.Lock()
         """Held while a settle is in flight: shutdown never cancels the loop inside one."""
@@ -109,6 +122,7 @@ class Settler:
             if not self.lined_up.is_set():
                 await self._unless_closed(self.lined_up.wait())
                 continue
+            self.sent = time.monotonic()
             return self._took(await self.ops.claim(queues, worker_id, limit), limit)
         return None
 
@@ -165,11 +179,14 @@ class Settler:
     # -- settling ---------------------------------------------------------------------------
 
     def add(self, r: RunningJob, settle: Settle) -> None:
-        """Queue ``settle`` for the next write; its error made storable (``storable``)."""
+        """Queue ``settle`` for the next write; its error made storable (``storable``), the
+        handler's run time and the history's length on it for the attempt's record."""
         if settle.error is not None:
             error = storable(settle.error)
             if error is not settle.error:
                 settle = dataclasses.replace(settle, error=error)
+        settle.ran_for = r.ran_for  # made for this write alone: filled in, not copied
+        settle.keep = self.keep
         r.settling = True
         self._outbox.append((r, settle))
         if back_in_line(settle):
@@ -242,6 +259,7 @@ class Settler:
             if asked is None:
                 applied = await self.ops.settle(outcomes)
             else:
+                self.sent = time.monotonic()
                 answer = await self.ops.settle_and_claim(
                     outcomes, asked.queues, asked.worker_id, asked.limit
                 )
@@ -311,6 +329,7 @@ class Settler:
             extra=r.log_extra,
         )
         instead = refused(r.job, s, storable(str(e)))
+        instead.ran_for, instead.keep = s.ran_for, s.keep
         self._outbox[0] = (r, instead)
         self._replaced.add(r)
         self._requeues += back_in_line(instead) - back_in_line(s)

@@ -42,6 +42,9 @@ _NAMES = {
     "redis": "Redis",
     "rediss": "Redis",
     "redis+cluster": "Redis Cluster",
+    "rediss+cluster": "Redis Cluster",
+    "redis+sentinel": "Redis Sentinel",
+    "rediss+sentinel": "Redis Sentinel",
     "mongodb": "MongoDB",
     "amqp": "RabbitMQ",
     "amqps": "RabbitMQ",
@@ -54,14 +57,10 @@ def describe(url: str) -> str:
     credentials or the query)."""
     parts = urlsplit(url)
     name = _NAMES.get(parts.scheme.lower(), parts.scheme or "the backend")
-    host = parts.hostname or ""
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if not host:
+    listed = parts.netloc.rpartition("@")[2]
+    if not listed or parts.scheme.lower() in ("sqlite", "memory"):
         return name
-    return f"{name} at {host}:{port}" if port else f"{name} at {host}"
+    return f"{name} at {listed}"  # host:port, or several for a failover URL
 
 
 def reason(e: BaseException) -> str:

@@ -36,6 +36,7 @@ from relaymq.backends.base import Backend
 from relaymq.errors import BackendError, ConfigError
 from relaymq.job import Job
 from relaymq.options import validate_queue_name
+from relaymq.outbox import Relay
 from relaymq.records.store import ClaimBatch, WorkerInfo
 from relaymq.recovery import Maintenance
 from relaymq.schedules import Scheduler
@@ -98,7 +99,10 @@ class Worker:
         self.stats: WorkerStats = self._counts.stats
         self.started = asyncio.Event()
         """Set once the worker is registered and claiming."""
-        self.info = WorkerInfo.for_this_process(self.id, self.queues, self.settings.concurrency)
+        self.info = dataclasses.replace(
+            WorkerInfo.for_this_process(self.id, self.queues, self.settings.concurrency),
+            beat=self._registry_ttl,
+        )
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._claims = Claims()
@@ -112,10 +116,19 @@ class Worker:
         self._history = History(self.ops, self.settings.history_flush_interval)
         books = Bookkeeping(self._counts, self._history)
         coalesce = backend.capabilities.settle_claims
-        self._settler = Settler(self.ops, self._claims, books, coalesce=coalesce)
+        self._settler = Settler(
+            self.ops, self._claims, books, coalesce=coalesce, keep=self.settings.attempt_history
+        )
         """Writes outcomes and makes claims: the claim loop's only way to jobs."""
+        # a round gets half the threshold (or an interval) to answer, leaving time for a
+        # second try on a fresh call before the claims could be taken for stalled
+        beat_deadline = max(self.settings.heartbeat_interval, self.settings.stalled_threshold / 2)
         self._heartbeats = Heartbeats(
-            self.ops, self._claims, self.settings.heartbeat_interval, self._renew_registration
+            self.ops,
+            self._claims,
+            self.settings.heartbeat_interval,
+            self._renew_registration,
+            beat_deadline,
         )
         self._sandbox = Sandbox(self.settings.concurrency)
         """Child processes for sandboxed tasks, started on first need."""
@@ -130,6 +143,8 @@ class Worker:
             tasks=self.app.tasks,
             import_prefixes=self.settings.import_prefixes,
             hooks=self.app.hooks,
+            ops=self.ops,
+            attempt_history=self.settings.attempt_history,
         )
         self._rotation = 0
         self._watch = (
@@ -209,6 +224,9 @@ class Worker:
                 helpers.append(asyncio.create_task(self._watch.run(), name="relaymq-loopwatch"))
             if self.settings.history_flush_interval > 0:
                 helpers.append(asyncio.create_task(self._history.run(), name="relaymq-history"))
+            if self.app.outbox_url is not None:  # one worker at a time leads it
+                relay = Relay(self.app, self.ops, self.id, self.settings).run()
+                helpers.append(asyncio.create_task(relay, name="relaymq-outbox"))
             if self.settings.enable_scheduler:
                 helpers.append(asyncio.create_task(self._schedule(), name="relaymq-scheduler"))
             with contextlib.suppress(BackendError):  # only a log line: tried again when idle
@@ -327,6 +345,10 @@ class Worker:
         self._counts.add("loop_blocked")
 
     async def _renew_registration(self) -> None:
+        stats = self.stats
+        failed = stats.retried + stats.failed + stats.expired
+        processed = stats.completed + stats.cancelled + failed
+        self.info = dataclasses.replace(self.info, processed=processed, failed=failed)
         await self.ops.register_worker(self.info, self._registry_ttl)
 
     async def _refused(self, e: ConfigError) -> None:
@@ -358,6 +380,20 @@ class Worker:
     def _free(self) -> int:
         return self.settings.concurrency - self._claims.running
 
+    def _room(self, queues: list[str], free: int) -> tuple[list[str], int]:
+        """The queues to claim from and how many jobs to ask for: a queue at its cap in this
+        process (``App.limit(local_max_active=...)``) is left out, and a claim that includes
+        capped queues asks for no more than the least room among them (0: wait for a slot)."""
+        caps = self.app.local_limits
+        if not caps or free <= 0:
+            return queues, free
+        running = self._claims.by_queue
+        room = {q: caps[q] - running.get(q, 0) for q in queues if q in caps}
+        open_queues = [q for q in queues if room.get(q, 1) > 0]
+        if not open_queues:
+            return [], 0
+        return open_queues, min([free] + [room[q] for q in open_queues if q in room])
+
     async def _claim_loop(self) -> None:
         """Ask the settler for a job per free slot, start what comes, wait when nothing does."""
         failures = 0
@@ -366,14 +402,14 @@ class Worker:
             if self.refusals.due() and await self.refusals.recheck():
                 await self._refusals_changed()
                 continue
-            free = self._free()
+            queues, free = self._room(self._queue_order(), self._free())
             if free <= 0:
                 slot_free.clear()
                 await slot_free.wait()
                 await asyncio.sleep(0)  # let jobs finishing in the same tick free their slots
                 continue
             try:
-                batch = await self._settler.claim(self._queue_order(), self.id, free)
+                batch = await self._settler.claim(queues, self.id, free)
             except ConfigError as e:  # a refusal: never retried as is
                 await self._refused(e)
                 continue
@@ -397,7 +433,7 @@ class Worker:
         if self._paused:
             self._resumed({j.queue for j in batch.jobs})
         for job in batch.jobs:
-            self._start(job, batch.now)
+            self._start(job, batch.now, self._settler.sent)
 
     async def _nothing(self, batch: ClaimBatch) -> None:
         """A claim found nothing to do: wait for work."""
@@ -469,8 +505,8 @@ class Worker:
         if inner.done() and not inner.cancelled():
             inner.result()
 
-    def _start(self, job: Job, now: float) -> None:
-        r = self._claims.add(job)
+    def _start(self, job: Job, now: float, sent: float) -> None:
+        r = self._claims.add(job, sent)
         r.task = asyncio.create_task(self._execute(r, now))
 
     async def _execute(self, r: RunningJob, now: float) -> None:
@@ -478,7 +514,10 @@ class Worker:
             settle = await self._execution.run(r, now)
         finally:
             self._claims.handler_ended(r)
-        if settle is None or not self._claims.holds(r):
+        if settle is not None and settle is r.completed_in:  # committed by the handler
+            self._settler.books.settled(r, settle, True)
+            self._claims.drop(r)
+        elif settle is None or not self._claims.holds(r):
             self._claims.drop(r)  # the claim is lost: another worker owns the job; write nothing
         else:
             self._settler.add(r, settle)

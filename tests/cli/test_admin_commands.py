@@ -144,6 +144,12 @@ def test_job_show(url: str, capsys: Capture) -> None:
     shown = cli_json(["job", "show", q, "f1", "--backend", url], capsys)
     assert (shown["state"], shown["error"], shown["task"]) == ("failed", "boom", "m:a")
     assert shown["payload"] == {"args": [], "kwargs": {}}
+    [attempt] = shown["attempt_history"]  # the failed attempt, with its worker and error
+    assert (attempt["attempt"], attempt["outcome"], attempt["worker"]) == (1, "fail", "wk-1")
+    assert attempt["error"] == "boom" and attempt["ended_at"] >= attempt["started_at"]
+    assert main(["job", "show", q, "f1", "--backend", url]) == 0
+    table = capsys.readouterr().out
+    assert "last 1 attempts" in table and re.search(r"1 +│ failed +│ wk-1 .*│ boom", table)
     assert main(["job", "show", q, "nope", "--backend", url]) == 1
     assert one_error_line(capsys) == f"Error: no job 'nope' in queue {q!r}"
 

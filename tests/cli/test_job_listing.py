@@ -5,6 +5,7 @@ they started and their progress."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,33 @@ def test_a_queue_a_worker_serves_exists_before_it_holds_jobs(
     assert main(["job", "list", "reports", "--backend", url]) == 0
     assert main(["queue", "info", "nobody", "--backend", url]) == 1
     assert "no queue 'nobody'" in capsys.readouterr().err
+
+
+def test_job_list_and_show_name_the_sequence_and_what_it_waits_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path}/sequence.db"
+
+    async def go() -> list[str]:
+        backend = await connect(url)
+        try:
+            q = Queue("sync", backend)
+            task = tasks.add.with_options(sequence="customer:42")
+            handles = [await q.add(task.call(n, n)) for n in range(2)]
+            await backend.claim(["sync"], "w", 10)  # the first runs; the second waits on it
+            return [h.id for h in handles]
+        finally:
+            await backend.close()
+
+    first, second = asyncio.run(go())
+    assert main(["job", "list", "sync", "--backend", url]) == 0
+    listing = capsys.readouterr().out
+    assert "sequence" in listing and "customer:42" in listing
+    assert main(["job", "show", "sync", second, "--backend", url]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "sequence_waits_on" in x)
+    assert f"{first} (active)" in line, line
+    assert main(["job", "show", "sync", second, "--backend", url, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["sequence"] == "customer:42" and shown["sequence_on_failure"] == "hold"
+    assert shown["sequence_waits_on"] == {"id": first, "state": "active"}

@@ -23,6 +23,8 @@ def test_set_show_list_and_clear(url: str, capsys: Capture) -> None:
         "100/m",
         "--key-rate",
         "5/s",
+        "--key-max-active",
+        "2",
         *b,
     ]
     assert cli_json(set_all, capsys) == {
@@ -33,6 +35,9 @@ def test_set_show_list_and_clear(url: str, capsys: Capture) -> None:
             "per": 60.0,
             "key_rate": 5,
             "key_per": 1.0,
+            "key_max_active": 2,
+            "fair": False,
+            "weights": {},
         },
     }
     cli_json(["queue", "limits", other, "--rate", "5/s", *b], capsys)
@@ -40,14 +45,20 @@ def test_set_show_list_and_clear(url: str, capsys: Capture) -> None:
     async def stored(backend: Backend) -> dict[str, Limits]:
         return await backend.list_limits()
 
-    assert on(url, stored) == {q: Limits(4, 100, 60.0, 5, 1.0), other: Limits(rate=5, per=1.0)}
+    assert on(url, stored) == {q: Limits(4, 100, 60.0, 5, 1.0, 2), other: Limits(rate=5, per=1.0)}
     assert main(["queue", "limits", q, *b]) == 0
-    assert "at most 4 active, 100 per 60s, 5 per 1s per key" in capsys.readouterr().out
+    assert (
+        "at most 4 active, 100 per 60s, 5 per 1s per key, at most 2 active per key"
+        in capsys.readouterr().out
+    )
     listed = cli_json(["queue", "limits", *b], capsys)
     assert [x["queue"] for x in listed] == sorted([q, other])
     # Setting replaces: --rate alone unsets max_active.
     cli_json(["queue", "limits", q, "--rate", "10/2", *b], capsys)
     assert on(url, stored)[q] == Limits(rate=10, per=2.0)
+    fair = ["queue", "limits", q, "--fair", "--weight", "big=3", "--key-max-active", "1", *b]
+    assert cli_json(fair, capsys)["limits"]["weights"] == {"big": 3}
+    assert on(url, stored)[q] == Limits(key_max_active=1, fair=True, weights=(("big", 3),))
     assert cli_json(["queue", "limits", q, "--clear", *b], capsys)["limits"] is None
     assert q not in on(url, stored)
 
@@ -60,6 +71,10 @@ def test_bad_limits_are_usage_errors_and_store_nothing(url: str, capsys: Capture
         (["--rate", "lots"], "expected N/PERIOD"),
         (["--rate", "5/0"], "per must be a number of seconds > 0"),
         (["--max-active", "0"], "0 is not in the range 1<=x<="),
+        (["--key-max-active", "0"], "0 is not in the range 1<=x<="),
+        (["--weight", "a=2"], "with fair=True"),
+        (["--fair", "--weight", "a"], "expected KEY=N"),
+        (["--fair", "--weight", "a=0"], "weight of 'a' must be >= 1"),
         (["--clear", "--max-active", "3"], "--clear removes the limits: give it alone"),
     ]:
         assert main(["queue", "limits", q, *argv, *b]) == 2

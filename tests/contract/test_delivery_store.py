@@ -113,3 +113,27 @@ async def test_delivered_jobs_of_a_key_that_used_its_window_are_kept(
     assert stale == [] and list(batch.limited) == [q]  # "a2" is kept by the caller
     again, stale = await store.claim_delivered(q, [("a2", 0)], "w")
     assert again.jobs == [] and stale == [] and list(again.limited) == [q]
+
+
+@pytest.mark.parametrize("limits", [None, Limits(key_max_active=5)], ids=["plain", "keyed"])
+async def test_delivered_jobs_of_a_sequence_start_only_as_its_head_and_are_kept_meanwhile(
+    store: DeliveryStore, backend: Backend, q: str, limits: Limits | None
+) -> None:
+    if not store.delivers_sequences:
+        pytest.skip("the store does not keep sequences in claim_delivered")
+    if limits is not None:
+        await backend.set_limits(q, limits)
+    seqs = {"a1": "a", "a2": "a", "b1": "b", "n1": None, "b2": "b"}
+    await backend.enqueue([new_job(q, i, sequence=s, limit_key=s) for i, s in seqs.items()])
+    deliveries = [("a2", 0), ("b2", 0), ("a1", 0), ("b1", 0), ("n1", 0), ("gone", 0)]
+    batch, stale = await store.claim_delivered(q, deliveries, "w")
+    assert sorted(j.id for j in batch.jobs) == ["a1", "b1", "n1"]
+    assert stale == ["gone"]  # a2 and b2 are in neither list: the caller keeps them
+    assert batch.limited == {q: None}  # until the active jobs of their sequences end
+    again, stale = await store.claim_delivered(q, [("a2", 0), ("b2", 0)], "w")
+    assert again.jobs == [] and stale == [] and again.limited == {q: None}
+    a1 = next(j for j in batch.jobs if j.id == "a1")
+    await backend.settle([Settle(a1.claim, Outcome.COMPLETE, result=b"1")])
+    then, stale = await store.claim_delivered(q, [("b2", 0), ("a2", 0)], "w")
+    assert [j.id for j in then.jobs] == ["a2"] and stale == [] and then.limited == {q: None}
+    assert [j.id for j in await backend.list_jobs(q, JobState.WAITING)] == ["b2"]

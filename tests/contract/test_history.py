@@ -69,3 +69,33 @@ async def test_obliterate_forgets_the_queues_history(backend: Backend, q: str) -
     await backend.add_tallies([Tally(q, NOW, completed=1), Tally(q, NOW - 2 * DAY, failed=1)])
     await backend.obliterate(q)
     assert await backend.tallies(q, 0) == []
+
+
+async def test_a_tasks_minutes_keep_their_durations_apart_from_the_queues_counts(
+    backend: Backend, q: str
+) -> None:
+    a, b = "app.tasks:send", "app.tasks:report.build"  # read back by minute, then task
+    await backend.add_tallies(
+        [
+            Tally(q, NOW, completed=2, task=a, run_times=(0, 2), pickups=(1, 0, 1)),
+            Tally(q, NOW, failed=1),  # the queue's own count (a dependency failure)
+            Tally(q, NOW, completed=1, task=b, run_times=(1,)),
+        ]
+    )
+    await backend.add_tallies(
+        [
+            Tally(q, NOW, retried=1, task=a, run_times=(0, 0, 0, 4), pickups=(2,)),
+            Tally(q, NOW + 1, completed=1, task=a, run_times=(0, 1)),
+        ]
+    )
+    assert await backend.tallies(q, NOW) == [
+        Tally(q, NOW, failed=1),
+        Tally(q, NOW, completed=1, task=b, run_times=(1,)),
+        Tally(q, NOW, completed=2, retried=1, task=a, run_times=(0, 2, 0, 4), pickups=(3, 0, 1)),
+        Tally(q, NOW + 1, completed=1, task=a, run_times=(0, 1)),
+    ]
+    await backend.add_tallies([Tally(q, NOW + 3 * DAY, completed=1, task=b)])
+    await backend.prune_tallies(NOW + 2 * DAY)  # a task's minutes go with the queue's
+    assert await backend.tallies(q, 0) == [Tally(q, NOW + 3 * DAY, completed=1, task=b)]
+    await backend.obliterate(q)
+    assert await backend.tallies(q, 0) == []

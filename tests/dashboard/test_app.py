@@ -26,7 +26,7 @@ from relaymq.schedules import define
 from relaymq.worker import Worker
 from tests.dashboard.support import ERROR, client, csrf, failed, waiting
 from tests.redis.server import PrivateRedis
-from tests.support.jobs import queue_name
+from tests.support.jobs import new_job, queue_name
 from tests.support.waiting import poll_until
 from tests.tasks import add
 
@@ -51,7 +51,7 @@ async def test_the_overview_shows_every_queue_with_its_counts_and_history(
     assert "7 done, 2 failed (22.2% of ended jobs), 1 attempt retried" in page
 
 
-async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
+async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(  # and see test_search.py
     memory: InMemoryBackend,
 ) -> None:
     q = Queue(queue_name(), memory)
@@ -69,8 +69,9 @@ async def test_a_queue_page_pages_its_jobs_and_searches_by_id_and_task(
         303,
         f"http://dash/queues/{q.name}/jobs/{ids[3]}",
     )
-    assert "No job with id nope" in missing
-    assert ids[0] in by_task and ids[0] not in other_task and "No waiting jobs" in other_task
+    assert "No waiting jobs match this search" in missing  # no id starts with it either
+    assert ids[0] in by_task and ids[0] not in other_task
+    assert "No waiting jobs match this search" in other_task
     assert "Limits" not in first
 
 
@@ -88,6 +89,19 @@ async def test_a_blocked_job_is_listed_and_links_what_it_waits_for(
     assert "(if one does not complete: fail)" in page
 
 
+async def test_a_job_of_a_held_sequence_shows_what_it_waits_on(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await memory.enqueue([new_job(q.name, i, sequence="customer:42") for i in ("s0", "s1")])
+    [s0] = (await memory.claim([q.name], "w", 10)).jobs
+    await memory.settle([Settle(s0.claim, Outcome.FAIL, error="ValueError: nope")])
+    async with client(memory) as c:
+        page = (await c.get(f"/queues/{q.name}/jobs/s1")).text
+        listing = (await c.get(f"/queues/{q.name}")).text
+    assert "<dt>sequence</dt><dd>customer:42: waits on" in page
+    assert f'/queues/{q.name}/jobs/s0">s0</a> <span class="badge state-failed">failed' in page
+    assert "· customer:42" in listing
+
+
 async def test_a_queue_page_shows_the_queues_limits(memory: InMemoryBackend) -> None:
     q = Queue(queue_name(), memory)
     await waiting(q, 1)
@@ -95,6 +109,28 @@ async def test_a_queue_page_shows_the_queues_limits(memory: InMemoryBackend) -> 
     async with client(memory) as c:
         page = (await c.get(f"/queues/{q.name}")).text
     assert "Limits, over every worker: at most 3 active, 50 per 60s" in page
+
+
+async def test_a_queue_page_shows_the_queues_retention(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await waiting(q, 1)
+    async with client(memory) as c:
+        default = (await c.get(f"/queues/{q.name}")).text
+        await q.set_retention(completed=3600, failed=0)
+        page = (await c.get(f"/queues/{q.name}")).text
+    assert "Finished jobs kept: completed 1d, cancelled 1d, failed 1w" in default
+    assert "Finished jobs kept: completed 1h, cancelled 1d, failed forever" in page
+
+
+async def test_a_queue_page_shows_the_keys_at_their_cap(memory: InMemoryBackend) -> None:
+    q = Queue(queue_name(), memory)
+    await q.set_limits(key_max_active=1)
+    await memory.enqueue([new_job(q.name, limit_key=k) for k in ("a", "a", "b")])
+    assert len((await memory.claim([q.name], "w", 10)).jobs) == 2
+    async with client(memory) as c:
+        page = (await c.get(f"/queues/{q.name}")).text
+    assert "Waiting jobs held back: 1; keys at their cap: a, b" in page
+    assert "active jobs of the busiest keys: a 1, b 1" in page
 
 
 async def test_the_job_page_shows_arguments_error_and_traceback(memory: InMemoryBackend) -> None:

@@ -154,7 +154,7 @@ async def test_the_overview_loads_and_a_count_changes_live(served: Served, page:
     await live(p)
     await waiting(q, 2)  # another process enqueues: the open page follows without a reload
     await expect(cell).to_have_text("3", timeout=WITHIN)
-    await expect(p.locator("svg.spark rect.ok").first).to_be_visible()  # type: ignore[attr-defined]
+    await expect(p.locator("svg.chart rect.ok").first).to_be_visible()  # type: ignore[attr-defined]
     await shoot(p, "overview")
 
 

@@ -3,6 +3,7 @@
 Each ``MongoServer`` runs the launcher tests/support/mongoeco_server.py under .venv-mongo on a
 free port with its SQLite data file in the test's tmp dir; ``kill`` is SIGKILL, ``start`` again
 reopens the same file. The fixture kills whatever is still running when the test ends.
+``host`` and ``wrap`` (an argv prefix: ``ip netns exec NS``) run it on a test host (tests/hosts).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,11 @@ def free_port() -> int:
 
 
 class MongoServer:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, host: str = "127.0.0.1", wrap: Sequence[str] = ()) -> None:
         self.data = data
         self.port = free_port()
-        self.url = f"mongodb://127.0.0.1:{self.port}/relaymq_restart"
+        self.host, self.wrap = host, list(wrap)
+        self.url = f"mongodb://{host}:{self.port}/relaymq_restart"
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
 
@@ -57,7 +59,8 @@ class MongoServer:
         log = self.data.with_suffix(f".{self.starts}.log")
         with log.open("wb") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                *(str(PYTHON), str(LAUNCHER), str(self.port), str(self.data)),
+                *self.wrap,
+                *(str(PYTHON), str(LAUNCHER), str(self.port), str(self.data), self.host),
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,

@@ -2,7 +2,8 @@
 
 initdb under a temp dir as user postgres, started on a free loopback port; ``stop_immediate``
 is a crash-style stop (no checkpoint), ``start`` brings it back on the same port. The fixture
-always stops it and removes its files, even when the test fails.
+always stops it and removes its files, even when the test fails. ``host`` and ``wrap`` (an
+argv prefix: ``ip netns exec NS``) run it on a test host (tests/hosts).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -38,25 +40,26 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", wrap: Sequence[str] = ()) -> None:
         bin_dir = _bin_dir()
         assert bin_dir is not None
         self.bin = bin_dir
         self.dir = Path(tempfile.mkdtemp(prefix="relaymq-pg-"))
         self.port = _free_port()
         self.running = False
+        self.host, self.wrap = host, list(wrap)
         shutil.chown(self.dir, "postgres") if os.geteuid() == 0 else None
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres"
 
     def _run(self, *args: str) -> None:
         cmd = " ".join(shlex.quote(a) for a in args)
         if os.geteuid() == 0:
-            argv = ["su", "postgres", "-c", cmd]
+            argv = [*self.wrap, "su", "postgres", "-c", cmd]
         else:
-            argv = ["sh", "-c", cmd]
+            argv = [*self.wrap, "sh", "-c", cmd]
         subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
     def init(self) -> None:
@@ -72,7 +75,7 @@ class Cluster:
         )
 
     def start(self) -> None:
-        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=on"
+        opts = f"-p {self.port} -c listen_addresses={self.host} -k {self.dir} -c fsync=on"
         self._run(
             str(self.bin / "pg_ctl"),
             "-D",

@@ -11,11 +11,14 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from relaymq import retention
 from relaymq.backends.postgres import PostgresBackend
 from relaymq.backends.postgres import admin as postgres_admin
-from relaymq.backends.postgres.config import DEFAULT_RETENTION
+from relaymq.backends.postgres.enqueue import facts_fit
+from relaymq.errors import ConfigError
 from relaymq.instrumented import Instrumented
 from relaymq.job import TERMINAL, JobState
+from relaymq.records.retention import Retention
 from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.recovery import Maintenance
 from relaymq.settings import Settings
@@ -107,12 +110,18 @@ async def test_clean_with_the_retention_age_deletes_in_batches_and_keeps_fresh_j
     assert await get_job(backend, q, jobs[6].id) is not None  # still active: untouched
 
 
-def test_retention_follows_the_url() -> None:
+def test_retention_follows_the_url_as_the_default_policy() -> None:
     base = f"{SERVER}/{DATABASE}"
-    assert PostgresBackend(f"{base}?retention=60").retention == 60
-    assert PostgresBackend(f"{base}?retention=0").retention is None  # kept for ever
-    assert PostgresBackend(base).retention == DEFAULT_RETENTION
-    assert PostgresBackend(f"{base}?retention=60", retention=0).retention is None
+    ops = Instrumented(PostgresBackend(f"{base}?retention=60"))
+    assert ops.backend.retention == 60
+    assert retention.default(ops) == Retention(completed=60, cancelled=60, failed=60)
+    forever = Instrumented(PostgresBackend(f"{base}?retention=0"))
+    assert retention.default(forever) == Retention(completed=0, cancelled=0, failed=0)
+    assert PostgresBackend(base).retention is None  # not given: the defaults of every backend
+    assert retention.default(Instrumented(PostgresBackend(base))) == Retention()
+    assert PostgresBackend(f"{base}?retention=60", retention=0).retention == 0
+    with pytest.raises(ConfigError, match="retention"):
+        PostgresBackend(f"{base}?retention=-1")
 
 
 async def test_storing_a_large_event_prunes_lapsed_stored_events(make: Make) -> None:
@@ -184,8 +193,15 @@ async def test_wait_wakes_when_a_delayed_job_falls_due(make: Make) -> None:
     assert len((await backend.claim([q], "w", 5)).jobs) == 1
 
 
-async def test_retention_zero_keeps_finished_jobs(make: Make) -> None:
-    assert (await make(retention=0)).retention is None
+async def test_retention_zero_keeps_finished_jobs(make: Make, clock: FakeClock) -> None:
+    backend = await make(clock=clock, retention=0)
+    q = "forever"
+    await backend.enqueue([new_job(q, "a")])
+    [job] = (await backend.claim([q], "w", 1)).jobs
+    await backend.settle([Settle(job.claim, Outcome.COMPLETE)])
+    clock.advance(365 * 86400)
+    await Maintenance(Instrumented(backend), [q], Settings(stalled_threshold=3600), "m").run_once()
+    assert await get_job(backend, q, "a") is not None
 
 
 async def test_a_settle_and_the_next_claim_are_one_statement(make: Make) -> None:
@@ -231,3 +247,24 @@ async def test_settles_that_claim_stay_exact_under_concurrency(make: Make) -> No
     assert len(ended) == len(set(ended)) == 300
     counts = await clients[1].counts(q)
     assert counts[JobState.COMPLETED] + counts[JobState.FAILED] == 300
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["plain-name", 'quo"te\\slash', "ctl\x01\x1f\x7f", "ünï €𝄞"],
+    ids=["plain", "escaped", "control", "unicode"],
+)
+async def test_the_largest_batch_whose_facts_ride_the_notification_is_sent(
+    make: Make, name: str
+) -> None:
+    """The enqueue statement carries its facts in a NOTIFY when ``enqueue.facts_fit`` says they fit:
+    its estimate stays above what PostgreSQL's JSON of them takes, whatever the names."""
+    backend = await make()
+    q = f"q-{name}"
+    n = 1
+    while facts_fit([new_job(q, f"{name}-{k:06d}") for k in range(n + 1)]):
+        n += 1
+    jobs = [new_job(q, f"{name}-{k:06d}") for k in range(n)]
+    answers = await backend.enqueue_announced(jobs, 1.0)  # PostgreSQL refuses a payload too long
+    assert [a.duplicate for a in answers] == [False] * n
+    assert n > 20

@@ -58,6 +58,7 @@ async def test_every_named_query_prepares_against_the_migrated_schema(schema: st
             "relaymq_jobs_delayed",
             "relaymq_jobs_active",
             "relaymq_jobs_finished",
+            "relaymq_jobs_sequence",
         } <= indexes
     finally:
         await con.close()
@@ -118,8 +119,9 @@ async def test_0011_carries_schedules_and_workers_into_the_meta_store(schema: st
     try:  # a schema as relaymq left it at 0010, holding one schedule and one worker
         await con.execute(f'CREATE SCHEMA "{schema}"')
         await con.execute(m.Q["migrations_table"])
-        for name, sql in migrations()[:-1]:
-            assert name != "0011_meta"
+        for name, sql in migrations():
+            if name >= "0011":
+                break
             await con.execute(sql)
             await con.execute(m.Q["migration_record"], name)
         await con.execute(
@@ -132,7 +134,7 @@ async def test_0011_carries_schedules_and_workers_into_the_meta_store(schema: st
         )
     finally:
         await con.close()
-    assert await migrate(url(schema)) == ["0011_meta"]
+    assert (await migrate(url(schema)))[0] == "0011_meta"
     clock = FakeClock(130.0)
     backend = PostgresBackend(url(schema), clock=clock)
     await backend.connect()
@@ -146,5 +148,37 @@ async def test_0011_carries_schedules_and_workers_into_the_meta_store(schema: st
         ]
         clock.advance(31)  # its registration lapses as it would have
         assert await registry.list_workers(backend) == []
+    finally:
+        await backend.close()
+
+
+async def test_0014_gives_existing_jobs_no_sequence_and_new_ones_theirs(schema: str) -> None:
+    from relaymq.backends.postgres import migrations as m
+    from tests.support.jobs import new_job
+
+    con = await asyncpg.connect(f"{SERVER}/{DATABASE}", server_settings={"search_path": schema})
+    try:  # a schema as relaymq left it at 0013, holding one waiting job
+        await con.execute(f'CREATE SCHEMA "{schema}"')
+        await con.execute(m.Q["migrations_table"])
+        for name, sql in migrations():
+            if name >= "0014":
+                break
+            await con.execute(sql)
+            await con.execute(m.Q["migration_record"], name)
+        await con.execute(
+            "INSERT INTO relaymq_jobs (queue, id, task, payload, state, seq, created_at) "
+            "VALUES ('q', 'old', 't', '\\x7b7d'::bytea, 'waiting', 1, now())"
+        )
+    finally:
+        await con.close()
+    assert await migrate(url(schema)) == ["0014_sequences"]
+    backend = PostgresBackend(url(schema))
+    await backend.connect()
+    try:
+        await backend.enqueue([new_job("q", f"s{n}", sequence="s") for n in range(2)])
+        claimed = (await backend.claim(["q"], "w", 10)).jobs
+        assert sorted((j.id, j.sequence) for j in claimed) == [("old", None), ("s0", "s")]
+        head = await backend.sequence_head("q", "s")
+        assert head is not None and head.id == "s0"
     finally:
         await backend.close()

@@ -2,6 +2,8 @@
 
 It has its own node name, ports and data directory, so the shared node on 5672 is untouched.
 ``kill()`` is a crash (SIGKILL of the VM); ``start()`` brings the node back on the same data.
+``name``, ``host``, ``port`` and ``wrap`` (an argv prefix: ``ip netns exec NS``) run another
+node on a test host (tests/hosts), where it has that network namespace's epmd to itself.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 PORT = 5673
@@ -27,19 +30,27 @@ def unavailable() -> str | None:
 
 
 class PrivateNode:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        name: str = f"relaymq{os.getpid()}",
+        host: str = "127.0.0.1",
+        port: int = PORT,
+        wrap: Sequence[str] = (),
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="relaymq-rmq-"))
+        self.url = f"amqp://guest:guest@{host}:{port}/"
+        self.wrap = list(wrap)
         # The machine's rabbitmq.conf may pin the listener to 5672: give the node its own.
         config = self.dir / "rabbitmq.conf"
-        config.write_text(f"listeners.tcp.local = 127.0.0.1:{PORT}\nloopback_users = none\n")
+        config.write_text(f"listeners.tcp.local = {host}:{port}\nloopback_users = none\n")
         shutil.chown(config, "rabbitmq", "rabbitmq")
         shutil.chown(self.dir, "rabbitmq", "rabbitmq")
         self.env = {
             **os.environ,
-            "RABBITMQ_NODENAME": f"relaymq{os.getpid()}@localhost",
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-            "RABBITMQ_NODE_PORT": str(PORT),
-            "RABBITMQ_DIST_PORT": str(PORT + 20000),
+            "RABBITMQ_NODENAME": f"{name}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": host,
+            "RABBITMQ_NODE_PORT": str(port),
+            "RABBITMQ_DIST_PORT": str(port + 20000),
             "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
             "RABBITMQ_LOG_BASE": str(self.dir / "log"),
             "RABBITMQ_PID_FILE": str(self.dir / "pid"),
@@ -49,7 +60,7 @@ class PrivateNode:
 
     def start(self, within: float = 90.0) -> None:
         subprocess.run(
-            ["rabbitmq-server", "-detached"],
+            [*self.wrap, "rabbitmq-server", "-detached"],
             env=self.env,
             check=True,
             stdout=subprocess.DEVNULL,
@@ -58,7 +69,7 @@ class PrivateNode:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             ok = subprocess.run(
-                ["rabbitmqctl", "-q", "await_startup", "--timeout", "60"],
+                [*self.wrap, "rabbitmqctl", "-q", "await_startup", "--timeout", "60"],
                 env=self.env,
                 capture_output=True,
             )
@@ -90,7 +101,9 @@ class PrivateNode:
         (self.dir / "pid").unlink(missing_ok=True)
 
     def stop(self) -> None:
-        subprocess.run(["rabbitmqctl", "-q", "shutdown"], env=self.env, capture_output=True)
+        subprocess.run(
+            [*self.wrap, "rabbitmqctl", "-q", "shutdown"], env=self.env, capture_output=True
+        )
         self.kill()  # in case shutdown did not get through
         shutil.rmtree(self.dir, ignore_errors=True)
 

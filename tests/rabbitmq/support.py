@@ -29,8 +29,9 @@ def prefix(tmp: Path) -> str:
 
 
 def url(tmp: Path, store_url: str, amqp_url: str = AMQP_URL) -> str:
+    joint = "&" if "?" in amqp_url else "?"  # (RELAYMQ_TEST_AMQP_URL=...?queue_type=quorum)
     return (
-        f"{amqp_url}?prefix={prefix(tmp)}&queue_expires={SAFETY_EXPIRES_MS}"
+        f"{amqp_url}{joint}prefix={prefix(tmp)}&queue_expires={SAFETY_EXPIRES_MS}"
         f"&store={quote(store_url, safe='')}"
     )
 
@@ -53,9 +54,9 @@ class TestRabbitMQBackend(RabbitMQBackend):
             for other in _closed.pop(self.options.prefix, []):
                 names |= other
             self._broker.declared = names
-            if self._inbox is not None:
-                await self._inbox.close()
-                self._inbox = None
+            for inbox in self._inboxes.values():
+                await inbox.close()
+            self._inboxes.clear()
             try:
                 await self.delete_broker_queues()
             finally:

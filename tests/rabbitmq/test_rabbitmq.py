@@ -152,3 +152,31 @@ async def test_a_broker_operation_that_never_answers_fails_within_its_deadline()
     with pytest.raises(BackendUnavailableError, match=r"did not answer within 0\.2s"):
         async with asyncio.timeout(5):  # the deadline inside must come first
             await guarded(never, 0.2)
+
+
+@pytest.mark.parametrize(
+    ("query", "timeout", "heartbeat"), [("", 7.0, 7), ("", 1.0, 5), ("?heartbeat=30", 7.0, 30)]
+)
+async def test_the_broker_connection_s_heartbeat_is_its_timeout_unless_the_url_sets_one(
+    query: str, timeout: float, heartbeat: int
+) -> None:
+    from relaymq.backends.rabbitmq.connection import connect as connect_broker
+
+    connection = await connect_broker([f"{support.AMQP_URL.split('?')[0]}{query}"], timeout)
+    try:
+        assert connection.transport is not None
+        assert connection.transport.connection.connection_tune.heartbeat == heartbeat  # told
+    finally:
+        await connection.close()
+
+
+async def test_sequences_are_refused_over_a_store_whose_claim_delivered_does_not_keep_them(
+    rmq: RabbitMQBackend,
+) -> None:
+    """SQLite keeps sequences in its own claims, not in claim_delivered: refused, naming it."""
+    assert rmq.store.capabilities.sequences and not rmq.capabilities.sequences
+    q = queue_name()
+    with pytest.raises(ConfigError, match="RabbitMQBackend over SQLiteBackend does not run"):
+        await rmq.enqueue([new_job(q, "plain"), new_job(q, "s", sequence="s")])
+    assert sum((await rmq.counts(q)).values()) == 0
+    assert await rmq.sequence_head(q, "s") is None

@@ -2,6 +2,8 @@
 
 Started on a free port with ``appendonly yes`` and ``appendfsync always`` in the test's tmp
 dir; ``kill()`` is SIGKILL (no save, no AOF rewrite), ``start()`` again reuses the same dir.
+``host`` and ``wrap`` (an argv prefix: ``ip netns exec NS``) run it on a test host
+(tests/hosts).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,15 +26,22 @@ def free_port() -> int:
 
 
 class PrivateRedis:
-    def __init__(self, directory: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *extra: str,
+        host: str = "127.0.0.1",
+        wrap: Sequence[str] = (),
+    ) -> None:
         self.dir = directory
         self.port = free_port()
         self.extra = extra
+        self.host, self.wrap = host, list(wrap)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -42,11 +52,12 @@ class PrivateRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
+                *self.wrap,
                 binary,
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                self.host,
                 "--dir",
                 str(self.dir),
                 "--appendonly",
@@ -63,7 +74,7 @@ class PrivateRedis:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as c:
+                with socket.create_connection((self.host, self.port), timeout=0.2) as c:
                     c.sendall(b"PING\r\n")
                     if c.recv(64).startswith(b"+PONG"):
                         return

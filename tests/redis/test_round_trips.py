@@ -80,3 +80,28 @@ async def test_a_failed_settle_gives_back_the_jobs_claimed_beside_it(
     assert j1 is not None and j1.state is JobState.WAITING  # released: it runs again at once
     assert j1.attempts == 0  # a release gives the attempt back
     assert await state(backend, "j2") is JobState.WAITING
+
+
+async def test_the_enqueue_publishes_its_events_only_while_someone_subscribes(
+    backend: RedisBackend,
+) -> None:
+    """The script encodes and publishes an enqueue's facts only when PUBSUB NUMSUB counts a
+    subscriber of the events channel. A pattern subscription (not counted) hears every
+    message, in order: the first it hears is that of the enqueue made once someone listens."""
+    channel = backend._keys.events
+    watcher = backend._t.client.pubsub()
+    await watcher.psubscribe(channel + "*")
+    confirmed = await watcher.get_message(timeout=5)
+    assert confirmed is not None and confirmed["type"] == "psubscribe"
+    try:
+        await backend.enqueue_announced([NewJob(Q, "unheard", "t:noop", b"p")], 1.0)
+        listener = await backend.subscribe()
+        try:
+            await backend.enqueue_announced([NewJob(Q, "heard", "t:noop", b"p")], 1.0)
+            assert b"heard" in await anext(listener)
+        finally:
+            await listener.aclose()
+        first = await watcher.get_message(ignore_subscribe_messages=True, timeout=5)
+        assert first is not None and b'"heard"' in first["data"]
+    finally:
+        await watcher.aclose()

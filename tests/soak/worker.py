@@ -2,7 +2,9 @@
 ledger directory in ``RELAYMQ_SOAK_LEDGER``); runs until SIGTERM, or the soak SIGKILLs it.
 
 It starts as ``relaymq worker`` does: waiting for a server the soak is restarting (within
-``connect_timeout``), and logging warnings to stderr, which the soak keeps in a file."""
+``connect_timeout``), and logging warnings to stderr, which the soak keeps in a file. It keeps
+a journal beside its ledger file (journal.py): heartbeats with their round trips, lost claims,
+refused settles, recoveries, and its RSS every ``RSS_EVERY`` seconds."""
 
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from relaymq import Settings, Worker
 from relaymq.cli.common import connect_waiting
-from tests.soak import tasks  # noqa: F401 - registers the task
+from tests.soak import tasks  # registers the task
+from tests.soak.journal import Journal
+
+RSS_EVERY = 5.0
 
 
 def settings(stalled_threshold: float) -> Settings:
@@ -36,12 +42,22 @@ async def main(url: str, queue: str, stalled_threshold: float) -> None:
     options = settings(stalled_threshold)
     backend = await connect_waiting(url, options.connect_timeout)
     worker = Worker(backend, [queue], settings=options)
+    journal = Journal(Path(os.environ.get("RELAYMQ_SOAK_LEDGER", ".")) / f"{os.getpid()}.journal")
+    worker.app.observe(journal)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
+    sampling = asyncio.create_task(_sample(journal))
     try:
         await worker.run()
     finally:
+        sampling.cancel()
         await backend.close()
+
+
+async def _sample(journal: Journal) -> None:
+    while True:
+        journal.rss(tasks.runs)
+        await asyncio.sleep(RSS_EVERY)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,8 @@ async def hold(backend: SQLiteBackend, queue: str) -> None:
         "dep_policy": None,
         "pending_deps": None,
         "limit_key": None,
+        "sequence": None,
+        "seq_failure": None,
     }
     conn.execute(QUERIES["insert_job"], row)
     say("IN-TRANSACTION")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from relaymq import registry
 from relaymq.backends.sqlite import SQLiteBackend
-from relaymq.backends.sqlite.backend import SCHEMA, SCHEMA_VERSION, _statements
 from relaymq.backends.sqlite.ops import Q
+from relaymq.backends.sqlite.upgrade import SCHEMA, SCHEMA_VERSION, statements
 from relaymq.job import JobState, KeyMode, KeyRule
 from relaymq.records.limits import Limits
 from relaymq.records.store import Enqueued, StoredSchedule, Tally, WorkerInfo
@@ -53,6 +53,8 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         assert await backend.enqueue(twice) == [Enqueued("t1"), Enqueued("t1", duplicate=True)]
         await backend.set_limits(q, Limits(max_active=1))  # schema 6: queue limits
         assert await backend.list_limits() == {q: Limits(max_active=1)}
+        await backend.set_limits(q, Limits(max_active=1, key_max_active=2))  # schema 12
+        assert await backend.list_limits() == {q: Limits(max_active=1, key_max_active=2)}
         await backend.enqueue(
             [
                 new_job(q, "child"),  # schema 7: a dependency failure counted
@@ -66,10 +68,15 @@ async def test_a_schema_1_file_is_upgraded_and_keeps_its_jobs(tmp_path: Path, q:
         info = WorkerInfo("w", (q,), 1, "h", 1, 0.0, refused=((q, "refused"),))  # schema 8
         await registry.register(backend, info, 60)
         assert [w.refused for w in await registry.list_workers(backend)] == [((q, "refused"),)]
+        # schema 13: sequences, beside the old jobs that have none
+        await backend.set_limits(q, None)
+        await backend.enqueue([new_job(q, f"s{n}", sequence="s") for n in range(2)])
+        [s0] = [j for j in (await backend.claim([q], "w", 10)).jobs if j.sequence == "s"]
+        assert s0.id == "s0" and (await backend.sequence_head(q, "s")) == s0
     finally:
         await backend.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (9,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (13,)
     conn.close()
     again = SQLiteBackend(f"sqlite:///{path}")  # an upgraded file opens as it is
     await again.connect()
@@ -85,7 +92,7 @@ def schema_8_file(path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.executescript(SCHEMA)
     for step in range(2, 9):
-        for statement in _statements(Q[f"upgrade_to_{step}"]):
+        for statement in statements(Q[f"upgrade_to_{step}"]):
             conn.execute(statement)
         conn.execute(Q[f"set_version_{step}"])
     conn.execute(

@@ -16,6 +16,7 @@ from relaymq import events, recovery
 from relaymq.backends.memory import InMemoryBackend
 from relaymq.instrumented import Instrumented
 from relaymq.job import JobState, KeyMode, KeyRule
+from relaymq.queue import Queue
 from relaymq.records.store import Beat, Outcome, Settle
 from relaymq.recovery import KEY_GRACE, Maintenance
 from relaymq.settings import Settings
@@ -222,13 +223,31 @@ async def test_maintenance_forgets_keys_that_hold_nothing_without_retention(
     assert await get_job(backend, "q", "a") is not None  # and kept the job (no retention)
 
 
-async def test_no_retention_keeps_everything(backend: InMemoryBackend, clock: FakeClock) -> None:
+async def test_a_zero_retention_keeps_everything(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    await Queue("q", backend).set_retention(completed=0)
     await backend.enqueue([new_job("q", "a")])
     [job] = (await backend.claim(["q"], "w", 1)).jobs
     await backend.settle([Settle(job.claim, Outcome.COMPLETE, b"1")])
     clock.advance(10**8)
     await Maintenance(Instrumented(backend), ["q"], Settings(), "w").run_once()
     assert await get_job(backend, "q", "a") is not None
+
+
+async def test_without_a_policy_completed_jobs_go_after_a_day(
+    backend: InMemoryBackend, clock: FakeClock
+) -> None:
+    await backend.enqueue([new_job("q", "a")])
+    [job] = (await backend.claim(["q"], "w", 1)).jobs
+    await backend.settle([Settle(job.claim, Outcome.COMPLETE, b"1")])
+    clock.advance(86400 - 1)
+    settings = Settings(retention_interval=0.001)
+    await Maintenance(Instrumented(backend), ["q"], settings, "w").run_once()
+    assert await get_job(backend, "q", "a") is not None
+    clock.advance(2)  # a new pass (another worker's, say) on the same stored rule
+    await Maintenance(Instrumented(backend), ["q"], settings, "w").run_once()
+    assert await get_job(backend, "q", "a") is None
 
 
 async def test_every_backend_call_goes_through_the_per_call_hook(
@@ -306,7 +325,7 @@ async def test_retention_runs_at_most_once_per_interval(
     await m.run_once()
     assert await get_job(backend, "q", "a") is None
     await finished("b")
-    mono.advance(recovery.RETENTION_INTERVAL - 1)
+    mono.advance(Settings().retention_interval - 1)
     await m.run_once()
     assert await get_job(backend, "q", "b") is not None  # not due yet
     mono.advance(1)

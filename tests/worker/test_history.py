@@ -14,7 +14,8 @@ from relaymq import Queue
 from relaymq.backends import connect
 from relaymq.errors import BackendError
 from relaymq.instrumented import Instrumented
-from relaymq.records.store import Outcome, Tally
+from relaymq.job import Job, JobState
+from relaymq.records.store import Outcome, Settle, Tally, percentile
 from relaymq.worker.history import History
 from tests import tasks
 from tests.redis.server import PrivateRedis
@@ -71,14 +72,17 @@ async def test_a_failed_write_keeps_the_counts_for_the_next(tmp_path: Path) -> N
     backend = await connect(f"{server.url}?prefix=history-down")
     try:
         history = History(Instrumented(backend), interval=1.0)
+        job = Job("emails", "j", "app:send", b"{}", JobState.ACTIVE, attempts=2)
         for outcome in (Outcome.COMPLETE, Outcome.COMPLETE, Outcome.FAIL, Outcome.CANCEL):
-            history.count("emails", outcome)
+            history.count(job, Settle(job.claim, outcome, ran_for=0.03))
         server.kill()
         with pytest.raises(BackendError):
             await history.flush()
         server.start()
         await poll_until(_writes(history), "the history written once Redis is back", within=20)
-        assert totals(await Queue("emails", backend).history()) == (2, 0, 1)
+        [written] = await Queue("emails", backend).history()
+        assert (written.task, totals([written])) == ("app:send", (2, 0, 1))
+        assert percentile(written.run_times, 0.5) == pytest.approx(0.03, abs=0.02)
     finally:
         await backend.close()
         server.kill()
@@ -93,3 +97,36 @@ def _writes(history: History) -> Callable[[], Awaitable[bool]]:
         return True
 
     return wrote
+
+
+async def test_a_worker_writes_each_attempt_and_its_tasks_durations(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    key = uuid.uuid4().hex
+    once, plain = await queue.add_bulk([tasks.fail_once.call(f"{key}-once"), tasks.add.call(1, 2)])
+    async with run_worker(history_flush_interval=3600, attempt_history=5):
+        await once.result(timeout=20)
+        await plain.result(timeout=20)
+    job = await queue.get_job(once.id)
+    assert job is not None
+    assert [(a.attempt, a.outcome) for a in job.attempt_history] == [
+        (1, Outcome.RETRY),
+        (2, Outcome.COMPLETE),
+    ]
+    first, second = job.attempt_history
+    assert first.error is not None and first.error.endswith("-once fails\n")
+    assert first.ran_for is not None and second.ran_for is not None and second.error is None
+    assert first.worker == second.worker and first.started_at is not None
+    assert first.started_at <= first.ended_at <= (second.started_at or 0) <= second.ended_at
+    by_task = {t.task: t for t in await queue.history()}  # written at shutdown
+    runs = by_task["tests.tasks:fail_once"].run_times
+    assert sum(runs) == 2 and sum(by_task["tests.tasks:fail_once"].pickups) == 1  # first only
+    assert sum(by_task["tests.tasks:add"].run_times) == 1
+
+
+async def test_attempt_history_0_keeps_none(queue: Queue, run_worker: RunWorker) -> None:
+    handle = await queue.add(tasks.add.call(1, 1))
+    async with run_worker(attempt_history=0):
+        await handle.result(timeout=20)
+    job = await queue.get_job(handle.id)
+    assert job is not None and job.attempt_history == ()

@@ -119,3 +119,36 @@ async def test_bad_limits_are_refused_and_nothing_is_stored(
     with pytest.raises(ConfigError, match=message):
         await queue.set_limits(**kwargs)  # type: ignore[arg-type]
     assert await queue.limits() == Limits(max_active=3)
+
+
+async def test_local_max_active_caps_each_worker_and_leaves_other_queues_open(
+    queue: Queue, run_worker: RunWorker
+) -> None:
+    capped, other = queue_name("local"), queue_name("other")
+    limit(queue.name, local_max_active=2)
+    try:
+        job = tasks.wait_for_gate.with_options(queue=queue.name)
+        handles = [await queue.add(job.call(capped)) for _ in range(5)]
+        more = tasks.wait_for_gate.with_options(queue=other)
+        extra = [await Queue(other, queue.ops).add(more.call(other)) for _ in range(3)]
+        async with run_worker(queues=[queue.name, other], concurrency=10) as w:
+            await w.until(lambda s: s.claimed >= 5, "two capped jobs and the other queue's")
+            base = w.stats.empty_claims  # it claims on, for the other queue alone
+            await w.until(lambda s: s.empty_claims >= base + 3, "claims past the capped queue")
+            assert (tasks.LEDGER[capped], tasks.LEDGER[other]) == (2, 3)
+            tasks.gate(capped).set()
+            tasks.gate(other).set()
+            assert [await h.result(timeout=20) for h in handles] == [capped] * 5
+            assert [await h.result(timeout=20) for h in extra] == [other] * 3
+        assert tasks.PEAK[capped] == 2
+    finally:
+        default_app().limits.pop(queue.name)
+        default_app().local_limits.pop(queue.name)
+
+
+def test_a_local_cap_below_one_is_refused_and_nothing_is_declared() -> None:
+    name = queue_name("bad")
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ConfigError, match="local_max_active"):
+            limit(name, local_max_active=bad)  # type: ignore[arg-type]
+    assert name not in default_app().limits and name not in default_app().local_limits

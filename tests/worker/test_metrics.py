@@ -18,6 +18,7 @@ from relaymq.app import default_app
 from relaymq.backends.base import Backend
 from relaymq.backends.sqlite import SQLiteBackend
 from relaymq.metrics import Metrics, asgi_app
+from relaymq.records.limits import Limits
 from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests import tasks
@@ -155,6 +156,21 @@ async def test_scrape_storms_share_one_reading(live: Backend, q: str, metrics: M
     await gauges.refresh(force=True)
     assert sample(metrics, "relaymq_queue_jobs", queue=q, state="waiting") == 2
     assert gauges.reads == 2
+
+
+async def test_the_jobs_held_back_by_the_limits_are_a_gauge(
+    live: Backend, q: str, metrics: Metrics
+) -> None:
+    metrics.watch(live, [q], max_age=0)
+    await metrics.refresh()
+    assert sample(metrics, "relaymq_queue_held_back_jobs", queue=q) is None  # no limits
+    await live.set_limits(q, Limits(key_max_active=1))
+    await live.enqueue([new_job(q, limit_key=k) for k in ("a", "a", "a", "b")])
+    async with asyncio.timeout(10):  # the broker delivering what the store made eligible
+        while (await live.counts(q))[JobState.ACTIVE] < 2:
+            await live.claim([q], "w", 10)
+    await metrics.refresh()
+    assert sample(metrics, "relaymq_queue_held_back_jobs", queue=q) == 2  # a's two others
 
 
 async def call_asgi(app: Any, path: str = "/") -> tuple[int, dict[bytes, bytes], bytes]:

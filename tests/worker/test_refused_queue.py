@@ -17,9 +17,9 @@ import pytest
 from relaymq import Settings, Worker
 from relaymq.backends import connect
 from relaymq.backends.base import Backend
-from relaymq.cli.workers import collect_workers
 from relaymq.errors import ConfigError
 from relaymq.instrumented import Instrumented
+from relaymq.overview import collect_workers
 from tests.rabbitmq import support
 from tests.support.waiting import poll_until
 from tests.worker import startup_tasks

@@ -9,6 +9,7 @@ base.py's order.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Sequence
 
@@ -28,6 +29,7 @@ from relaymq.job import (
 from relaymq.policy import DependentStep, KeyStep, dependencies_at_enqueue, key_step
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
+from relaymq.records.search import JobFilter
 from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
@@ -40,9 +42,14 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     Tally,
+    add_tally,
+    ended_attempt,
     merge_tallies,
+    with_attempt,
 )
 
+CLEAN_BATCH = 1000
+"""Jobs ``clean`` deletes before it lets other tasks run."""
 _DLQ_OR_CANCEL = (Outcome.FAIL, Outcome.EXPIRE, Outcome.CANCEL)
 
 
@@ -56,13 +63,16 @@ class InMemoryBackend(Backend, DeliveryStore):
         blocking_wait=True,
         delivery_store=True,
         settle_claims=True,  # the worker claims with its settles
+        sequences=True,
+        search="native",
     )
 
     def __init__(self, url: str = "memory://", *, clock: Clock | None = None) -> None:
         self.url = url
         self._now = clock or time.time
         self._queues: dict[str, QueueState] = {}
-        self._tallies: dict[str, dict[int, Tally]] = {}
+        self._tallies: dict[str, dict[tuple[int, str], Tally]] = {}
+        """Per queue: the tally of each (minute, task)."""
         self._meta: dict[str, MetaRecord] = {}
         self._fanout = Fanout()
         self._wakeup = Wakeup()
@@ -80,10 +90,12 @@ class InMemoryBackend(Backend, DeliveryStore):
     def _failed(self, queue: str, at: float) -> None:
         """A job failed by its dependency, at ``at``: counted in the history in the same step
         (a worker counts only the outcomes it writes)."""
-        minutes = self._tallies.setdefault(queue, {})
-        minute = int(at // 60)
-        old = minutes.get(minute) or Tally(queue, minute)
-        minutes[minute] = Tally(queue, minute, old.completed, old.retried, old.failed + 1)
+        self._add_tally(Tally(queue, int(at // 60), failed=1))
+
+    def _add_tally(self, t: Tally) -> None:
+        minutes = self._tallies.setdefault(t.queue, {})
+        old = minutes.get((t.minute, t.task))
+        minutes[(t.minute, t.task)] = t if old is None else add_tally(old, t)
 
     def _find(self, queue: str, job_id: str) -> tuple[QueueState | None, Row | None]:
         q = self._queues.get(queue)
@@ -139,6 +151,8 @@ class InMemoryBackend(Backend, DeliveryStore):
                 depends_on=new.depends_on,
                 on_dependency_failure=new.on_dependency_failure,
                 limit_key=new.limit_key,
+                sequence=new.sequence,
+                sequence_on_failure=new.sequence_on_failure,
             )
             if new.depends_on:
                 self._add_dependent(q, row, now)
@@ -178,7 +192,12 @@ class InMemoryBackend(Backend, DeliveryStore):
             take = want if a is None else a.take
             budget = q.key_budget(now)
             taken = 0
-            while taken < take and (job := q.pop_within(budget)) is not None:
+            while taken < take:
+                job = q.pop_within(budget)
+                if job is None:
+                    if budget is not None and budget.next_round():
+                        continue  # every key with waiting jobs had its turn: a new round
+                    break
                 claimed.append(q.activate(job, worker_id, now).freeze())
                 taken += 1
             if a is not None:
@@ -186,9 +205,11 @@ class InMemoryBackend(Backend, DeliveryStore):
                 if taken == take < want:
                     limited[name] = a.retry_in
             if budget is not None:
-                q.key_window, q.key_used = budget.window, budget.used
-                if taken < take and q.by_state[JobState.WAITING]:  # keys held the rest back
+                q.count_keys(budget)
+                if taken < take and budget.held_back:  # keys held the rest back
                     limited[name] = budget.retry_in(now)
+            if taken < take and name not in limited and q.sequence_waiting():
+                limited[name] = None  # sequences held the rest back, until jobs end
         return ClaimBatch(claimed, now, limited)
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
@@ -220,6 +241,9 @@ class InMemoryBackend(Backend, DeliveryStore):
                 out.append(self._is_repeat(s))
                 continue
             q, row = held
+            if s.keep > 0:
+                attempt = ended_attempt(row, s, now)
+                row.attempt_history = with_attempt(row.attempt_history, attempt, s.keep)
             if s.outcome is Outcome.COMPLETE:
                 row.result = s.result
                 q.finish(row, JobState.COMPLETED, now)
@@ -298,16 +322,29 @@ class InMemoryBackend(Backend, DeliveryStore):
         return [row.freeze() if row is not None else None for row in rows]
 
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
         q = self._queues.get(queue)
         if q is None:
             return []
+        if where is not None:  # the reference: every job of the state, in listing order
+            every = await self.list_jobs(queue, state, 0, len(q.by_state[state]))
+            return [j for j in every if where.matches(j)][offset : offset + limit]
         if state is JobState.WAITING:
             return q.waiting_page(offset, limit)
         if state is JobState.DELAYED:
             return q.delayed_page(offset, limit)
         return q.page(state, offset, limit)
+
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        q = self._queues.get(queue)
+        row = q.sequence_head(sequence) if q is not None else None
+        return row.freeze() if row is not None else None
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         q = self._queues.get(queue)
@@ -374,9 +411,14 @@ class InMemoryBackend(Backend, DeliveryStore):
             return 0
         cutoff = self._now() - older_than
         ids = [i for i in q.by_state[state] if (q.jobs[i].finished_at or 0.0) < cutoff]
-        for job_id in ids:
-            q.remove(job_id)
-        return len(ids)
+        removed = 0
+        for n, job_id in enumerate(ids, 1):
+            if job_id in q.by_state[state]:  # not retried meanwhile
+                q.remove(job_id)
+                removed += 1
+            if n % CLEAN_BATCH == 0:
+                await asyncio.sleep(0)  # claims take turns with a long purge
+        return removed
 
     async def obliterate(self, queue: str) -> None:  # its keys go with its QueueState
         self._queues.pop(queue, None)
@@ -409,24 +451,16 @@ class InMemoryBackend(Backend, DeliveryStore):
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
         for t in merge_tallies(tallies):
-            minutes = self._tallies.setdefault(t.queue, {})
-            old = minutes.get(t.minute) or Tally(t.queue, t.minute)
-            minutes[t.minute] = Tally(
-                t.queue,
-                t.minute,
-                old.completed + t.completed,
-                old.retried + t.retried,
-                old.failed + t.failed,
-            )
+            self._add_tally(t)
 
     async def tallies(self, queue: str, since: int) -> list[Tally]:
         minutes = self._tallies.get(queue, {})
-        return [minutes[m] for m in sorted(minutes) if m >= since]
+        return [minutes[k] for k in sorted(minutes) if k[0] >= since]
 
     async def prune_tallies(self, before: int) -> None:
         for minutes in self._tallies.values():
-            for m in [m for m in minutes if m < before]:
-                del minutes[m]
+            for k in [k for k in minutes if k[0] < before]:
+                del minutes[k]
 
     # -- meta -------------------------------------------------------------------------------
 
@@ -505,7 +539,7 @@ class InMemoryBackend(Backend, DeliveryStore):
         if q is not None and a is not None:
             q.started(a, len(claimed))
         if q is not None and budget is not None:
-            q.key_window, q.key_used = budget.window, budget.used
+            q.count_keys(budget)
         limited = {} if held_back is False else {queue: held_back}
         return ClaimBatch(claimed, now, limited), stale
 

@@ -27,6 +27,7 @@ from relaymq.policy import (
     KeyBudget,
     allowance,
     dependency_ended,
+    holds_sequence,
 )
 from relaymq.records.limits import Limits
 
@@ -86,6 +87,13 @@ class QueueState:
         self.key_window = 0
         self.key_used: dict[str, int] = {}
         """The current key window (index) and the starts counted in it per limit key."""
+        self.fair_served: dict[str, int] = {}
+        """``Limits.fair``: the starts of each limit key in the current round."""
+        self.sequences: dict[str, dict[str, None]] = {}
+        """Sequences: a sequence -> the ids of its jobs in enqueue order (completed and
+        removed jobs leave it; a retried one keeps its place)."""
+        self.sequence_active: dict[str, int] = {}
+        """A sequence -> how many of its jobs are active (kept by ``move`` and ``remove``)."""
         self._waiting: list[tuple[int, int, str]] = []  # (priority, seq, id)
         self._delayed: list[tuple[float, int, str]] = []  # (run_at, seq, id)
         self._seq = itertools.count(1)
@@ -95,6 +103,10 @@ class QueueState:
     def move(self, row: Row, state: JobState) -> Row:
         """Put ``row`` in ``state``, keeping the state index right."""
         del self.by_state[row.state][row.id]
+        if row.sequence is not None and (row.state is JobState.ACTIVE) != (
+            state is JobState.ACTIVE
+        ):
+            self._count_active(row.sequence, 1 if state is JobState.ACTIVE else -1)
         row.state = state
         self.by_state[state][row.id] = None
         return row
@@ -121,12 +133,59 @@ class QueueState:
         job = self.jobs.pop(job_id, None)
         if job is not None:
             del self.by_state[job.state][job_id]
+            if job.sequence is not None:
+                ids = self.sequences.get(job.sequence, {})
+                ids.pop(job_id, None)
+                if not ids:
+                    self.sequences.pop(job.sequence, None)
+                if job.state is JobState.ACTIVE:
+                    self._count_active(job.sequence, -1)
             self.pending.pop(job_id, None)
             if not cascade:
                 self.dependents.pop(job_id, None)
             elif job.state not in TERMINAL:
                 self._ended(job_id, None, self._now())
         return job
+
+    # -- sequences --------------------------------------------------------------------------
+
+    def _count_active(self, sequence: str, by: int) -> None:
+        n = self.sequence_active.get(sequence, 0) + by
+        if n:
+            self.sequence_active[sequence] = n
+        else:
+            self.sequence_active.pop(sequence, None)
+
+    def sequence_head(self, sequence: str) -> Row | None:
+        """The earliest job of ``sequence`` that holds its place (``holds_sequence``); the
+        completed and removed jobs in front of it leave the sequence's list on the way."""
+        ids = self.sequences.get(sequence)
+        if not ids:
+            return None
+        gone: list[str] = []
+        found = None
+        for job_id in ids:
+            row = self.jobs.get(job_id)
+            if row is None or row.state is JobState.COMPLETED:
+                gone.append(job_id)
+            elif holds_sequence(row.state, row.sequence_on_failure):
+                found = row
+                break
+        for job_id in gone:
+            del ids[job_id]
+        if not ids:
+            del self.sequences[sequence]
+        return found
+
+    def may_start(self, row: Row) -> bool:
+        """Whether a claim may take waiting ``row`` as far as its sequence goes: it has none,
+        or it is the head and none of its sequence is active (``policy.sequence_head``, kept
+        here by the sequence's list and its count of active jobs)."""
+        if row.sequence is None:
+            return True
+        if self.sequence_active.get(row.sequence):
+            return False
+        return self.sequence_head(row.sequence) is row
 
     # -- dependencies -----------------------------------------------------------------------
 
@@ -194,6 +253,8 @@ class QueueState:
         """Store a new job: waiting, or delayed until ``run_at``."""
         self.jobs[row.id] = row
         self.by_state[row.state][row.id] = None
+        if row.sequence is not None:
+            self.sequences.setdefault(row.sequence, {})[row.id] = None
         if run_at is None:
             return self.make_waiting(row)
         row.seq = next(self._seq)  # FIFO among delayed jobs due at the same moment
@@ -214,25 +275,46 @@ class QueueState:
         self.window, self.used = a.window, a.used + taken
 
     def key_budget(self, now: float) -> KeyBudget | None:
-        if self.limits is None or self.limits.key_rate is None:
+        if self.limits is None or not self.limits.keyed:
             return None
-        return KeyBudget(self.limits, self.key_window, self.key_used, now)
+        active: dict[str, int] = {}
+        if self.limits.key_max_active is not None:
+            for job_id in self.by_state[JobState.ACTIVE]:
+                key = self.jobs[job_id].limit_key
+                if key is not None:
+                    active[key] = active.get(key, 0) + 1
+        return KeyBudget(self.limits, self.key_window, self.key_used, now, active, self.fair_served)
+
+    def count_keys(self, budget: KeyBudget) -> None:
+        """Store what a claim counted in ``budget``."""
+        self.key_window, self.key_used, self.fair_served = budget.window, budget.used, budget.served
 
     def pop_within(self, budget: KeyBudget | None) -> Row | None:
-        """``pop_waiting``, past jobs whose key has used its window (``KEY_SCAN`` at most;
-        they keep their place)."""
-        if budget is None:
+        """``pop_waiting``, past jobs whose key has used its window or is at its cap, and
+        jobs that are not their sequence's head (``KEY_SCAN`` at most; they keep their
+        place)."""
+        if budget is None and not self.sequences:
             return self.pop_waiting()
         passed: list[Row] = []
         found = None
         while len(passed) < KEY_SCAN and (job := self.pop_waiting()) is not None:
-            if budget.take(job.limit_key):
+            if budget is not None and budget.refuses(job.limit_key):
+                passed.append(job)  # held back by its key (first, if its sequence holds it too)
+            elif self.may_start(job) and (budget is None or budget.take(job.limit_key)):
                 found = job
                 break
-            passed.append(job)
+            else:
+                passed.append(job)
         for job in passed:
             heapq.heappush(self._waiting, (job.priority, job.seq, job.id))
         return found
+
+    def sequence_waiting(self) -> bool:
+        """Whether a job of a sequence is waiting (after a claim that took fewer jobs than
+        it could: one it passed over, not its sequence's head)."""
+        return bool(self.sequences) and any(
+            self.jobs[i].sequence is not None for i in self.by_state[JobState.WAITING]
+        )
 
     # -- reading the heaps ------------------------------------------------------------------
 

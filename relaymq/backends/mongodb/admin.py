@@ -22,8 +22,11 @@ from relaymq.backends.mongodb.records import (
     to_job_lenient,
     to_limits,
 )
+from relaymq.backends.mongodb.sequences import head_document
+from relaymq.errors import ConfigError
 from relaymq.job import PENDING, TERMINAL, Job, JobState
 from relaymq.records.limits import Limits
+from relaymq.records.search import JobFilter
 
 IDS_PER_FIND: Final = 200
 """Ids in one ``$in``: the MongoDB-protocol test server refuses a query tree deeper than 1000."""
@@ -31,6 +34,9 @@ PENDING_STATES: Final = frozenset(s.value for s in PENDING)
 """The stored names of the states in which a job still holds its throttle or debounce key."""
 NOT_STARTED: Final = [str(JobState.BLOCKED), *tx.CLAIMABLE]
 """What ``drain`` deletes (the jobs blocked on those go with them: nothing to tell)."""
+
+CLEAN_BATCH: Final = IDS_PER_FIND
+"""Most jobs one delete of ``clean`` removes."""
 
 
 class MongoAdmin(MongoParts):
@@ -48,15 +54,33 @@ class MongoAdmin(MongoParts):
         return [found.get(i) for i in ids]
 
     @translated
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        """The earliest job of ``sequence`` that holds its place (the ``sequence`` index)."""
+        doc = await head_document(
+            self._jobs, text(queue, "queue"), text(sequence, "sequence"), None
+        )
+        return None if doc is None else to_job(doc)
+
+    @translated
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
+        if where is not None and where.args:
+            raise ConfigError("MongoDB finds jobs by id, task and age; not by their arguments")
         order = {
             JobState.WAITING: tx.CLAIM_ORDER,
             JobState.DELAYED: [("ready_at", 1), ("seq", 1)],
             JobState.ACTIVE: [("claimed_at", 1), ("seq", 1)],
         }.get(state, [("finished_at", 1), ("seq", 1)])
-        cursor = self._jobs.find({"queue": text(queue, "queue"), "state": str(state)}).sort(order)
+        found = {"queue": text(queue, "queue"), "state": str(state)}
+        if where is not None:
+            found |= tx.matching(where)
+        cursor = self._jobs.find(found).sort(order)
         return [to_job_lenient(doc, state) async for doc in cursor.skip(offset).limit(limit)]
 
     @translated
@@ -178,7 +202,15 @@ class MongoAdmin(MongoParts):
             return 0
         query = {"queue": queue, "state": str(state)}
         query |= self._now.compare("finished_at", "$lt", -older_than)
-        return (await self._jobs.delete_many(query)).deleted_count
+        total = 0
+        while True:  # a batch per delete: claims never wait behind a whole purge
+            found = self._jobs.find(query, {"_id": 1}).sort("finished_at", 1).limit(CLEAN_BATCH)
+            ids = [doc["_id"] async for doc in found]
+            if ids:  # still in the state: a job retried meanwhile is not deleted
+                gone = {"_id": {"$in": ids}, "state": str(state)}
+                total += (await self._jobs.delete_many(gone)).deleted_count
+            if len(ids) < CLEAN_BATCH:
+                return total
 
     @translated
     async def obliterate(self, queue: str) -> None:
@@ -216,6 +248,9 @@ class MongoAdmin(MongoParts):
                 "per": float(limits.per),
                 "key_rate": limits.key_rate,
                 "key_per": float(limits.key_per),
+                "key_max_active": limits.key_max_active,
+                "fair": limits.fair,
+                "weights": [[k, n] for k, n in limits.weights],
             }
             await self._queues.update_one({"_id": queue}, {"$set": {"limits": stored}}, upsert=True)
 

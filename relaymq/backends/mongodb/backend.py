@@ -21,7 +21,9 @@ Round trips (each line one request; ``q`` = queues visited):
 - ``claim``: 1 (pause flags) + ``q`` (candidate ids, in claim order) + 1 ``update_many`` on
   ``{_id in ids, still claimable}`` that stamps a fresh claim id + 1 ``find`` of that claim id.
   The per-document re-check makes concurrent claimers safe: a document goes to the one claimer
-  whose update matched it; a claimer that lost races tries again (at most 3 rounds).
+  whose update matched it; a claimer that lost races tries again (at most 3 rounds). A queue
+  with limits or sequences claims under its lease: +1 take, +1 read of its queue document, +1
+  release, and with sequences 2 reads per sequence met (+1 when the claim comes back short).
 - ``heartbeat`` and ``settle``: 1 ``bulk_write`` of fenced ``update_one``s; +1 read when some
   did not match (to tell lost claims from idempotent repeats); ``settle`` +1 per queue when it
   holds a RETRY without delay (a new FIFO sequence).
@@ -90,6 +92,8 @@ class MongoDBBackend(MongoEnqueue, MongoClaim, MongoAdmin, MongoHistory, Backend
         blocking_wait=False,  # polled: the test server has no change streams
         cluster_safe=False,
         transactions=False,  # every transition is one document; no multi-document transactions
+        search="fields",  # the payload is opaque bytes: no field to match arguments in
+        sequences=True,  # decided by claims that take turns under a lease (claim.py)
     )
 
     def __init__(
@@ -158,7 +162,7 @@ class MongoDBBackend(MongoEnqueue, MongoClaim, MongoAdmin, MongoHistory, Backend
         self._meta = MetaCollection(db[META], self._now)
         self._locks = db[LOCKS]
         self._keys = db[JOB_KEYS]
-        self._deps = Dependencies(self._jobs, self._now, self._tallies)
+        self._deps = Dependencies(self._jobs, self._now, self._sequences, self._tallies)
         self._events = EventLog(db, **self._events_options)  # type: ignore[arg-type]
 
     async def close(self) -> None:

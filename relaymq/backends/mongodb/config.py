@@ -1,9 +1,10 @@
 """The MongoDB backend's URL and options.
 
 ``mongodb://host:port/database?...``: the database defaults to ``relaymq``; every query option
-goes to PyMongo. Unless the URL says otherwise, writes use write concern ``majority`` with
-journal and server selection gives up after 5 s, so a server that never answers fails connect
-and every call that needs a server. A call already in flight when its server freezes waits
+goes to PyMongo, which must know it (``replicaSet``, ``authSource``, ``tls``, ...). Unless
+the URL says otherwise, writes use write concern ``majority`` with journal and server
+selection gives up after 5 s, so a server that never answers fails connect and every call
+that needs a server. A call already in flight when its server freezes waits
 unless the URL sets ``socketTimeoutMS`` or ``timeoutMS``: neither is set by default, because
 with either set a worker took the whole timeout to get past a killed and restarted server
 (tests/mongodb/test_restart.py: 66 s with 60 s, 19 s with timeoutMS, 5 s without).
@@ -15,9 +16,20 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from pymongo import common
+
+from relaymq.backends.urls import split_options
 from relaymq.errors import ConfigError
 
 DEFAULT_DATABASE: Final = "relaymq"
+DRIVER: Final = frozenset(
+    [
+        *common.URI_OPTIONS_VALIDATOR_MAP,
+        *(a for v in common.URI_OPTIONS_ALIAS_MAP.values() for a in v),
+    ]
+)
+"""The URI options PyMongo documents (lower case: PyMongo reads them in any case); any other
+name is a ``ConfigError`` (PyMongo would only warn and ignore it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +54,7 @@ def parse(
     if parts.scheme != "mongodb":
         raise ConfigError(f"not a mongodb:// URL: {url!r}")
     name = database or unquote(parts.path.lstrip("/")) or DEFAULT_DATABASE
+    split_options(parts.query, (), DRIVER, "MongoDB", fold=True)
     given = {k.lower() for k, _ in parse_qsl(parts.query)}
     options: dict[str, Any] = {"tz_aware": True, "appname": "relaymq"}
     if "w" not in given:

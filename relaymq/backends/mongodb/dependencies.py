@@ -3,7 +3,9 @@
 A blocked job lists the dependencies it still waits for (``waiting_on``); a dependency lists
 the jobs blocked on it (``dependents``). When a dependency ends, each dependent pulls it from
 ``waiting_on`` with a conditional update, so an end is never counted twice; the update that
-empties the list is followed by the one that makes the job delayed, due at once. Under the
+empties the list is followed by the one that makes the job delayed, due at once, with a FIFO
+sequence taken at its release: it became ready then, so among the jobs ready at the same moment
+it comes after those already in line (the jobs a retry put back by the same settle). Under the
 FAIL policy, a dependency that did not complete fails the dependent instead, in one
 conditional update, and the dependent's own dependents learn it in turn.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 from pymongo import ReturnDocument
@@ -39,6 +41,9 @@ REFRESH: Final = 1.0
 REPAIR_BATCH: Final = 500
 WITH_DEPENDENTS: Final = {"dependents": {"$type": "array", "$ne": []}}
 
+Sequences = Callable[[str, int], Awaitable[tuple[int, Any]]]
+"""Reserves FIFO sequences of a queue: (queue, count) -> (first, now)."""
+
 End = tuple[str, str, Sequence[str]]
 """A dependency that ended: its id, its state ('removed': deleted before it ended), and the
 jobs blocked on it."""
@@ -49,9 +54,11 @@ class Dependencies:
         self,
         jobs: AsyncCollection[Document],
         now: Now,
+        sequences: Sequences,
         tallies: AsyncCollection[Document] | None = None,
     ) -> None:
         self._jobs = jobs
+        self._sequences = sequences
         self._tallies = tallies
         """The history (``add_tallies``' collection): a job failed by its dependency counts in
         it here, as no worker writes that outcome."""
@@ -196,9 +203,13 @@ class Dependencies:
         return {d["id"]: d.get("state") async for d in found}
 
     async def _release(self, queue: str, job_id: str) -> None:
+        """Due at once, behind the jobs already in line (a sequence a crash leaves unused is
+        only a gap)."""
+        seq, _ = await self._sequences(queue, 1)
+        released = {"state": str(JobState.DELAYED), "ready_at": self._now.expr(), "seq": seq}
         await self._jobs.update_one(
             {"queue": queue, "id": job_id, "state": BLOCKED, "waiting_on": []},
-            [{"$set": {"state": str(JobState.DELAYED), "ready_at": self._now.expr()}}],
+            [{"$set": released}],
         )
 
     # -- repair -------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ class MongoEnqueue(MongoParts):
         docs: list[Document] = []
         order: list[int] = []
         for queue, indexes in per_queue.items():
-            first, now = await self._sequences(queue, len(indexes))
+            sequenced = any(jobs[i].sequence is not None for i in indexes)
+            first, now = await self._sequences(queue, len(indexes), sequenced)
             for offset, i in enumerate(indexes):
                 docs.append(new_document(jobs[i], first + offset, now))
                 order.append(i)
@@ -80,7 +81,7 @@ class MongoEnqueue(MongoParts):
         for _ in range(KEY_ROUNDS):
             if await self._jobs.find_one({"queue": job.queue, "id": job.id}, {"_id": 1}):
                 return Enqueued(job.id, duplicate=True)
-            seq, now = await self._sequences(job.queue, 1)
+            seq, now = await self._sequences(job.queue, 1, job.sequence is not None)
             held = await self._keys.find_one({"_id": key_id})
             holder = None if held is None else held.get("holder")
             state = None
@@ -136,7 +137,7 @@ class MongoEnqueue(MongoParts):
     async def _enqueue_dependent(self, job: NewJob) -> Enqueued:
         """One job with dependencies (``dependencies.py``): stored blocked, failed or waiting
         as its dependencies stand, then registered with each pending one."""
-        seq, now = await self._sequences(job.queue, 1)
+        seq, now = await self._sequences(job.queue, 1, job.sequence is not None)
         doc = new_document(job, seq, now)
         pending = await self._deps.prepare(job, doc)
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 from pymongo import UpdateOne
 
@@ -16,17 +17,21 @@ from relaymq.records.store import Tally, merge_tallies
 class MongoHistory(MongoParts):
     @translated
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
-        ops = [
-            UpdateOne(
-                {"_id": f"{t.queue}|{t.minute}"},
-                {
-                    "$inc": {"completed": t.completed, "retried": t.retried, "failed": t.failed},
-                    "$setOnInsert": {"queue": t.queue, "minute": t.minute},
-                },
-                upsert=True,
+        ops = []
+        for t in merge_tallies(tallies):
+            counts = {"completed": t.completed, "retried": t.retried, "failed": t.failed}
+            counts |= {f"t.{i}": n for i, n in enumerate(t.run_times) if n}
+            counts |= {f"p.{i}": n for i, n in enumerate(t.pickups) if n}
+            ops.append(
+                UpdateOne(  # a task's minute is a document of its own; "" keeps the old _id
+                    {"_id": f"{t.queue}|{t.minute}" + (f"|{t.task}" if t.task else "")},
+                    {
+                        "$inc": counts,
+                        "$setOnInsert": {"queue": t.queue, "minute": t.minute, "task": t.task},
+                    },
+                    upsert=True,
+                )
             )
-            for t in merge_tallies(tallies)
-        ]
         if ops:
             await self._tallies.bulk_write(ops, ordered=False)
 
@@ -34,14 +39,31 @@ class MongoHistory(MongoParts):
     async def tallies(self, queue: str, since: int) -> list[Tally]:
         text(queue, "queue")
         out = []
-        cursor = self._tallies.find({"queue": queue, "minute": {"$gte": since}}).sort("minute")
+        cursor = self._tallies.find({"queue": queue, "minute": {"$gte": since}})
         async for d in cursor:
-            with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged one: skipped
-                minute = int(d["minute"])
-                counts = [int(d.get(k, 0)) for k in ("completed", "retried", "failed")]
-                out.append(Tally(queue, minute, *counts))
-        return out
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+                minute = int(d["minute"])  # a damaged document is skipped
+                tally = Tally(
+                    queue,
+                    minute,
+                    int(d.get("completed", 0)),
+                    int(d.get("retried", 0)),
+                    int(d.get("failed", 0)),
+                    str(d.get("task") or ""),
+                    _histogram(d.get("t")),
+                    _histogram(d.get("p")),
+                )
+                out.append(tally)
+        return sorted(out, key=lambda t: (t.minute, t.task))
 
     @translated
     async def prune_tallies(self, before: int) -> None:
         await self._tallies.delete_many({"minute": {"$lt": before}})
+
+
+def _histogram(stored: Any) -> tuple[int, ...]:
+    """A stored histogram (a document of bucket index -> count) as counts per bucket."""
+    if not stored:
+        return ()
+    counts = {int(i): int(n) for i, n in dict(stored).items()}
+    return tuple(counts.get(i, 0) for i in range(max(counts) + 1))

@@ -10,7 +10,9 @@ Collections of one database (the URL path names it):
     the cross-process deduplication of job ids.
 ``queues``
     One document per queue: ``{_id: queue, seq: <last FIFO sequence>, paused: bool}``, and
-    when the queue has limits, ``limits: {max_active, rate, per, key_rate, key_per}`` with
+    ``sequences: true`` once a job of a sequence was enqueued in it (its claims then take
+    turns under a lease, as with limits), and when the queue has limits, ``limits:
+    {max_active, rate, per, key_rate, key_per}`` with
     ``win``, ``used`` (the current rate window and the starts counted in it) and
     ``key_window``, ``key_used`` (the current key window and ``[key, starts]`` pairs).
 ``locks``
@@ -76,6 +78,18 @@ INDEXES: Final[dict[str, list[IndexModel]]] = {
         IndexModel(
             [("queue", ASCENDING), ("state", ASCENDING), ("finished_at", ASCENDING)],
             name="state_finished",
+        ),
+        # Sequences: a sequence's active jobs, and its head (the earliest job that holds its
+        # place, by state then enqueue position); only jobs of a sequence are in it.
+        IndexModel(
+            [
+                ("queue", ASCENDING),
+                ("sequence", ASCENDING),
+                ("state", ASCENDING),
+                ("sequence_pos", ASCENDING),
+            ],
+            name="sequence",
+            partialFilterExpression={"sequence": {"$type": "string"}},
         ),
         # Reading back the documents of one batch claim or one batched write.
         IndexModel([("claim_id", ASCENDING)], name="claim_id", sparse=True),

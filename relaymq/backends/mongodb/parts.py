@@ -31,11 +31,13 @@ class MongoParts:
     _keys: AsyncCollection[Document]
     _deps: Dependencies
 
-    async def _sequences(self, queue: str, count: int) -> tuple[int, Any]:
-        """Reserve ``count`` FIFO sequences of ``queue``: (first, backend now as a date)."""
+    async def _sequences(self, queue: str, count: int, sequenced: bool = False) -> tuple[int, Any]:
+        """Reserve ``count`` FIFO sequences of ``queue``: (first, backend now as a date).
+        ``sequenced``: a job of a sequence is among them, so the queue is marked as one whose
+        claims take turns (``sequences: true``, never unset)."""
         doc = await self._queues.find_one_and_update(
             {"_id": queue},
-            tx.next_sequence(count, self._now),
+            tx.next_sequence(count, self._now, sequenced),
             upsert=True,
             projection={"seq": 1, "now": 1},
             return_document=ReturnDocument.AFTER,
@@ -45,14 +47,17 @@ class MongoParts:
         return int(doc["seq"]) - count + 1, tx.as_date(doc["now"])
 
     async def _gates(self, queues: Sequence[str]) -> tuple[set[str], set[str]]:
-        """Of ``queues``, the paused ones and the ones with limits (one read)."""
-        cursor = self._queues.find({"_id": {"$in": list(queues)}}, {"paused": 1, "limits": 1})
+        """Of ``queues``, the paused ones and the ones whose claims take turns: with limits,
+        or with jobs of sequences (one read)."""
+        cursor = self._queues.find(
+            {"_id": {"$in": list(queues)}}, {"paused": 1, "limits": 1, "sequences": 1}
+        )
         paused: set[str] = set()
         with_limits: set[str] = set()
         async for doc in cursor:
             if doc.get("paused") is True:
                 paused.add(doc["_id"])
-            if doc.get("limits"):
+            if doc.get("limits") or doc.get("sequences") is True:
                 with_limits.add(doc["_id"])
         return paused, with_limits
 

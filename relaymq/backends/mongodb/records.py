@@ -20,6 +20,9 @@ A job document (collection ``jobs``)::
     progress, result  binary | null
     error          str | null
     traceparent    str               W3C trace context of the enqueue; absent unless tracing
+    sequence       str               the job's sequence (``NewJob.sequence``); absent without
+    seq_failure    str               its ``sequence_on_failure`` value (hold, continue)
+    sequence_pos   int               its place in the sequence: ``seq`` at enqueue, never changed
     claim_id       str               the batch claim that last took the job (read-back key)
     write_id       str               the batched write that last changed it (read-back key)
 
@@ -39,7 +42,7 @@ from bson import Binary
 
 from relaymq.backends.corrupt import reason, state_problem
 from relaymq.errors import ConfigError, CorruptRecordError
-from relaymq.job import DependencyPolicy, Job, JobState, NewJob
+from relaymq.job import DependencyPolicy, Job, JobState, NewJob, SequenceFailure, attempts_from
 from relaymq.records.limits import Limits
 
 Document = dict[str, Any]
@@ -77,6 +80,8 @@ def check_new(job: NewJob) -> None:
         text(job.rule.key, "key")
     if job.limit_key is not None:
         text(job.limit_key, "limit_key")
+    if job.sequence is not None:
+        text(job.sequence, "sequence")
 
 
 def to_date(seconds: float) -> dt.datetime:
@@ -122,6 +127,10 @@ def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
         doc["traceparent"] = job.traceparent
     if job.limit_key is not None:
         doc["limit_key"] = job.limit_key
+    if job.sequence is not None:
+        doc["sequence"] = job.sequence
+        doc["seq_failure"] = job.sequence_on_failure.value
+        doc["sequence_pos"] = seq
     return doc
 
 
@@ -153,8 +162,12 @@ _FIELDS: list[tuple[str, tuple[type, ...], bool, Any]] = [
     ("depends_on", (list,), True, None),
     ("dep_policy", (str,), True, None),
     ("limit_key", (str,), True, None),
+    ("sequence", (str,), True, None),
+    ("seq_failure", (str,), True, None),
+    ("sequence_pos", (int,), True, None),
 ]
 _POLICIES = {p.value: p for p in DependencyPolicy}
+_FAILURES = {f.value: f for f in SequenceFailure}
 
 
 def problems(doc: Mapping[str, Any]) -> list[str]:
@@ -196,6 +209,9 @@ def to_limits(doc: Mapping[str, Any] | None) -> Limits | None:
             per=float(stored.get("per", 1.0)),
             key_rate=stored.get("key_rate"),
             key_per=float(stored.get("key_per", 1.0)),
+            key_max_active=stored.get("key_max_active"),
+            fair=bool(stored.get("fair", False)),
+            weights=tuple((str(k), int(n)) for k, n in stored.get("weights") or []),
         )
     except (ConfigError, TypeError, ValueError):
         return None
@@ -255,6 +271,9 @@ def _build(doc: Mapping[str, Any]) -> Job:
         depends_on=tuple(str(i) for i in doc.get("depends_on") or ()),
         on_dependency_failure=_POLICIES.get(str(doc.get("dep_policy")), DependencyPolicy.FAIL),
         limit_key=doc.get("limit_key"),
+        attempt_history=attempts_from(doc.get("attempt_history")),
+        sequence=doc.get("sequence"),
+        sequence_on_failure=_FAILURES.get(str(doc.get("seq_failure")), SequenceFailure.HOLD),
     )
 
 

@@ -13,6 +13,7 @@ ids) are wrapped in ``$literal`` because a pipeline would read ``"$x"`` as a fie
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from typing import Any, Final
 
@@ -21,6 +22,7 @@ from bson import Binary
 from relaymq.backends.corrupt import STATES
 from relaymq.backends.mongodb.records import Document, to_date
 from relaymq.job import Claim, JobState
+from relaymq.records.search import JobFilter
 from relaymq.records.store import Beat, Clock, Outcome, Settle
 
 WAITING: Final = str(JobState.WAITING)
@@ -91,8 +93,12 @@ def _plus_one(field: str) -> Document:
     return {"$add": [number, 1]}
 
 
-def claim_update(worker_id: str, claim_id: str, now: Now) -> list[Document]:
-    at = now.expr()
+def claim_update(
+    worker_id: str, claim_id: str, now: Now, decided: float | None = None
+) -> list[Document]:
+    """The claim's update; ``decided``: the time a limited claim's allowance was reckoned at,
+    which the claim then carries (its start counts in that time's rate window)."""
+    at = now.expr() if decided is None else to_date(decided)
     return [
         {
             "$set": {
@@ -163,7 +169,29 @@ def settle_update(s: Settle, now: Now, write_id: str, seq: int | None) -> list[D
         fields["seq"] = seq
     else:  # RELEASE: keeps its place in line (ready_at and seq), gives back the attempt
         fields |= {"state": WAITING, "attempts": {"$add": ["$attempts", -1]}}
+    if s.keep > 0:
+        fields["attempt_history"] = with_attempt(s, now)
     return [{"$set": fields}]
+
+
+def with_attempt(s: Settle, now: Now) -> Document:
+    """The job's attempt history with the attempt ``s`` ends added, the last ``s.keep`` of
+    them (``relaymq.records.store.with_attempt``): ``relaymq.job.Attempt``'s stored form, made
+    of the document as it was before this stage (attempts, claimed_at, worker_id). A history
+    that is not an array starts afresh."""
+    entry = {
+        "attempt": "$attempts",
+        "outcome": literal(s.outcome.value),
+        "started_at": "$claimed_at",
+        "ended_at": now.expr(),
+        "worker": "$worker_id",
+        "ran_for": literal(s.ran_for),
+        "error": literal(None if s.outcome is Outcome.COMPLETE else s.error),
+    }
+    history = {
+        "$cond": [{"$isArray": "$attempt_history"}, "$attempt_history", []],
+    }
+    return {"$slice": [{"$concatArrays": [history, [entry]]}, -s.keep]}
 
 
 # -- recovery ---------------------------------------------------------------------------------
@@ -246,6 +274,24 @@ def manual_retry_update(seq: int, now: Now) -> list[Document]:
     ]
 
 
+def matching(where: JobFilter) -> Document:
+    """The conditions of a search (``JobFilter``) on a job's fields, as a query filter (its
+    argument conditions aside: the payload is opaque bytes)."""
+    found: Document = {}
+    if where.id_prefix is not None:
+        found["id"] = {"$regex": "^" + re.escape(where.id_prefix)}
+    if where.task_contains is not None:
+        found["task"] = {"$regex": re.escape(where.task_contains)}
+    created: Document = {}
+    if where.created_after is not None:
+        created["$gte"] = to_date(where.created_after)
+    if where.created_before is not None:
+        created["$lt"] = to_date(where.created_before)
+    if created:
+        found["created_at"] = created
+    return found
+
+
 def lock_filter(name: str, owner: str, now: Now) -> Document:
     """The lease is free for ``owner``: held by it, or lapsed. (Absent: the upsert inserts.)"""
     return {"_id": name, "$or": [{"owner": owner}, now.compare("expires_at", "$lte")]}
@@ -255,9 +301,13 @@ def lock_update(owner: str, ttl: float, now: Now) -> list[Document]:
     return [{"$set": {"owner": literal(owner), "expires_at": now.expr(ttl)}}]
 
 
-def next_sequence(count: int, now: Now) -> list[Document]:
-    """Reserve ``count`` FIFO sequences of a queue and read the clock, in one write."""
-    return [{"$set": {"seq": {"$add": [{"$ifNull": ["$seq", 0]}, count]}, "now": now.expr()}}]
+def next_sequence(count: int, now: Now, sequenced: bool = False) -> list[Document]:
+    """Reserve ``count`` FIFO sequences of a queue and read the clock, in one write; with
+    ``sequenced``, mark the queue as one with jobs of sequences."""
+    fields: Document = {"seq": {"$add": [{"$ifNull": ["$seq", 0]}, count]}, "now": now.expr()}
+    if sequenced:
+        fields["sequences"] = True
+    return [{"$set": fields}]
 
 
 def register_update(info: dict[str, Any], ttl: float, now: Now) -> list[Document]:

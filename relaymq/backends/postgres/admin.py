@@ -3,6 +3,7 @@ meta store: one statement each (``queries.sql``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,14 +11,15 @@ import asyncpg
 
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
 from relaymq.backends.postgres.limits import to_limits
+from relaymq.backends.postgres.records import to_job_lenient
 from relaymq.backends.postgres.statements import Q, Statements
 from relaymq.errors import BackendError
-from relaymq.job import TERMINAL, JobState
+from relaymq.job import TERMINAL, Job, JobState
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
 from relaymq.records.store import Tally, merge_tallies
 
-CLEAN_BATCH = 5000
+CLEAN_BATCH = 1000
 
 
 def _meta(row: asyncpg.Record) -> MetaRecord:
@@ -29,6 +31,10 @@ def _seconds(ttl: float | None) -> float | None:
 
 
 class PostgresAdmin(Statements):
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        row = await self._fetchrow("sequence_head", queue, sequence)
+        return None if row is None else to_job_lenient(row, JobState(row["state"]))
+
     async def cancel_jobs(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return await self._batch("cancel_jobs", queue, ids, self._now())
 
@@ -95,6 +101,9 @@ class PostgresAdmin(Statements):
                 float(limits.per),
                 limits.key_rate,
                 float(limits.key_per),
+                limits.key_max_active,
+                limits.fair,
+                json.dumps(limits.weights),
             )
         self._limited.forget()
 
@@ -108,19 +117,42 @@ class PostgresAdmin(Statements):
 
     async def add_tallies(self, tallies: Sequence[Tally]) -> None:
         merged = merge_tallies(tallies)
-        if merged:
+        per_queue = [t for t in merged if not t.task]
+        if per_queue:
             columns = (
-                [t.queue for t in merged],
-                [t.minute for t in merged],
-                [t.completed for t in merged],
-                [t.retried for t in merged],
-                [t.failed for t in merged],
+                [t.queue for t in per_queue],
+                [t.minute for t in per_queue],
+                [t.completed for t in per_queue],
+                [t.retried for t in per_queue],
+                [t.failed for t in per_queue],
             )
             await self._execute("add_tallies", *columns)
+        per_task = [t for t in merged if t.task]
+        if per_task:
+            await self._execute(
+                "add_task_tallies",
+                [t.queue for t in per_task],
+                [t.task for t in per_task],
+                [t.minute for t in per_task],
+                [t.completed for t in per_task],
+                [t.retried for t in per_task],
+                [t.failed for t in per_task],
+                [_array(t.run_times) for t in per_task],
+                [_array(t.pickups) for t in per_task],
+            )
 
     async def tallies(self, queue: str, since: int) -> list[Tally]:
         return [
-            Tally(queue, r["minute"], r["completed"], r["retried"], r["failed"])
+            Tally(
+                queue,
+                r["minute"],
+                r["completed"],
+                r["retried"],
+                r["failed"],
+                r["task"],
+                tuple(r["run_times"] or ()),
+                tuple(r["pickups"] or ()),
+            )
             for r in await self._fetch("tallies", queue, since)
         ]
 
@@ -153,3 +185,8 @@ class PostgresAdmin(Statements):
     async def meta_delete(self, key: str) -> bool:
         row = await self._fetchrow("meta_delete", key, self._now())
         return row is not None and bool(row["live"])
+
+
+def _array(counts: Sequence[int]) -> str:
+    """A histogram as PostgreSQL array text (``{1,0,2}``): arrays of arrays do not unnest."""
+    return "{" + ",".join(str(n) for n in counts) + "}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -23,11 +24,14 @@ from relaymq.backends.corrupt import state_problem
 from relaymq.backends.fanout import Fanout
 from relaymq.backends.postgres.admin import PostgresAdmin
 from relaymq.backends.postgres.config import Options, parse
+from relaymq.backends.postgres.connection import apply_session_settings, connect_options
 from relaymq.backends.postgres.enqueue import (
-    enqueue_answers,
-    enqueue_args,
-    enqueue_one_keyed,
-    limit_keys,
+    NO_NOTE,
+    Note,
+    enqueue_steps,
+    facts_fit,
+    in_one_statement,
+    publish_steps,
 )
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, refused, translate
 from relaymq.backends.postgres.limits import (
@@ -36,18 +40,24 @@ from relaymq.backends.postgres.limits import (
     claim_limited,
 )
 from relaymq.backends.postgres.listener import Listener
-from relaymq.backends.postgres.migrations import apply, migrate, migrations, server_settings
-from relaymq.backends.postgres.notify import NOTIFY_LIMIT, Notes, decode, event_channel
+from relaymq.backends.postgres.migrations import apply, migrate, migrations
+from relaymq.backends.postgres.notify import Notes, decode, event_channel
 from relaymq.backends.postgres.records import describe, problems, to_job, to_job_lenient
 from relaymq.backends.postgres.statements import Q
+from relaymq.backends.postgres.tx import (
+    PostgresWrite,
+    asyncpg_runner,
+    attempt_args,
+    drive,
+    settle_args,
+    settle_steps,
+)
+from relaymq.backends.transactional import InTransaction
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
-from relaymq.job import (
-    TERMINAL,
-    Job,
-    JobState,
-    NewJob,
-)
+from relaymq.job import TERMINAL, Job, JobState, NewJob
+from relaymq.records import events as events_module
+from relaymq.records.search import JobFilter, search
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -59,29 +69,17 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     SettledClaimed,
-    dependent,
-    keyed,
 )
 
 PROMOTE_PER_CLAIM = 1000
 """Due delayed jobs a claim promotes to waiting per queue, beyond the ones it takes."""
 RECOVER_BATCH = 1000
-STORED_EVENTS_KEEP = 3600.0
-"""Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
-
-
-class _Connection(asyncpg.Connection):  # type: ignore[misc]
-    """A pool connection. They hold no session state (no LISTEN, session-level locks, cursors
-    or SET: settings come with the connection, locks are per transaction), so giving one back
-    to the pool needs no reset statement; asyncpg's default sends one on every release, a
-    round trip per call. A transaction left open is still rolled back on release."""
-
-    def get_reset_query(self) -> str:
-        return ""
 
 
 class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
     """PostgreSQL 13+ through asyncpg (``postgresql://`` and ``postgres://``)."""
+
+    delivers_sequences = True
 
     capabilities = Capabilities(
         durable=True,
@@ -91,16 +89,23 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         delivery_store=True,
         migrations=True,
         settle_claims=True,
+        joins_transactions=True,
+        sequences=True,
+        search="native",
+        coalesce_enqueues=True,
     )
 
     def __init__(self, url: str, *, clock: Clock | None = None, **options: Any) -> None:
         self.url = url
         self.options: Options = parse(url, options)
-        self.retention = self.options.retention or None
+        self.retention = self.options.retention
         self._clock = clock
         self._pool: asyncpg.Pool | None = None
         self._connecting = asyncio.Lock()
-        self._listener = Listener(self.options, self._wake, self._event, self._reconnected)
+        self._listener: Listener | None = None
+        if self.options.listen_dsn is not None:  # else (a transaction pooler) wait polls
+            listening = self.options.listening()
+            self._listener = Listener(listening, self._wake, self._event, self._reconnected)
         # One wake-up per set of queues waited on (a worker waits on the same set every time).
         self._wakeups: dict[frozenset[str], Wakeup] = {}
         self._fanout = Fanout()
@@ -108,6 +113,10 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         self._dispatcher: asyncio.Task[None] | None = None
         self._notes = Notes()
         self._limited = LimitedQueues()
+        self._database: str | None = self.options.database
+        """The database the jobs are in: the URL's, then the server's answer at connect."""
+        self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Callers' connections known to reach that database and schema (``enqueue_in``)."""
 
     async def connect(self) -> None:
         async with self._connecting:
@@ -116,12 +125,11 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             try:
                 pool = await asyncpg.create_pool(
                     self.options.dsn,
-                    connection_class=_Connection,
                     min_size=1,
                     max_size=self.options.pool_size,
-                    server_settings=server_settings(self.options),
-                    timeout=self.options.timeout,
                     command_timeout=self.options.command_timeout,
+                    init=apply_session_settings if self.options.pooler == "session" else None,
+                    **connect_options(self.options),
                 )
             except DRIVER_ERRORS as e:
                 raise refused(e, self.options.where) or translate(e, self.options.where) from e
@@ -131,6 +139,7 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
                         await apply(con, self.options)
                     else:
                         await self._check_migrated(con)
+                    self._database = await con.fetchval(Q["current_database"])
             except BaseException as e:
                 await pool.close()
                 if isinstance(e, DRIVER_ERRORS):
@@ -157,7 +166,8 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._dispatcher
             self._dispatcher = None
-        await self._listener.close()
+        if self._listener is not None:
+            await self._listener.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -180,44 +190,63 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
     async def enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
         if not jobs:
             return []
-        if keyed(jobs) or dependent(jobs):
-            return await self._enqueue_keyed(jobs)
-        rows = await self._fetch(
-            "enqueue", *enqueue_args(jobs, self._now()), None, "", 0.0, limit_keys(jobs)
-        )
-        return enqueue_answers(jobs, rows)
+        return await self._enqueue(jobs)
 
     async def enqueue_announced(self, jobs: Sequence[NewJob], at: float) -> list[Enqueued]:
         """One statement, whose notification carries the enqueue's facts (``events`` makes
         them events), when they fit in one."""
-        size = sum(len(j.queue) + len(j.id) + 100 for j in jobs)  # 100: a fact, and escapes
-        if not jobs or size >= NOTIFY_LIMIT or keyed(jobs) or dependent(jobs):
+        if not jobs or not facts_fit(jobs):
             return await super().enqueue_announced(jobs, at)
-        channel = event_channel(self.options.schema)
-        rows = await self._fetch(
-            "enqueue",
-            *enqueue_args(jobs, self._now()),
-            channel,
-            str(self._notes.number()),
-            at,
-            limit_keys(jobs),
-        )
-        return enqueue_answers(jobs, rows)
+        return await self._enqueue(jobs, (self._channel, str(self._notes.number()), at))
 
-    async def _enqueue_keyed(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """A batch with key rules: one transaction, a few statements per keyed job."""
-        pool = self._pool
-        if pool is None:
-            raise BackendError("PostgresBackend is not connected (await connect() first)")
+    @property
+    def _channel(self) -> str:
+        return event_channel(self.options.schema)
+
+    async def _enqueue(self, jobs: Sequence[NewJob], note: Note = NO_NOTE) -> list[Enqueued]:
         now = self._now()
-        out: list[Enqueued] = []
-        try:
-            async with pool.acquire() as con, con.transaction():
-                for job in jobs:
-                    out.append(await enqueue_one_keyed(con, job, now))
-        except DRIVER_ERRORS as e:
-            raise translate(e, self.options.where) from e
-        return out
+        if in_one_statement(jobs):
+            return await drive(enqueue_steps(jobs, now, note), self._step)
+
+        async def keyed(con: asyncpg.Connection) -> list[Enqueued]:
+            async with con.transaction():  # a few statements per keyed job
+                return await drive(enqueue_steps(jobs, now), asyncpg_runner(con))
+
+        return await self._in_transaction(keyed)
+
+    async def _step(self, step: tuple[str, str, tuple[Any, ...]]) -> Any:
+        kind, name, args = step
+        return await self._run(kind, name, *args)
+
+    def enqueue_in(
+        self, connection: object, jobs: Sequence[NewJob], at: float
+    ) -> InTransaction[list[Enqueued]]:
+        """The enqueue's statements on ``connection`` (``relaymq.backends.transactional``):
+        the wake-up and the events are notifications, sent by PostgreSQL at its commit."""
+        now = self._now()
+
+        def steps() -> Any:
+            if facts_fit(jobs):
+                note = (self._channel, str(self._notes.number()), at)
+                return (yield from enqueue_steps(jobs, now, note))
+            answers = yield from enqueue_steps(jobs, now)
+            event = events_module.encode(events_module.enqueued(jobs, answers, at))
+            yield from publish_steps(self._channel, [event], self._notes)
+            return answers
+
+        return self._write_in(connection, steps)
+
+    def settle_in(
+        self, connection: object, settle: Settle, events: Sequence[bytes]
+    ) -> InTransaction[bool]:
+        now = self._now()
+        return self._write_in(
+            connection, lambda: settle_steps(settle, now, self._channel, events, self._notes)
+        )
+
+    def _write_in(self, connection: object, steps: Any) -> PostgresWrite[Any]:
+        schema, where = self.options.schema, self.options.where
+        return PostgresWrite(connection, schema, self._database, steps, where, self._checked)
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -234,7 +263,8 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             rows = await self._fetch(
                 "claim", plain, worker_id, limit, now, PROMOTE_PER_CLAIM, False
             )
-            jobs = await self._readable(rows, now)
+            limited.update(dict.fromkeys(rows[0]["sequence_held"] or (), None))  # start as jobs end
+            jobs = await self._readable([r for r in rows if r["id"] is not None], now)
         for queue in with_limits:
             want = limit - len(jobs)
             if want <= 0:
@@ -245,7 +275,7 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             jobs += await self._readable(rows, now)
             if a is not None and len(rows) == a.take < want:
                 limited[queue] = a.retry_in
-            if keys_held is not None:
+            if keys_held is not False:
                 limited[queue] = keys_held
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
@@ -305,7 +335,9 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
         if not settles:
             return []
-        rows = await self._fetch("settle", *_settle_args(settles), self._now())
+        rows = await self._fetch(
+            "settle", *settle_args(settles), self._now(), *attempt_args(settles)
+        )
         return [bool(r["applied"]) for r in rows]
 
     async def settle_and_claim(
@@ -324,16 +356,25 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         now = self._now()
         rows = await self._fetch(
-            "settle_claim", *_settle_args(settles), now, plain, worker_id, limit, PROMOTE_PER_CLAIM
+            "settle_claim",
+            *settle_args(settles),
+            now,
+            *attempt_args(settles),
+            plain,
+            worker_id,
+            limit,
+            PROMOTE_PER_CLAIM,
         )
         jobs = await self._readable([r for r in rows if r["id"] is not None], now)
+        limited: dict[str, float | None] = dict.fromkeys(rows[0]["sequence_held"] or ())
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return SettledClaimed(list(rows[0]["applied"]), ClaimBatch(jobs, now))
+        return SettledClaimed(list(rows[0]["applied"]), ClaimBatch(jobs, now, limited))
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        listening = await self._listener.ready(within=min(timeout, 5.0))  # starts it
-        if not listening:
+        if self._listener is None:  # no LISTEN through a transaction pooler: poll
+            timeout = min(timeout, self.options.poll_interval)
+        elif not await self._listener.ready(within=min(timeout, 5.0)):  # starts it
             timeout = min(timeout, 1.0)  # no wake-ups while it reconnects: poll gently
         key = frozenset(queues)
         wakeup = self._wakeups.get(key)
@@ -384,9 +425,18 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         return [found.get(i) for i in ids]
 
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
-        if state in TERMINAL:
+        if where is not None:
+            rows = await self._fetch(
+                "search_jobs", queue, state.value, offset, limit, *search(where)
+            )
+        elif state in TERMINAL:
             rows = await self._fetch("list_finished", queue, state.value, offset, limit)
         else:
             rows = await self._fetch(f"list_{state.value}", queue, offset, limit)
@@ -418,28 +468,24 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         pool = self._pool
         if pool is None:
             raise BackendError("PostgresBackend is not connected (await connect() first)")
-        channel = event_channel(self.options.schema)
+        steps = publish_steps(self._channel, events, self._notes)
         try:
             async with pool.acquire() as con:
-                if not any(self._notes.too_large(e) for e in events):
-                    await con.execute(Q["publish"], channel, self._notes.inline(events))
+                if not any(self._notes.too_large(e) for e in events):  # one statement
+                    await drive(steps, asyncpg_runner(con))
                     return
-                async with con.transaction():  # one transaction: the order is kept
-                    notes: list[str] = []
-                    for e in events:
-                        if self._notes.too_large(e):
-                            notes.append(
-                                self._notes.stored(await con.fetchval(Q["store_event"], e))
-                            )
-                        else:
-                            notes += self._notes.inline([e])
-                    # stored events are rare: trim the old ones while here, not in a background task
-                    await con.execute(Q["prune_events"], STORED_EVENTS_KEEP)
-                    await con.execute(Q["publish"], channel, notes)
+                async with con.transaction():  # events stored, then sent: one transaction
+                    await drive(steps, asyncpg_runner(con))
         except DRIVER_ERRORS as e:
             raise translate(e, self.options.where) from e
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
+        if self._listener is None:
+            raise ConfigError(
+                "events need a LISTEN connection, which a pooler in transaction mode cannot "
+                "keep: add listen_url=<a postgresql:// URL straight to the server> to the "
+                f"backend URL ({self.options.where} is a transaction pooler)"
+            )
         if not await self._listener.ready(within=10.0):  # starts it
             raise BackendUnavailableError("PostgreSQL LISTEN connection is not up")
         try:
@@ -476,13 +522,13 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         rows: list[asyncpg.Record] = []
         limited: dict[str, float | None] = {}
         if deliveries:
-            rows, a, held_back = await self._in_transaction(
+            rows, _, held_back = await self._in_transaction(
                 claim_delivered_limited, queue, deliveries, worker_id, now
             )
-            if a is not None and held_back is not False:
+            if held_back is not False:  # its limits or its sequences held deliveries back
                 limited[queue] = held_back
         jobs = await self._readable([r for r in rows if r["id"] is not None], now)
-        stale = [r["delivery_id"] for r in rows if r["id"] is None]
+        stale = [r["delivery_id"] for r in rows if r["id"] is None and not r["sequence_held"]]
         if now is None:
             now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
         return ClaimBatch(jobs, now, limited), stale
@@ -500,17 +546,4 @@ def _back_in_line(settles: Sequence[Settle]) -> bool:
     return any(
         s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0)
         for s in settles
-    )
-
-
-def _settle_args(settles: Sequence[Settle]) -> tuple[list[Any], ...]:
-    """The arrays of the settle statements, one element per settle."""
-    return (
-        [s.claim.queue for s in settles],
-        [s.claim.job_id for s in settles],
-        [s.claim.token for s in settles],
-        [s.outcome.value for s in settles],
-        [s.result for s in settles],
-        [s.error for s in settles],
-        [float(s.delay) for s in settles],
     )

@@ -14,12 +14,19 @@ _NOT_IN_REPERTOIRE = "22021"
 """A text value PostgreSQL cannot hold: in UTF-8, that is a NUL character."""
 
 
-def translate(e: BaseException, where: str = "") -> BackendError:
+def translate(e: BaseException, where: str = "") -> BackendError | ConfigError:
     """The ``relaymq.errors`` exception for a driver or socket error (raise it ``from e``);
     ``where`` (``host:port``) names the server. The message always says what happened."""
     at = f" at {where}" if where else ""
+    pooled = pooler_problem(e, where)
+    if pooled is not None:
+        return pooled
     if isinstance(e, TimeoutError):
         return BackendUnavailableError(f"PostgreSQL{at} did not answer in time")
+    if isinstance(e, asyncpg.exceptions.TargetServerAttributeNotMatched):
+        # every host of a failover URL answered, none as target_session_attrs asks: a
+        # replica not promoted yet
+        return BackendUnavailableError(f"PostgreSQL{at}: no host is a primary yet ({e})")
     if isinstance(e, OSError | asyncpg.exceptions.InterfaceError):
         return BackendUnavailableError(f"PostgreSQL{at} unreachable: {_reason(e)}")
     if isinstance(e, asyncpg.exceptions.PostgresConnectionError):
@@ -46,6 +53,9 @@ def refused(e: BaseException, where: str = "") -> ConfigError | None:
     """The ``ConfigError`` for a connection the server refuses as configured (trying again
     cannot help), or None: only for errors met while connecting."""
     state = (getattr(e, "sqlstate", "") or "") if isinstance(e, asyncpg.PostgresError) else ""
+    pooled = pooler_problem(e, where)
+    if pooled is not None:
+        return pooled
     if not state.startswith(_REFUSED_STATES):
         return None
     at = f" at {where}" if where else ""
@@ -53,6 +63,33 @@ def refused(e: BaseException, where: str = "") -> ConfigError | None:
         f"PostgreSQL{at} refused this backend's connection (SQLSTATE {state}): {_reason(e)}; "
         "check the user, password, database and schema in the URL"
     )
+
+
+def pooler_problem(e: BaseException, where: str = "") -> ConfigError | None:
+    """The ``ConfigError`` for what a connection pooler in between refuses (trying again
+    cannot help; the URL can), or None.
+
+    - PgBouncer refuses every startup parameter it does not track (``unsupported startup
+      parameter: jit``): the URL lacks ``pooler=``;
+    - a named prepared statement gone on the next transaction (``prepared statement
+      "__asyncpg_stmt_1__" does not exist``): the pooler hands transactions to any server
+      connection, so the URL says ``pooler=session`` of a pooler in transaction mode.
+    """
+    text = str(e)
+    at = f" at {where}" if where else ""
+    if isinstance(e, asyncpg.PostgresError) and "unsupported startup parameter" in text:
+        return ConfigError(
+            f"PostgreSQL{at} refused a connection setting ({text}): a connection pooler "
+            "(PgBouncer) is in between; add pooler=transaction (or pooler=session, after its "
+            "pool_mode) to the backend URL"
+        )
+    if isinstance(e, asyncpg.InvalidSQLStatementNameError) and "__asyncpg_" in text:
+        return ConfigError(
+            f"PostgreSQL{at} lost a prepared statement between two transactions ({text}): "
+            "a connection pooler in transaction mode is in between; use pooler=transaction in "
+            "the backend URL"
+        )
+    return None
 
 
 def _reason(e: BaseException) -> str:
@@ -64,6 +101,7 @@ def _reason(e: BaseException) -> str:
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
     asyncpg.PostgresError,
     asyncpg.exceptions.InterfaceError,
 )

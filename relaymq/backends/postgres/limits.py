@@ -65,6 +65,9 @@ def to_limits(row: Any) -> Limits:
         per=row["per"],
         key_rate=row["key_rate"],
         key_per=row["key_per"],
+        key_max_active=row["key_max_active"],
+        fair=row["fair"],
+        weights=tuple((k, n) for k, n in json.loads(row["weights"])),
     )
 
 
@@ -83,12 +86,20 @@ async def _allow(con: asyncpg.Connection, queue: str, want: int, now: float | No
     row = await con.fetchrow(Q["lock_limits"], queue)
     if row is None:
         return None
-    state = await con.fetchrow(Q["limits_active"], queue, now)
     limits = to_limits(row)
+    capped = limits.key_max_active is not None
+    state = await con.fetchrow(Q["limits_active"], queue, now, capped)
     a = allowance(limits, state["active"], row["win"], row["used"], state["now"], want)
     budget = None
-    if limits.key_rate is not None:
-        budget = KeyBudget(limits, row["key_win"], json.loads(row["key_used"]), state["now"])
+    if limits.keyed:
+        budget = KeyBudget(
+            limits,
+            row["key_win"],
+            json.loads(row["key_used"]),
+            state["now"],
+            json.loads(state["key_active"]),
+            json.loads(row["fair_served"]),
+        )
     return _Gate(a, budget, state["now"])
 
 
@@ -101,6 +112,7 @@ async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken:
         a.used + taken,
         budget.window if budget else 0,
         json.dumps(budget.used if budget else {}),
+        json.dumps(budget.served if budget else {}),
     )
 
 
@@ -111,21 +123,26 @@ async def claim_limited(
     want: int,
     now: float | None,
     promote: int,
-) -> tuple[list[asyncpg.Record], Allowance | None, float | None]:
+) -> tuple[list[asyncpg.Record], Allowance | None, float | bool | None]:
     """Claim up to ``want`` jobs of ``queue`` within its limits: the rows, the allowance
-    (None: the queue has no limits, and the claim was the ordinary one), and, when the keys'
-    rate held jobs back, the seconds until the key window ends (else None)."""
+    (None: the queue has no limits, and the claim was the ordinary one), and False, or when
+    its keys held jobs back, the seconds until the key window ends (None: when active jobs
+    of those keys end, or when jobs of sequences were passed over)."""
     async with con.transaction():
         gate = await _allow(con, queue, want, now)
         take = want if gate is None else gate.allowance.take
         rows: list[asyncpg.Record] = []
-        keys_held: float | None = None
+        keys_held: float | bool | None = False
         if take > 0 and gate is not None and gate.budget is not None:
             rows = await _claim_within(con, queue, worker_id, take, now, promote, gate.budget)
             if gate.budget.held_back and len(rows) < take:
                 keys_held = gate.budget.retry_in(gate.now)
         elif take > 0:
             rows = await con.fetch(Q["claim"], [queue], worker_id, take, now, promote, True)
+            rows = [r for r in rows if r["id"] is not None]  # a row of NULLs: none taken
+        if len(rows) < take and keys_held is False:
+            if await con.fetchval(Q["sequence_held"], queue):
+                keys_held = None  # jobs of sequences passed over: they start as jobs end
         if gate is not None:
             await _count_starts(con, queue, gate, len(rows))
     return rows, None if gate is None else gate.allowance, keys_held
@@ -141,21 +158,26 @@ async def _claim_within(
     budget: KeyBudget,
 ) -> list[asyncpg.Record]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
-    window (``KEY_SCAN`` looked at, at most); due delayed jobs join the line first."""
+    window or is at its cap (``KEY_SCAN`` looked at, at most); due delayed jobs join the line
+    first."""
     await con.fetch(Q["promote_due"], queue, promote, now)
     spent = budget.spent()
-    if spent:
+    if spent and await con.fetchval(Q["spent_waiting"], queue, spent):
         budget.held_back = True  # their jobs are left out of the candidates
     picked: list[str] = []
-    for r in await con.fetch(Q["keyed_candidates"], queue, spent, KEY_SCAN):
-        if len(picked) == want:
-            break
-        if budget.take(r["limit_key"]):
-            picked.append(r["id"])
+    while True:
+        for r in await con.fetch(Q["keyed_candidates"], queue, budget.excluded(), KEY_SCAN):
+            if len(picked) == want:
+                break
+            if r["id"] not in picked and budget.take(r["limit_key"]):
+                picked.append(r["id"])
+        if len(picked) == want or not budget.next_round():
+            break  # else: every key with waiting jobs had its turn; look again, a new round
     if not picked:
         return []
     rows = await con.fetch(Q["claim_ids"], queue, picked, worker_id, now)
-    return sorted(rows, key=lambda r: (r["priority"], r["seq"]))
+    place = {job_id: i for i, job_id in enumerate(picked)}
+    return sorted(rows, key=lambda r: place[r["id"]])  # in the order taken
 
 
 async def claim_delivered_limited(
@@ -174,14 +196,20 @@ async def claim_delivered_limited(
         held_back: float | bool | None = False
         if gate is not None:
             ids, tokens = [d[0] for d in deliveries], [d[1] for d in deliveries]
-            live = {
-                r["id"]: r["limit_key"]
-                for r in await con.fetch(Q["live_deliveries"], queue, ids, tokens)
-            }
+            rows = await con.fetch(Q["live_deliveries"], queue, ids, tokens)
+            live = {r["id"]: r["limit_key"] for r in rows}
+            free = {r["id"] for r in rows if r["free"]}
             offered, taken = [], 0
             for d in deliveries:
                 if d[0] in live and taken >= gate.allowance.take:
                     held_back = gate.allowance.retry_in  # kept by the caller
+                    continue
+                key = live.get(d[0])
+                if key is not None and gate.budget is not None and gate.budget.refuses(key):
+                    held_back = gate.budget.retry_in(gate.now)
+                    continue
+                if d[0] in live and d[0] not in free:  # not its sequence's head yet
+                    held_back = None if held_back is False else held_back
                     continue
                 if d[0] in live and gate.budget is not None and not gate.budget.take(live[d[0]]):
                     held_back = gate.budget.retry_in(gate.now)
@@ -201,4 +229,6 @@ async def claim_delivered_limited(
             )
         if gate is not None:
             await _count_starts(con, queue, gate, sum(1 for r in rows if r["id"] is not None))
+        elif any(r["sequence_held"] for r in rows):
+            held_back = None  # until the active job of its sequence ends
     return rows, None if gate is None else gate.allowance, held_back

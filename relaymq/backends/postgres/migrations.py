@@ -13,6 +13,7 @@ import asyncpg
 
 from relaymq.backends import sqlfile
 from relaymq.backends.postgres.config import Options, parse
+from relaymq.backends.postgres.connection import apply_session_settings, connect_options
 from relaymq.backends.postgres.errors import DRIVER_ERRORS, translate
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
@@ -24,7 +25,9 @@ def migrations() -> tuple[tuple[str, str], ...]:
 
 
 async def apply(con: asyncpg.Connection, options: Options) -> list[str]:
-    """Apply every pending migration on ``con`` (search_path = the schema); their names."""
+    """Apply every pending migration on ``con``; their names. Each runs in a transaction of
+    its own whose ``search_path`` is the schema (set for that transaction only: a pooler may
+    give the next one another server connection)."""
     applied: list[str] = []
     async with con.transaction():
         await con.execute(Q["migrations_lock"], options.schema)
@@ -34,6 +37,7 @@ async def apply(con: asyncpg.Connection, options: Options) -> list[str]:
     for name, sql in migrations():
         async with con.transaction():
             await con.execute(Q["migrations_lock"], options.schema)
+            await con.execute(Q["local_search_path"], options.quoted_schema)
             done = {r["name"] for r in await con.fetch(Q["migrations_applied"])}
             if name in done:
                 continue
@@ -44,37 +48,11 @@ async def apply(con: asyncpg.Connection, options: Options) -> list[str]:
 
 
 async def connect_one(options: Options) -> asyncpg.Connection:
-    """One connection on the options' schema (for migrations and the LISTEN connection)."""
-    con: asyncpg.Connection = await asyncpg.connect(
-        options.dsn, server_settings=server_settings(options), timeout=options.timeout
-    )
+    """One connection of the backend (for migrations and the LISTEN connection)."""
+    con: asyncpg.Connection = await asyncpg.connect(options.dsn, **connect_options(options))
+    if options.pooler == "session":
+        await apply_session_settings(con)
     return con
-
-
-def server_settings(options: Options) -> dict[str, str]:
-    """Settings of every connection of the backend.
-
-    Every statement of the backend is meant to be index-driven (a few rows by primary key or
-    the head of a partial index). A prepared statement's generic plan is made once, often
-    while the table is still small, when a full scan with a hash or merge join looks cheaper
-    than ten key lookups; kept as the table grows to a million rows, such a plan would make
-    each batch scan the table. Disabling those paths keeps the plans that stay flat.
-
-    With those paths gone the generic plan is the index-driven one whatever the parameters,
-    so every prepared statement uses it from its first run (``force_generic_plan``): the
-    default would plan the claim afresh on every call for its first five runs per
-    connection and keep doing so whenever the estimates favour it, about 0.4 ms of server
-    time per claim (benchmarks/postgres_statements.py).
-    """
-    return {
-        "search_path": options.schema,
-        "application_name": "relaymq",
-        "jit": "off",
-        "enable_seqscan": "off",
-        "enable_hashjoin": "off",
-        "enable_mergejoin": "off",
-        "plan_cache_mode": "force_generic_plan",
-    }
 
 
 async def migrate(url: str, **options: Any) -> list[str]:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 NOTIFY_LIMIT = 7900
 """Payloads must stay under the server's 8000 bytes; larger events travel through a table."""
+STORED_EVENTS_KEEP = 3600.0
+"""Seconds an event too large for NOTIFY stays in the events table (subscribers read it at once)."""
 
 
 def wake_channel(schema: str) -> str:

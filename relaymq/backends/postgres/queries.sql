@@ -1,9 +1,54 @@
 -- Named queries of the PostgreSQL backend, loaded through relaymq.backends.sqlfile.
 --
 -- Each query opens with "-- name: <name>", then says what goes in and what comes out.
--- Tables are unqualified: every connection of the backend has search_path set to its schema.
+-- Tables are written unqualified: the backend qualifies every relaymq_* name with its schema
+-- when it loads this file (connection.py), so no connection depends on its search_path.
 -- "now" is always coalesce(to_timestamp($n), now()): a test clock passes epoch seconds, NULL
 -- means the server clock. Times go out as timestamptz (the driver turns them into datetimes).
+
+-- fragment: sequence_free
+-- Whether job j (waiting, or delayed and due) may start as far as its sequence goes
+-- (relaymq.policy.sequence_head): it has none; or no earlier job of its (queue, sequence)
+-- holds its place (waiting, delayed, active, or failed/expired with seq_failure 'hold') and
+-- none of the sequence is active. The first reads relaymq_jobs_sequence (the jobs of
+-- sequences in those five states, by enqueue order: sequence_pos) up to the first earlier
+-- one; the second the queue's active jobs. Only the head of a sequence passes, and a claim
+-- locks the rows it takes (FOR UPDATE SKIP LOCKED), so two claims never start two jobs of one
+-- sequence from the same snapshot.
+(j.sequence IS NULL OR (
+    NOT EXISTS (
+        SELECT 1 FROM relaymq_jobs o
+        WHERE o.queue = j.queue AND o.sequence = j.sequence
+          AND o.sequence IS NOT NULL
+          AND o.state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+          AND o.sequence_pos < j.sequence_pos
+          AND (o.state IN ('waiting', 'delayed', 'active') OR o.seq_failure = 'hold'))
+    AND NOT EXISTS (
+        SELECT 1 FROM relaymq_jobs o
+        WHERE o.queue = j.queue AND o.state = 'active' AND o.sequence = j.sequence)))
+
+-- fragment: sequence_free_settled
+-- sequence_free for the claim part of "settle_claim": as if the settles of the same
+-- statement (its "done" rows: queue, id, and the state each went to) had been applied
+-- first, which the statement's snapshot cannot show. A job they ended leaves its sequence
+-- (completed, cancelled, or dead-lettered with 'continue'), and is no longer active.
+(j.sequence IS NULL OR (
+    NOT EXISTS (
+        SELECT 1 FROM relaymq_jobs o
+        WHERE o.queue = j.queue AND o.sequence = j.sequence
+          AND o.sequence IS NOT NULL
+          AND o.state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+          AND o.sequence_pos < j.sequence_pos
+          AND (o.state IN ('waiting', 'delayed', 'active') OR o.seq_failure = 'hold')
+          AND NOT EXISTS (
+              SELECT 1 FROM done d
+              WHERE d.queue = o.queue AND d.id = o.id
+                AND (d.state IN ('completed', 'cancelled')
+                     OR (d.state IN ('failed', 'expired') AND o.seq_failure = 'continue'))))
+    AND NOT EXISTS (
+        SELECT 1 FROM relaymq_jobs o
+        WHERE o.queue = j.queue AND o.state = 'active' AND o.sequence = j.sequence
+          AND NOT EXISTS (SELECT 1 FROM done d WHERE d.queue = o.queue AND d.id = o.id))))
 
 -- name: create_schema
 -- Template (not a prepared statement): {schema} is replaced by the quoted schema name.
@@ -28,6 +73,16 @@ SELECT name FROM relaymq_migrations ORDER BY name;
 -- in: $1 text, the migration's name (file name without .sql).
 INSERT INTO relaymq_migrations (name) VALUES ($1);
 
+-- name: local_search_path
+-- in: $1 text, the quoted schema. For the rest of this transaction only: the migrations'
+-- scripts name their tables unqualified, and their functions keep this search_path.
+SELECT set_config('search_path', $1, true);
+
+-- name: session_settings
+-- in: $1 text[] names, $2 text[] values of settings for the rest of the session (a session
+-- pooler's connection: the pooler refuses them in the startup packet).
+SELECT set_config(s.name, s.value, false) FROM unnest($1::text[], $2::text[]) AS s(name, value);
+
 -- name: enqueue
 -- Store new jobs in the order given; a (queue, id) that already exists, in the table or
 -- earlier in the same batch, is skipped (a duplicate). Each stored job gets the next seq.
@@ -40,23 +95,36 @@ INSERT INTO relaymq_migrations (name) VALUES ($1);
 -- in:  $1 queue text[], $2 id text[], $3 task text[], $4 payload bytea[], $5 priority int[],
 --      $6 delay float8[], $7 ttl float8[], $8 max_attempts int[], $9 timeout float8[],
 --      $10 now float8|NULL, $11 traceparent text[], $12 channel text|NULL (no events),
---      $13 notification number text, $14 the events' time float8, $15 limit_key text[]
+--      $13 notification number text, $14 the events' time float8, $15 limit_key text[],
+--      $16 sequence text[], $17 seq_failure text[] (NULL for a job without a sequence)
+-- A job with a sequence keeps its seq as sequence_pos, its place in enqueue order (the caller
+-- holds lock_sequences, so that order is the order of commits).
 -- out: sent (notifications: 0 or 1), then queue, id of each stored job (NULLs: none was).
 WITH t AS (SELECT coalesce(to_timestamp($10::float8), now()) AS now),
 ins AS (
     INSERT INTO relaymq_jobs AS j (queue, id, task, payload, state, priority, seq, created_at,
-                                   run_at, ttl, max_attempts, timeout, traceparent, limit_key)
-    SELECT u.queue, u.id, u.task, u.payload,
-           CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END,
-           u.priority, nextval('relaymq_job_seq'), t.now,
-           CASE WHEN u.delay > 0 THEN t.now + make_interval(secs => u.delay) END,
-           u.ttl, u.max_attempts, u.timeout, u.traceparent, u.limit_key
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int[], $6::float8[],
-                $7::float8[], $8::int[], $9::float8[], $11::text[], $15::text[])
-             WITH ORDINALITY AS u(queue, id, task, payload, priority, delay, ttl, max_attempts,
-                                  timeout, traceparent, limit_key, ord)
-         CROSS JOIN t
-    ORDER BY u.ord
+                                   run_at, ttl, max_attempts, timeout, traceparent, limit_key,
+                                   sequence, sequence_pos, seq_failure)
+    SELECT n.queue, n.id, n.task, n.payload, n.state, n.priority, n.seq, n.now, n.run_at,
+           n.ttl, n.max_attempts, n.timeout, n.traceparent, n.limit_key, n.sequence,
+           CASE WHEN n.sequence IS NOT NULL THEN n.seq END, n.seq_failure
+    FROM (
+        SELECT u.queue, u.id, u.task, u.payload,
+               CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END AS state,
+               u.priority, nextval('relaymq_job_seq') AS seq, t.now,
+               CASE WHEN u.delay > 0 THEN t.now + make_interval(secs => u.delay) END AS run_at,
+               u.ttl, u.max_attempts, u.timeout, u.traceparent, u.limit_key, u.sequence,
+               u.seq_failure, u.ord
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::int[], $6::float8[],
+                    $7::float8[], $8::int[], $9::float8[], $11::text[], $15::text[],
+                    $16::text[], $17::text[])
+                 WITH ORDINALITY AS u(queue, id, task, payload, priority, delay, ttl,
+                                      max_attempts, timeout, traceparent, limit_key, sequence,
+                                      seq_failure, ord)
+             CROSS JOIN t
+        ORDER BY u.ord
+    ) n
+    ORDER BY n.ord
     ON CONFLICT (queue, id) DO NOTHING
     RETURNING j.queue, j.id
 ),
@@ -81,6 +149,22 @@ note AS (
 SELECT n.sent, ins.queue, ins.id
 FROM (SELECT count(*) AS sent FROM note) n LEFT JOIN ins ON true;
 
+-- name: tx_check
+-- Before relaymq's first write on a caller's connection (tx.py): whether it reaches the
+-- backend's tables. It cannot fail, so bad input leaves the caller's transaction as it was.
+-- (relaymq's statements name their tables in the schema there: the caller's search_path
+-- is left alone.)
+-- in:  $1 schema text, $2 the backend's database text|NULL (not known: any)
+-- out: one row: database (the connection's), ours (the schema holds relaymq's jobs table and
+--      the database is $2).
+SELECT current_database() AS database,
+       to_regclass(quote_ident($1) || '.relaymq_jobs') IS NOT NULL
+           AND current_database() = coalesce($2::text, current_database()) AS ours;
+
+-- name: current_database
+-- At connect: the name of the database the backend's jobs are in (out: one value).
+SELECT current_database();
+
 -- name: claim
 -- Take up to $3 jobs in one statement: waiting jobs and due delayed jobs of the unpaused
 -- queues of $1, queue order first, then priority, then FIFO (a due delayed job queues behind
@@ -91,7 +175,10 @@ FROM (SELECT count(*) AS sent FROM note) n LEFT JOIN ins ON true;
 -- lock of their limits row (limits.py), which this statement does not take.
 -- in:  $1 queues text[], $2 worker_id text, $3 limit int, $4 now float8|NULL, $5 promote int,
 --      $6 limited bool (true: the caller holds the limits row of the one queue in $1)
--- out: every column of each claimed job, in claim order.
+-- out: every column of each claimed job, in claim order, and sequence_held: when it took
+--      fewer than $3, the queues of $1 with a waiting job of a sequence it passed over (not its
+--      sequence's head: sequence_free), else NULL; one row of NULL job columns when it took
+--      nothing.
 -- "settle_claim" repeats this statement (and "settle"): change them together.
 WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
 qs AS (
@@ -105,7 +192,7 @@ ready AS (
     FROM qs CROSS JOIN LATERAL (
         SELECT j.queue, j.id, j.priority, j.seq
         FROM relaymq_jobs j
-        WHERE j.queue = qs.name AND j.state = 'waiting'
+        WHERE j.queue = qs.name AND j.state = 'waiting' AND <sequence_free>
         ORDER BY j.priority, j.seq
         LIMIT $3
         FOR UPDATE SKIP LOCKED
@@ -117,6 +204,7 @@ due AS (
         SELECT j.queue, j.id, j.priority, j.run_at, j.seq
         FROM relaymq_jobs j
         WHERE j.queue = qs.name AND j.state = 'delayed' AND j.run_at <= t.now
+          AND <sequence_free>
         ORDER BY j.run_at, j.seq
         LIMIT $5
         FOR UPDATE SKIP LOCKED
@@ -145,9 +233,20 @@ promoted AS (
     ) x
     WHERE j.queue = x.queue AND j.id = x.id
     RETURNING j.id
+),
+held AS (
+    SELECT CASE WHEN (SELECT count(*) FROM picked) < $3 THEN ARRAY(
+        SELECT qs.name FROM qs WHERE EXISTS (
+            SELECT 1 FROM relaymq_jobs j
+            WHERE j.queue = qs.name AND j.sequence IS NOT NULL
+              AND j.state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+              AND j.state = 'waiting'
+              AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.queue = j.queue AND p.id = j.id)))
+    END AS sequence_held
 )
-SELECT c.*
-FROM claimed c JOIN picked p ON p.queue = c.queue AND p.id = c.id
+SELECT c.*, h.sequence_held
+FROM held h
+LEFT JOIN (claimed c JOIN picked p ON p.queue = c.queue AND p.id = c.id) ON true
 ORDER BY p.ord, p.priority, p.late, p.run_at, p.seq;
 
 -- name: heartbeat
@@ -184,7 +283,9 @@ ORDER BY b.ord;
 -- changes. A terminal outcome already applied with the same token (a lost reply) counts as
 -- applied and changes nothing.
 -- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 outcome text[] (Outcome values),
---      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL
+--      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL,
+--      $9 ran_for float8[], $10 keep int4[] (the attempt added to each job's attempt_history:
+--      relaymq_with_attempt, 0012)
 -- out: per settle in order: applied bool.
 -- "settle_claim" repeats this statement (and "claim"): change them together.
 WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
@@ -204,8 +305,8 @@ s AS (
            -- vacuums) and looks each job up by its primary key: cost O(batch).
            'active'::text AS held
     FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bytea[], $6::text[],
-                $7::float8[])
-        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ord)
+                $7::float8[], $9::float8[], $10::int4[])
+        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ran_for, keep, ord)
 ),
 done AS (
     UPDATE relaymq_jobs j
@@ -217,7 +318,12 @@ done AS (
         worker_id = NULL,
         run_at = CASE WHEN s.target = 'delayed' THEN t.now + make_interval(secs => s.delay) END,
         seq = CASE WHEN s.outcome = 'retry' THEN nextval('relaymq_job_seq') ELSE j.seq END,
-        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END
+        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END,
+        attempt_history = relaymq_with_attempt(j.attempt_history, jsonb_build_object(
+            'attempt', j.attempts, 'outcome', s.outcome,
+            'started_at', extract(epoch FROM j.claimed_at), 'ended_at', extract(epoch FROM t.now),
+            'worker', j.worker_id, 'ran_for', s.ran_for,
+            'error', CASE WHEN s.outcome = 'complete' THEN NULL ELSE s.error END), s.keep)
     FROM s, t
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
     RETURNING j.queue, j.id
@@ -240,10 +346,11 @@ ORDER BY s.ord;
 -- delayed): no row is changed twice. For the same reason the claim cannot see a job the
 -- settle puts back in line, which must compete in it: the caller sends here only settles that
 -- do not (no release, no retry without delay), and makes "settle" and "claim" of the others.
--- in:  $1..$7 as for "settle", $8 now float8|NULL, $9 queues text[], $10 worker_id text,
---      $11 limit int, $12 promote int
+-- in:  $1..$10 as for "settle" ($8 now float8|NULL, $9 ran_for, $10 keep), $11 queues text[],
+--      $12 worker_id text, $13 limit int, $14 promote int
 -- out: the claimed jobs (every column) in claim order, each with applied bool[] (the settle's
---      answers in order); one row with NULL job columns when nothing was claimed.
+--      answers in order) and sequence_held (as "claim" says); one row with NULL job columns
+--      when nothing was claimed.
 WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
 s AS (
     SELECT u.*,
@@ -258,8 +365,8 @@ s AS (
            u.outcome IN ('complete', 'fail', 'expire', 'cancel') AS final,
            'active'::text AS held  -- a column, not a literal: see "settle"
     FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bytea[], $6::text[],
-                $7::float8[])
-        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ord)
+                $7::float8[], $9::float8[], $10::int4[])
+        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ran_for, keep, ord)
 ),
 done AS (
     UPDATE relaymq_jobs j
@@ -271,10 +378,15 @@ done AS (
         worker_id = NULL,
         run_at = CASE WHEN s.target = 'delayed' THEN t.now + make_interval(secs => s.delay) END,
         seq = CASE WHEN s.outcome = 'retry' THEN nextval('relaymq_job_seq') ELSE j.seq END,
-        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END
+        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END,
+        attempt_history = relaymq_with_attempt(j.attempt_history, jsonb_build_object(
+            'attempt', j.attempts, 'outcome', s.outcome,
+            'started_at', extract(epoch FROM j.claimed_at), 'ended_at', extract(epoch FROM t.now),
+            'worker', j.worker_id, 'ran_for', s.ran_for,
+            'error', CASE WHEN s.outcome = 'complete' THEN NULL ELSE s.error END), s.keep)
     FROM s, t
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
-    RETURNING j.queue, j.id
+    RETURNING j.queue, j.id, j.state
 ),
 answers AS (
     SELECT array_agg(
@@ -289,7 +401,7 @@ answers AS (
 ),
 qs AS (
     SELECT q.name, q.ord
-    FROM unnest($9::text[]) WITH ORDINALITY AS q(name, ord)
+    FROM unnest($11::text[]) WITH ORDINALITY AS q(name, ord)
     WHERE NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = q.name)
       AND NOT EXISTS (SELECT 1 FROM relaymq_limits l WHERE l.queue = q.name)
 ),
@@ -298,9 +410,9 @@ ready AS (
     FROM qs CROSS JOIN LATERAL (
         SELECT j.queue, j.id, j.priority, j.seq
         FROM relaymq_jobs j
-        WHERE j.queue = qs.name AND j.state = 'waiting'
+        WHERE j.queue = qs.name AND j.state = 'waiting' AND <sequence_free_settled>
         ORDER BY j.priority, j.seq
-        LIMIT $11
+        LIMIT $13
         FOR UPDATE SKIP LOCKED
     ) w
 ),
@@ -310,20 +422,21 @@ due AS (
         SELECT j.queue, j.id, j.priority, j.run_at, j.seq
         FROM relaymq_jobs j
         WHERE j.queue = qs.name AND j.state = 'delayed' AND j.run_at <= t.now
+          AND <sequence_free_settled>
         ORDER BY j.run_at, j.seq
-        LIMIT $12
+        LIMIT $14
         FOR UPDATE SKIP LOCKED
     ) d
 ),
 picked AS (
     SELECT * FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) c
     ORDER BY c.ord, c.priority, c.late, c.run_at, c.seq
-    LIMIT $11
+    LIMIT $13
 ),
 claimed AS (
     UPDATE relaymq_jobs j
     SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
-        claimed_at = t.now, heartbeat_at = t.now, worker_id = $10, run_at = NULL
+        claimed_at = t.now, heartbeat_at = t.now, worker_id = $12, run_at = NULL
     FROM picked p, t
     WHERE j.queue = p.queue AND j.id = p.id
     RETURNING j.*
@@ -339,13 +452,23 @@ promoted AS (
     WHERE j.queue = x.queue AND j.id = x.id
     RETURNING j.id
 ),
+held AS (
+    SELECT CASE WHEN (SELECT count(*) FROM picked) < $13 THEN ARRAY(
+        SELECT qs.name FROM qs WHERE EXISTS (
+            SELECT 1 FROM relaymq_jobs j
+            WHERE j.queue = qs.name AND j.sequence IS NOT NULL
+              AND j.state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+              AND j.state = 'waiting'
+              AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.queue = j.queue AND p.id = j.id)))
+    END AS sequence_held
+),
 took AS (
     SELECT c.*, p.ord AS p_ord, p.priority AS p_priority, p.late AS p_late,
            p.run_at AS p_run_at, p.seq AS p_seq
     FROM claimed c JOIN picked p ON p.queue = c.queue AND p.id = c.id
 )
-SELECT a.applied, k.*
-FROM answers a LEFT JOIN took k ON true
+SELECT a.applied, h.sequence_held, k.*
+FROM answers a CROSS JOIN held h LEFT JOIN took k ON true
 ORDER BY k.p_ord, k.p_priority, k.p_late, k.p_run_at, k.p_seq;
 
 -- name: wait_check
@@ -434,6 +557,46 @@ ORDER BY claimed_at, seq OFFSET $2 LIMIT $3;
 SELECT * FROM relaymq_jobs
 WHERE queue = $1 AND state = $2 AND state IN ('completed', 'failed', 'expired', 'cancelled')
 ORDER BY finished_at, seq OFFSET $3 LIMIT $4;
+
+-- name: search_jobs
+-- A page of the jobs of $1 in state $2 that a search matches (relaymq.records.search.
+-- JobFilter.matches, carried out here), in the order of the listing of that state.
+-- in:  $1 queue, $2 state, $3 offset, $4 limit, $5 id prefix, $6 part of the task name,
+--      $7 created at or after, $8 created before (float8 seconds), $9 argument conditions
+--      (a JSON array of [path, kind, value, steps]: search.conditions_json), each NULL for
+--      none; $10 some bytes a payload that meets them holds (search.needle), looked for
+--      before the payload is read as JSON (a payload that is not JSON text matches no
+--      argument condition).
+-- out: every column of each job found.
+SELECT j.* FROM relaymq_jobs j
+CROSS JOIN LATERAL (  -- the payload as JSON, read once per row, and only to search arguments
+    SELECT CASE WHEN $9::jsonb IS NOT NULL AND substr(j.payload, 1, 1) = '\x7b'::bytea
+                THEN convert_from(j.payload, 'UTF8')::jsonb END AS doc
+) p
+WHERE j.queue = $1 AND j.state = $2
+  AND ($5::text IS NULL OR left(j.id, length($5::text)) = $5::text)
+  AND ($6::text IS NULL OR strpos(j.task, $6::text) > 0)
+  AND ($7::float8 IS NULL OR j.created_at >= to_timestamp($7::float8))
+  AND ($8::float8 IS NULL OR j.created_at < to_timestamp($8::float8))
+  AND ($10::bytea IS NULL OR position($10::bytea IN j.payload) > 0)
+  AND ($9::jsonb IS NULL OR (p.doc IS NOT NULL AND NOT EXISTS (
+      SELECT 1
+      FROM jsonb_array_elements($9::jsonb) c,
+           LATERAL (SELECT p.doc #> ARRAY(SELECT jsonb_array_elements_text(c->3)) AS v) x
+      WHERE NOT coalesce(CASE c->>1
+          WHEN 'has' THEN jsonb_typeof(x.v) IN ('string', 'number')
+                          AND strpos(x.v #>> '{}', c->>2) > 0
+          WHEN 'number' THEN jsonb_typeof(x.v) = 'number' AND x.v = c->2
+          WHEN 'text' THEN jsonb_typeof(x.v) = 'string' AND x.v = c->2
+          WHEN 'null' THEN jsonb_typeof(x.v) = 'null'
+          ELSE x.v = c->2
+      END, false))))
+ORDER BY CASE WHEN $2 = 'waiting' THEN j.priority END,
+         CASE WHEN $2 = 'delayed' THEN j.run_at END,
+         CASE WHEN $2 = 'active' THEN j.claimed_at END,
+         CASE WHEN $2 IN ('completed', 'failed', 'expired', 'cancelled') THEN j.finished_at END,
+         j.seq
+OFFSET $3 LIMIT $4;
 
 -- name: counts
 -- in: $1 queue. out: state, n for each state with counter rows (the slots summed).
@@ -543,6 +706,7 @@ DELETE FROM relaymq_jobs WHERE queue = $1;
 WITH flag AS (DELETE FROM relaymq_queues WHERE name = $1),
      limits AS (DELETE FROM relaymq_limits WHERE queue = $1),
      history AS (DELETE FROM relaymq_tallies WHERE queue = $1),
+     by_task AS (DELETE FROM relaymq_task_tallies WHERE queue = $1),
      keys AS (DELETE FROM relaymq_job_keys WHERE queue = $1)
 DELETE FROM relaymq_counts WHERE queue = $1;
 
@@ -557,12 +721,14 @@ ORDER BY name;
 -- DeliveryStore: claim each delivered (id, token) of queue $1 only while that job is waiting
 -- with exactly that token and the queue is not paused; the claim is the ordinary one. A
 -- delivery repeated in the batch is claimed once (the first); the repeats are stale.
--- A queue with limits is treated as paused unless $6 (as in "claim").
+-- A queue with limits is treated as paused unless $6 (as in "claim"). A job of a sequence is
+-- claimed only as its sequence's head (sequence_free); else its delivery is held back.
 -- in:  $1 queue text, $2 id text[], $3 token int8[], $4 worker_id text, $5 now float8|NULL,
 --      $6 limited bool
 -- out: no row when the queue is paused (the caller keeps the deliveries); else one row per
 --      delivery in order: delivery_id, then every column of the claimed job (all NULL for a
---      stale delivery: gone, not waiting, or another token).
+--      stale delivery: gone, not waiting, or another token), then sequence_held: true for a
+--      live delivery its sequence held back (job columns NULL; the caller keeps it).
 WITH t AS (SELECT coalesce(to_timestamp($5::float8), now()) AS now),
 open AS (
     SELECT NOT EXISTS (SELECT 1 FROM relaymq_queues p WHERE p.name = $1)
@@ -581,9 +747,14 @@ claimed AS (
     FROM d, t, open
     WHERE open.ok AND d.first
       AND j.queue = $1 AND j.id = d.id AND j.state = d.held AND j.token = d.token
+      AND <sequence_free>
     RETURNING j.*
 )
-SELECT d.id AS delivery_id, c.*
+SELECT d.id AS delivery_id, c.*,
+       c.id IS NULL AND d.first AND EXISTS (
+           SELECT 1 FROM relaymq_jobs s
+           WHERE s.queue = $1 AND s.id = d.id AND s.token = d.token AND s.state = 'waiting'
+             AND s.sequence IS NOT NULL) AS sequence_held
 FROM d JOIN open ON open.ok
 LEFT JOIN claimed c ON d.first AND c.id = d.id AND c.token = d.token + 1
 ORDER BY d.ord;
@@ -650,13 +821,38 @@ ON CONFLICT (queue, minute) DO UPDATE SET
     retried = t.retried + EXCLUDED.retried,
     failed = t.failed + EXCLUDED.failed;
 
+-- name: add_task_tallies
+-- in: $1 queues, $2 tasks, $3 minutes, $4 completed, $5 retried, $6 failed, $7 run_times and
+-- $8 pickups (each as array text, '{1,0,2}') (parallel arrays, one entry per (queue, task,
+-- minute)). Adds to each minute's counters of the task, histograms bucket by bucket.
+INSERT INTO relaymq_task_tallies AS t
+    (queue, task, minute, completed, retried, failed, run_times, pickups)
+SELECT u.queue, u.task, u.minute, u.completed, u.retried, u.failed, u.run_times::bigint[],
+       u.pickups::bigint[]
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
+            $7::text[], $8::text[])
+    AS u(queue, task, minute, completed, retried, failed, run_times, pickups)
+ON CONFLICT (queue, minute, task) DO UPDATE SET
+    completed = t.completed + EXCLUDED.completed,
+    retried = t.retried + EXCLUDED.retried,
+    failed = t.failed + EXCLUDED.failed,
+    run_times = relaymq_add_counts(t.run_times, EXCLUDED.run_times),
+    pickups = relaymq_add_counts(t.pickups, EXCLUDED.pickups);
+
 -- name: tallies
--- in: $1 queue, $2 first minute. out: minute, completed, retried, failed, oldest first.
-SELECT minute, completed, retried, failed FROM relaymq_tallies
-WHERE queue = $1 AND minute >= $2 ORDER BY minute;
+-- in: $1 queue, $2 first minute. out: minute, task ('' for the counts kept per queue only),
+-- completed, retried, failed, run_times, pickups, by minute, then task.
+SELECT minute, '' AS task, completed, retried, failed, NULL::bigint[] AS run_times,
+       NULL::bigint[] AS pickups
+FROM relaymq_tallies WHERE queue = $1 AND minute >= $2
+UNION ALL
+SELECT minute, task, completed, retried, failed, run_times, pickups
+FROM relaymq_task_tallies WHERE queue = $1 AND minute >= $2
+ORDER BY minute, task;
 
 -- name: prune_tallies
 -- in: $1 minute: every queue's minutes before it.
+WITH by_task AS (DELETE FROM relaymq_task_tallies WHERE minute < $1)
 DELETE FROM relaymq_tallies WHERE minute < $1;
 
 -- name: meta_get
@@ -713,6 +909,36 @@ ORDER BY key COLLATE "C";
 DELETE FROM relaymq_meta WHERE key = $1
 RETURNING
     expires IS NULL OR expires > coalesce($2::float8, extract(epoch FROM now())::float8) AS live;
+
+-- name: lock_sequences
+-- The first step of an enqueue with sequences, in its transaction: wait for every other
+-- enqueue of the same (queue, sequence) pairs to commit, so that the seq each job keeps as
+-- its place in the sequence (sequence_pos) follows the order of commits. Locks are taken in
+-- the order given (sorted by the caller): two batches never wait for each other in a circle.
+-- in:  $1 queues text[], $2 sequences text[]
+SELECT pg_advisory_xact_lock(hashtextextended(u.queue || chr(2) || u.sequence, 0))
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(queue, sequence, ord)
+ORDER BY u.ord;
+
+-- name: sequence_held
+-- A limited claim that took fewer jobs than it asked for (limits.py): whether queue $1 has a
+-- waiting job of a sequence, which it then passed over (not its sequence's head), through
+-- relaymq_jobs_sequence. in: $1 queue. out: one row: held bool.
+SELECT EXISTS (
+    SELECT 1 FROM relaymq_jobs j
+    WHERE j.queue = $1 AND j.sequence IS NOT NULL
+      AND j.state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+      AND j.state = 'waiting'
+) AS held;
+
+-- name: sequence_head
+-- The earliest job of a sequence that holds its place (relaymq.policy.holds_sequence).
+-- in: $1 queue, $2 sequence. out: every column of that job; no row when none does.
+SELECT * FROM relaymq_jobs
+WHERE queue = $1 AND sequence = $2 AND sequence IS NOT NULL
+  AND state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+  AND (state IN ('waiting', 'delayed', 'active') OR seq_failure = 'hold')
+ORDER BY sequence_pos LIMIT 1;
 
 -- name: lock_key
 -- The first step of a keyed enqueue (relaymq.job.KeyRule), in its transaction: wait for any
@@ -772,16 +998,21 @@ SELECT queue FROM relaymq_limits;
 
 -- name: list_limits
 -- out: each queue's limits, by queue.
-SELECT queue, max_active, rate, per, key_rate, key_per FROM relaymq_limits ORDER BY queue;
+SELECT queue, max_active, rate, per, key_rate, key_per, key_max_active, fair,
+       weights::text AS weights
+FROM relaymq_limits ORDER BY queue;
 
 -- name: set_limits
 -- The windows' counts are kept. in: $1 queue, $2 max_active int|NULL, $3 rate int|NULL,
--- $4 per, $5 key_rate int|NULL, $6 key_per.
-INSERT INTO relaymq_limits (queue, max_active, rate, per, key_rate, key_per)
-VALUES ($1, $2, $3, $4, $5, $6)
+-- $4 per, $5 key_rate int|NULL, $6 key_per, $7 key_max_active int|NULL, $8 fair, $9 weights
+-- (JSON text). The fair round is kept too.
+INSERT INTO relaymq_limits (queue, max_active, rate, per, key_rate, key_per, key_max_active,
+                            fair, weights)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
 ON CONFLICT (queue) DO UPDATE
 SET max_active = excluded.max_active, rate = excluded.rate, per = excluded.per,
-    key_rate = excluded.key_rate, key_per = excluded.key_per;
+    key_rate = excluded.key_rate, key_per = excluded.key_per,
+    key_max_active = excluded.key_max_active, fair = excluded.fair, weights = excluded.weights;
 
 -- name: remove_limits
 -- in: $1 queue.
@@ -790,35 +1021,57 @@ DELETE FROM relaymq_limits WHERE queue = $1;
 -- name: lock_limits
 -- First step of a limited claim (its own transaction): take the queue's limits row, so the
 -- claims of that queue take turns. in: $1 queue. out: the row, or none (no limits).
-SELECT max_active, rate, per, win, used, key_rate, key_per, key_win, key_used::text
+SELECT max_active, rate, per, win, used, key_rate, key_per, key_win, key_used::text,
+       key_max_active, fair, weights::text AS weights, fair_served::text AS fair_served
 FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 
 -- name: limits_active
 -- Second step, in a statement of its own so that its snapshot is taken after the lock: every
--- claim that went before has committed. in: $1 queue, $2 now float8|NULL. out: active, the
--- queue's active jobs; now, the claim's time in seconds since the epoch.
+-- claim that went before has committed. in: $1 queue, $2 now float8|NULL, $3 whether to count
+-- per key. out: active, the queue's active jobs; now, the claim's time in seconds since the
+-- epoch; key_active (JSON text: limit key -> its active jobs, stalled ones too; '{}' unless $3).
 SELECT (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
-       extract(epoch FROM coalesce(to_timestamp($2::float8), now()))::float8 AS now;
+       extract(epoch FROM coalesce(to_timestamp($2::float8), now()))::float8 AS now,
+       (SELECT coalesce(jsonb_object_agg(k.limit_key, k.n), '{}')
+        FROM (SELECT limit_key, count(*) AS n FROM relaymq_jobs
+              WHERE $3::bool AND queue = $1 AND state = 'active' AND limit_key IS NOT NULL
+              GROUP BY limit_key) k)::text AS key_active;
 
 -- name: live_deliveries
 -- Of the deliveries (id, token) of queue $1, the ids (and limit keys) of the jobs that wait
--- with that token. in: $1 queue, $2 id text[], $3 token int8[].
-SELECT j.id, j.limit_key FROM relaymq_jobs j
+-- with that token, and whether their sequence lets them start (free: sequence_free).
+-- in: $1 queue, $2 id text[], $3 token int8[].
+SELECT j.id, j.limit_key, <sequence_free> AS free FROM relaymq_jobs j
 JOIN unnest($2::text[], $3::int8[]) AS u(id, token) ON j.id = u.id AND j.token = u.token
 WHERE j.queue = $1 AND j.state = 'waiting';
 
 -- name: count_starts
 -- Last step: the rate windows the claim counted its starts in. in: $1 queue, $2 win, $3 used,
--- $4 key_win, $5 key_used (JSON: limit key -> starts in key_win).
-UPDATE relaymq_limits SET win = $2, used = $3, key_win = $4, key_used = $5::jsonb
+-- $4 key_win, $5 key_used (JSON: limit key -> starts in key_win), $6 fair_served (JSON: limit
+-- key -> starts in the fair round).
+UPDATE relaymq_limits SET win = $2, used = $3, key_win = $4, key_used = $5::jsonb,
+                          fair_served = $6::jsonb
 WHERE queue = $1;
 
 -- name: keyed_candidates
--- A limited claim with key_rate: the first $3 waiting jobs of $1 in claim order, past those
--- of the keys in $2 (they used their window). out: id, limit_key.
-SELECT id, limit_key FROM relaymq_jobs
-WHERE queue = $1 AND state = 'waiting' AND (limit_key IS NULL OR NOT (limit_key = ANY($2::text[])))
-ORDER BY priority, seq LIMIT $3;
+-- A limited claim with key_rate or key_max_active: the first $3 waiting jobs of $1 in claim
+-- order, past those of the keys in $2 (they used their window or are at their cap). out: id,
+-- limit_key.
+-- (NOT IN over a subquery: a hashed lookup per row, however many keys $2 holds.)
+SELECT j.id, j.limit_key FROM relaymq_jobs j
+WHERE j.queue = $1 AND j.state = 'waiting'
+  AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT unnest($2::text[])))
+  AND <sequence_free>
+ORDER BY j.priority, j.seq LIMIT $3;
+
+-- name: spent_waiting
+-- A limited claim with keys that may start nothing more ($2: at their cap, or their window
+-- used): whether a waiting job of one of them exists in $1 (keyed_candidates leaves it out:
+-- the keys held it back). out: one row: held bool.
+SELECT EXISTS (
+    SELECT 1 FROM relaymq_jobs
+    WHERE queue = $1 AND state = 'waiting' AND limit_key = ANY($2::text[])
+) AS held;
 
 -- name: claim_ids
 -- Claim these waiting jobs of $1 as "claim" does. in: $1 queue, $2 ids text[], $3 worker_id,

@@ -15,9 +15,10 @@ import asyncpg
 
 from relaymq.backends.corrupt import CORRUPT, reason, state_problem
 from relaymq.errors import CorruptRecordError
-from relaymq.job import DependencyPolicy, Job, JobState
+from relaymq.job import DependencyPolicy, Job, JobState, SequenceFailure, attempts_from
 
 _POLICIES = {p.value: p for p in DependencyPolicy}
+_SEQ_FAILURES = {p.value: p for p in SequenceFailure}
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -32,6 +33,9 @@ def problems(r: asyncpg.Record) -> list[str]:
     policy = r.get("dep_policy")
     if policy is not None and policy not in _POLICIES:
         found.append(f"dep_policy is {policy!r}, not a dependency policy")
+    seq_failure = r.get("seq_failure")
+    if seq_failure is not None and seq_failure not in _SEQ_FAILURES:
+        found.append(f"seq_failure is {seq_failure!r}, not 'hold' or 'continue'")
     return found
 
 
@@ -60,6 +64,8 @@ def to_job_lenient(r: asyncpg.Record, state: JobState) -> Job:
     fixed = {**dict(r), "state": state.value}
     if fixed.get("dep_policy") not in _POLICIES:
         fixed["dep_policy"] = None
+    if fixed.get("seq_failure") not in _SEQ_FAILURES:
+        fixed["seq_failure"] = None
     return _build(fixed, {CORRUPT: "; ".join(bad)})
 
 
@@ -93,4 +99,7 @@ def _build(r: Any, extra: dict[str, str]) -> Job:
         depends_on=tuple(r.get("depends_on") or ()),
         on_dependency_failure=DependencyPolicy(r.get("dep_policy") or "fail"),
         limit_key=r.get("limit_key"),
+        sequence=r.get("sequence"),
+        sequence_on_failure=_SEQ_FAILURES[r.get("seq_failure") or "hold"],
+        attempt_history=attempts_from(r.get("attempt_history")),
     )

@@ -27,6 +27,7 @@ READS = frozenset(
         "list_delayed",
         "list_active",
         "list_finished",
+        "search_jobs",
         "counts",
         "is_paused",
         "list_queues",
@@ -34,6 +35,7 @@ READS = frozenset(
         "meta_list",
         "wait_check",
         "fetch_event",
+        "sequence_head",
     }
 )
 """Statements that change nothing: retried once when a pooled connection turns out dead."""

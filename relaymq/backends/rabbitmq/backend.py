@@ -23,6 +23,10 @@ published with confirms whenever a job becomes ``waiting`` with that token.
 - Stalled recovery is the store's conditional pass; only the jobs it moved back to waiting get a
   replacement delivery, with the token they have now.
 
+Sequences (with a store that ``delivers_sequences``: Redis, PostgreSQL): a delivery of a job
+that is not its sequence's head is held back by ``claim_delivered`` like one of a key at its
+cap: parked and offered again by the next claims, so it starts once the jobs before it end.
+
 Ordering: the broker hands out higher broker priority first, FIFO within a priority (see
 ``topology`` for the mapping); each claim batch is returned in the store's (priority, seq) order.
 """
@@ -47,6 +51,7 @@ from relaymq.errors import BackendError, ConfigError, RelayError
 from relaymq.job import Claim, Job, JobState, NewJob
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
+from relaymq.records.search import JobFilter
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -58,6 +63,7 @@ from relaymq.records.store import (
     Recovered,
     Settle,
     Tally,
+    refuse_sequences,
 )
 
 T = TypeVar("T")
@@ -87,13 +93,18 @@ class RabbitMQBackend(Backend):
             cluster_safe=caps.cluster_safe,
             transactions=caps.transactions,
             max_priority=self.options.max_priority,
+            search=caps.search,  # its store's listing
+            fair_claims=False,
+            sequences=caps.sequences and store.delivers_sequences,
         )
         self.stale_deliveries = 0
         """Deliveries acknowledged and dropped because their token no longer matched."""
-        arguments = topology.queue_arguments(self.options.max_priority, self.options.queue_expires)
+        o = self.options
+        arguments = topology.queue_arguments(o.max_priority, o.queue_expires, o.queue_type)
         self._broker = Publisher(self.options, arguments)
         self._later = Reconciler(store, store, self._broker, self.options, self._now)
-        self._inbox: Inbox | None = None
+        self._inboxes: dict[int, Inbox] = {}
+        """Per priority band (one channel and window each; classic queues: band 0 only)."""
         self._consumer_lock = asyncio.Lock()
         self._wakeup = Wakeup()
         self._background: set[asyncio.Future[Any]] = set()
@@ -118,9 +129,9 @@ class RabbitMQBackend(Backend):
     async def close(self) -> None:
         if self._background:  # transitions whose caller was cancelled: let them publish
             await asyncio.wait(list(self._background), timeout=10)
-        if self._inbox is not None:
-            await self._inbox.close()
-            self._inbox = None
+        for inbox in self._inboxes.values():
+            await inbox.close()
+        self._inboxes.clear()
         await self._broker.close()
         await self.store.close()
 
@@ -130,6 +141,8 @@ class RabbitMQBackend(Backend):
         return await self._shielded(self._enqueue(jobs))
 
     async def _enqueue(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        if not self.capabilities.sequences:
+            refuse_sequences(jobs, f"RabbitMQBackend over {type(self.store).__name__}")
         for new in jobs:
             if new.priority > self.capabilities.max_priority:
                 raise ConfigError(
@@ -159,21 +172,27 @@ class RabbitMQBackend(Backend):
         claimed: list[Job] = []
         limited: dict[str, float | None] = {}
         now = self._now()
-        inbox = await self._open_inbox()
-        if inbox.window_for(limit) != inbox.window:
-            await guarded(inbox.open_window(limit), self.options.call_timeout)
-        for name in queues:
-            if len(claimed) >= limit:
+        for band in range(self.options.priority_bands):  # the most urgent band first
+            want = limit - len(claimed)
+            if want <= 0:
                 break
-            qd = await self._deliveries(name)
-            if self._later.promote_due(name, now) and not await self.store.is_paused(name):
-                await self._shielded(self._later.promote(name, now))  # paused: they stay delayed
-            if qd.paused:
-                if await self.store.is_paused(name):
-                    continue
-                qd = await self._deliveries(name, resume=True)
-            jobs, now = await self._claim_from(inbox, qd, worker_id, limit - len(claimed), limited)
-            claimed += jobs
+            inbox = await self._open_inbox(band)
+            if inbox.window_for(want) != inbox.window:
+                await guarded(inbox.open_window(want), self.options.call_timeout)
+            for name in queues:
+                if len(claimed) >= limit:
+                    break
+                qd = await self._deliveries(name, band)
+                if band == 0 and self._later.promote_due(name, now):
+                    if not await self.store.is_paused(name):  # paused: they stay delayed
+                        await self._shielded(self._later.promote(name, now))
+                if qd.paused:
+                    if await self.store.is_paused(name):
+                        continue
+                    qd = await self._deliveries(name, band, resume=True)
+                want = limit - len(claimed)
+                jobs, now = await self._claim_from(inbox, qd, worker_id, want, limited)
+                claimed += jobs
         return ClaimBatch(claimed, now, limited)
 
     async def _claim_from(
@@ -192,7 +211,7 @@ class RabbitMQBackend(Backend):
             if parked:
                 taken, parked = parked, []
             else:
-                if qd.buffered < want and inbox.room > 0:
+                if qd.buffered < want and inbox.room_for(qd) > 0:
                     await guarded(inbox.fill(qd, want), self.options.call_timeout)
                 taken = qd.take(want)
             if not taken:
@@ -213,7 +232,8 @@ class RabbitMQBackend(Backend):
                 job = won.get(d.job_id)
                 if job is not None:  # acknowledged once its claim is settled
                     inbox.hold(_key(job.claim), d, job.priority)
-            await ack([d.message for d in taken if d.job_id in lost])
+            done = lost | (won.keys() if inbox.per_consumer else set())  # (quorum: claimed)
+            await ack([d.message for d in taken if d.job_id in done])
             claimed += batch.jobs
             if kept and batch.limited and len(qd.parked) + len(kept) <= PARK_MAX:
                 # Held back by the queue's limits: parked, and the deliveries behind them
@@ -227,7 +247,7 @@ class RabbitMQBackend(Backend):
                 limited.update(batch.limited)
                 await guarded(inbox.pause(qd, kept), self.options.call_timeout)
                 break
-            if not lost and len(taken) < want:
+            if not lost and len(taken) < want and not inbox.per_consumer:
                 break
         claimed.sort(key=lambda j: (j.priority, j.seq))
         return claimed, now
@@ -235,8 +255,8 @@ class RabbitMQBackend(Backend):
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         results = await self.store.heartbeat(beats)
         lost = [_key(b.claim) for b, r in zip(beats, results, strict=True) if not r.held]
-        if lost and self._inbox is not None:  # the worker writes nothing more for these
-            await guarded(self._inbox.done(lost), self.options.call_timeout)
+        if lost:  # the worker writes nothing more for these
+            await self._done(lost)
         return results
 
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
@@ -251,7 +271,10 @@ class RabbitMQBackend(Backend):
                 continue
             if s.outcome is Outcome.RELEASE or (s.outcome is Outcome.RETRY and s.delay <= 0):
                 c = s.claim
-                priority = self._inbox.priority(_key(c)) if self._inbox is not None else None
+                priority = next(
+                    (p for i in self._inboxes.values() if (p := i.priority(_key(c))) is not None),
+                    None,
+                )
                 if priority is None:
                     [job] = await self.store.get_jobs(c.queue, [c.job_id])
                     if job is None:
@@ -261,14 +284,12 @@ class RabbitMQBackend(Backend):
             elif s.outcome is Outcome.RETRY:
                 self._later.note_due(s.claim.queue, now + s.delay)
         await self._broker.publish(out)  # the new deliveries first, then the old ones go
-        if self._inbox is not None:
-            await guarded(
-                self._inbox.done(_key(s.claim) for s in settles), self.options.call_timeout
-            )
+        await self._done([_key(s.claim) for s in settles])
         return applied
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
-        deliveries = [await self._deliveries(name) for name in queues]
+        bands = range(self.options.priority_bands)
+        deliveries = [await self._deliveries(name, b) for name in queues for b in bands]
         ticket = self._wakeup.ticket()
         if any(qd.has_work() for qd in deliveries):
             return
@@ -313,9 +334,17 @@ class RabbitMQBackend(Backend):
         return await self.store.get_jobs(queue, ids)
 
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
-        return await self.store.list_jobs(queue, state, offset, limit)
+        return await self.store.list_jobs(queue, state, offset, limit, where)
+
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        return await self.store.sequence_head(queue, sequence)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         return await self.store.counts(queue)
@@ -359,17 +388,23 @@ class RabbitMQBackend(Backend):
 
     async def obliterate(self, queue: str) -> None:
         await self.store.obliterate(queue)
-        name = self._broker.name(queue)
-        if name in self._broker.declared:
-            await guarded(
-                self._broker.on_side_channel(lambda ch: ch.queue_purge(name)),
-                self.options.call_timeout,
-            )
+        for name in self._broker.names(queue):
+            if name in self._broker.declared:
+
+                async def purge(ch: aiormq.abc.AbstractChannel, name: str = name) -> None:
+                    await ch.queue_purge(name)
+
+                await guarded(self._broker.on_side_channel(purge), self.options.call_timeout)
 
     async def prune_keys(self, queue: str, older_than: float) -> int:
         return await self.store.prune_keys(queue, older_than)
 
     async def set_limits(self, queue: str, limits: Limits | None) -> None:
+        if limits is not None and limits.fair:
+            raise ConfigError(
+                f"queue {queue!r}: fair=True needs claims that choose their jobs; RabbitMQ "
+                "delivers each queue's jobs in its own order (use a key cap, key_max_active)"
+            )
         await self.store.set_limits(queue, limits)
 
     async def list_limits(self) -> dict[str, Limits]:
@@ -441,27 +476,41 @@ class RabbitMQBackend(Backend):
             await guarded(self._broker.on_side_channel(delete), self.options.call_timeout)
         self._broker.declared.clear()
 
-    async def _open_inbox(self) -> Inbox:
-        if self._inbox is None:
+    @property
+    def _inbox(self) -> Inbox | None:
+        """The inbox of band 0 (the only one of classic queues)."""
+        return self._inboxes.get(0)
+
+    async def _open_inbox(self, band: int = 0) -> Inbox:
+        if band not in self._inboxes:
             async with self._consumer_lock:
-                if self._inbox is None:
+                if band not in self._inboxes:
                     connection = self._broker.connection
                     assert connection is not None, "connect() first"
-                    inbox = Inbox(connection, self.options.prefetch, self._wakeup.notify)
+                    quorum = self.options.queue_type == "quorum"
+                    inbox = Inbox(connection, self.options.prefetch, self._wakeup.notify, quorum)
                     await guarded(inbox.open(), self.options.call_timeout)
-                    self._inbox = inbox
-        return self._inbox
+                    self._inboxes[band] = inbox
+        return self._inboxes[band]
 
-    async def _deliveries(self, queue: str, *, resume: bool = False) -> QueueDeliveries:
-        """The deliveries of ``queue``, consumed from the first call on (again: ``resume``)."""
-        inbox = await self._open_inbox()
+    async def _done(self, keys: Sequence[Key]) -> None:
+        """The worker is done with these claims: their deliveries are acknowledged."""
+        for inbox in self._inboxes.values():
+            await guarded(inbox.done(keys), self.options.call_timeout)
+
+    async def _deliveries(
+        self, queue: str, band: int = 0, *, resume: bool = False
+    ) -> QueueDeliveries:
+        """The deliveries of ``queue`` (of its band ``band``), consumed from the first call on
+        (again: ``resume``)."""
+        inbox = await self._open_inbox(band)
         qd = inbox.get(queue)
         if qd is None or resume:
             async with self._consumer_lock:
                 qd = inbox.get(queue)
                 if qd is None or (resume and qd.paused):
-                    name = await guarded(self._broker.declare(queue), self.options.call_timeout)
-                    qd = await guarded(inbox.consume(queue, name), self.options.call_timeout)
+                    names = await guarded(self._broker.declare(queue), self.options.call_timeout)
+                    qd = await guarded(inbox.consume(queue, names[band]), self.options.call_timeout)
         return qd
 
     async def _shielded(self, operation: Coroutine[Any, Any, T]) -> T:

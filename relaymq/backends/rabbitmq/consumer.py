@@ -14,6 +14,12 @@ A paused queue's consumer is cancelled and its buffered deliveries requeued, so 
 take the window nor wait in this process; a later claim asks the store and consumes again once
 the queue is resumed. When the channel closes, the broker requeues every unacknowledged
 delivery, so what was buffered or held on it is forgotten.
+
+Quorum queues refuse a channel-wide prefetch. On them (``per_consumer``) each consumer has a
+fixed prefetch of ``floor`` deliveries and a claimed delivery is acknowledged at once (its job
+is held by the claim in the metadata store, whose stalled recovery publishes it again if the
+worker dies): a worker holds at most ``floor`` deliveries per broker queue that it has not
+started, and no window is moved.
 """
 
 from __future__ import annotations
@@ -120,9 +126,15 @@ class Inbox:
     """The deliveries channel of one handle, its window, and the deliveries it holds."""
 
     def __init__(
-        self, connection: AbstractRobustConnection, floor: int, on_arrival: Callable[[], None]
+        self,
+        connection: AbstractRobustConnection,
+        floor: int,
+        on_arrival: Callable[[], None],
+        per_consumer: bool = False,
     ) -> None:
         self.floor = floor
+        self.per_consumer = per_consumer
+        """Quorum queues: a prefetch per consumer, claimed deliveries acknowledged at once."""
         """The smallest window (the URL's ``prefetch``; 0 would mean no limit at all)."""
         self.window = 0
         self.bad_messages = 0
@@ -130,7 +142,7 @@ class Inbox:
         self._on_arrival = on_arrival
         self._channel: AbstractRobustChannel | None = None
         self._queues: dict[str, QueueDeliveries] = {}
-        self._held: dict[Key, tuple[DeliveredMessage, int]] = {}
+        self._held: dict[Key, tuple[DeliveredMessage | None, int]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._arrivals = itertools.count()
         self._arrived = asyncio.Event()
@@ -143,7 +155,11 @@ class Inbox:
         assert isinstance(channel, aio_pika.RobustChannel)
         channel.reopen_callbacks.add(self._on_reopen)
         self._channel = channel
-        await self._set_window(self.floor)
+        if self.per_consumer:  # for every consumer started on the channel from now on
+            await channel.set_qos(prefetch_count=self.floor, global_=False)
+            self.window = self.floor
+        else:
+            await self._set_window(self.floor)
 
     async def close(self) -> None:
         for task in self._background:
@@ -199,9 +215,17 @@ class Inbox:
             self.window - self.held - sum(q.buffered + len(q.parked) for q in self._queues.values())
         )
 
+    def room_for(self, qd: QueueDeliveries) -> int:
+        """Deliveries the broker may still push for ``qd``."""
+        if self.per_consumer:
+            return self.floor - qd.buffered - len(qd.parked)
+        return self.room
+
     def window_for(self, limit: int) -> int:
         """The window a claim for ``limit`` jobs needs: the held and parked deliveries plus
         ``limit``."""
+        if self.per_consumer:
+            return self.window  # fixed per consumer
         parked = sum(len(q.parked) for q in self._queues.values())
         return max(self.floor, self.held + parked + limit)
 
@@ -210,8 +234,9 @@ class Inbox:
         await self._set_window(self.window_for(limit))
 
     def hold(self, claim: Key, d: Delivery, priority: int) -> None:
-        """A delivery whose job a claim took: unacknowledged until that claim is settled."""
-        self._held[claim] = (d.message, priority)
+        """A delivery whose job a claim took: unacknowledged until that claim is settled
+        (``per_consumer``: acknowledged by the claim; only its priority is kept)."""
+        self._held[claim] = (None if self.per_consumer else d.message, priority)
 
     def priority(self, key: Key) -> int | None:
         held = self._held.get(key)
@@ -220,7 +245,8 @@ class Inbox:
     async def done(self, keys: Iterable[Key]) -> None:
         """The worker is done with these claims (settled, or lost): shrink the window by as
         many, so acknowledging them opens no room, then acknowledge them."""
-        messages = [m for m, _ in filter(None, (self._held.pop(k, None) for k in keys))]
+        popped = filter(None, (self._held.pop(k, None) for k in keys))
+        messages = [m for m, _ in popped if m is not None]
         # One that came on a closed channel was requeued by the broker already: nothing to
         # acknowledge, and no window to wait for while the connection is down (a settle waits
         # for this, and outcomes queue behind it).
@@ -283,7 +309,7 @@ class Inbox:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FILL_DEADLINE
-        while qd.buffered < want and self.room > 0:
+        while qd.buffered < want and self.room_for(qd) > 0:
             channel = await self._channel.get_underlay_channel()
             self._arrived.clear()
             # Shielded: aiormq closes a channel whose RPC is cancelled midway.

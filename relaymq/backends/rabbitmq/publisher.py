@@ -23,6 +23,7 @@ from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
 from relaymq.backends.rabbitmq import topology
 from relaymq.backends.rabbitmq.config import Options
+from relaymq.backends.rabbitmq.connection import connect
 from relaymq.backends.rabbitmq.errors import guarded
 from relaymq.errors import BackendUnavailableError, ConfigError
 
@@ -47,6 +48,7 @@ class Publisher:
         self.declared: set[str] = set()
         """Broker queues this handle has declared."""
         self._channel: AbstractRobustChannel | None = None
+        self._stale_channel = False
         self._side: aiormq.abc.AbstractChannel | None = None
         self._pending: list[Outgoing] = []
         self._retrying: asyncio.Task[None] | None = None
@@ -58,10 +60,8 @@ class Publisher:
         if self.connection is not None:
             return
         try:
-            self.connection = await aio_pika.connect_robust(
-                self.options.broker_url, reconnect_interval=1.0, timeout=self.options.timeout
-            )
-            channel = await self.connection.channel(publisher_confirms=True, on_return_raises=True)
+            self.connection = await connect(self.options.broker_urls, self.options.timeout)
+            channel = await self._open_channel()
         except (
             aiormq.exceptions.AuthenticationError,
             aiormq.exceptions.ProbableAuthenticationError,
@@ -75,9 +75,14 @@ class Publisher:
             raise BackendUnavailableError(
                 f"cannot reach RabbitMQ at {self._where()}: {reason}"
             ) from e
-        assert isinstance(channel, aio_pika.RobustChannel)
         self._channel = channel
         self.connection.reconnect_callbacks.add(self._on_reconnect)
+
+    async def _open_channel(self) -> AbstractRobustChannel:
+        assert self.connection is not None
+        channel = await self.connection.channel(publisher_confirms=True, on_return_raises=True)
+        assert isinstance(channel, aio_pika.RobustChannel)
+        return channel
 
     async def close(self) -> None:
         if self._retrying is not None:
@@ -89,8 +94,10 @@ class Publisher:
             self.connection = None
 
     def _where(self) -> str:
-        parts = urlsplit(self.options.broker_url)
-        return f"{parts.hostname or 'localhost'}:{parts.port or 5672}"
+        return ",".join(
+            f"{p.hostname or 'localhost'}:{p.port or 5672}"
+            for p in map(urlsplit, self.options.broker_urls)
+        )
 
     def _user(self) -> str:
         return unquote(urlsplit(self.options.broker_url).username or "guest")
@@ -100,28 +107,48 @@ class Publisher:
         """Deliveries waiting for the broker to come back."""
         return len(self._pending)
 
-    def name(self, queue: str) -> str:
-        return topology.broker_name(self.options.prefix, queue)
+    def names(self, queue: str) -> list[str]:
+        """The broker queues of ``queue``: one, or one per priority band (0 first)."""
+        o = self.options
+        if o.queue_type != "quorum":
+            return [topology.broker_name(o.prefix, queue)]
+        return [topology.broker_name(o.prefix, queue, b) for b in range(o.priority_bands)]
 
-    async def declare(self, queue: str) -> str:
-        """The broker queue of ``queue``, declared once per handle (durable queues persist)."""
-        name = self.name(queue)
-        if name not in self.declared:
-            await self.on_side_channel(lambda ch: topology.declare(ch, name, self.arguments))
-            self.declared.add(name)
-        return name
+    def name(self, queue: str, priority: int = 0) -> str:
+        """The broker queue a delivery of ``priority`` goes to."""
+        o = self.options
+        if o.queue_type != "quorum":
+            return topology.broker_name(o.prefix, queue)
+        return topology.broker_name(
+            o.prefix, queue, topology.band(priority, o.priority_bands, o.max_priority)
+        )
+
+    async def declare(self, queue: str) -> list[str]:
+        """The broker queues of ``queue``, declared once per handle (durable queues persist)."""
+        names = self.names(queue)
+        for name in names:
+            if name not in self.declared:
+                await self.on_side_channel(self._declaring(name))
+                self.declared.add(name)
+        return names
+
+    def _declaring(
+        self, name: str
+    ) -> Callable[[aiormq.abc.AbstractChannel], Awaitable[aiormq.spec.Queue.DeclareOk]]:
+        return lambda channel: topology.declare(channel, name, self.arguments)
 
     async def ready_count(self, queue: str) -> int:
-        """Messages ready in ``queue``'s broker queue (re-declared: the reply says how many;
+        """Messages ready in ``queue``'s broker queues (re-declared: the reply says how many;
         a queue declared with other arguments is the same ``ConfigError`` as at enqueue)."""
-        name = self.name(queue)
-        self.declared.discard(name)
-        ok = await guarded(
-            self.on_side_channel(lambda ch: topology.declare(ch, name, self.arguments)),
-            self.options.call_timeout,
-        )
-        self.declared.add(name)
-        return int(ok.message_count or 0)
+        ready = 0
+        for name in self.names(queue):
+            self.declared.discard(name)
+            ok = await guarded(
+                self.on_side_channel(self._declaring(name)), self.options.call_timeout
+            )
+            self.declared.add(name)
+            ready += int(ok.message_count or 0)
+        return ready
 
     async def on_side_channel(self, use: Callable[[aiormq.abc.AbstractChannel], Awaitable[T]]) -> T:
         """Run ``use`` on the side channel, kept apart because a failed declare closes its
@@ -146,6 +173,10 @@ class Publisher:
             refused = await guarded(self._publish_now(todo), self.options.call_timeout)
         except BaseException as e:  # kept: published again after a pause or the reconnect
             self._pending = [*todo, *self._pending][-MAX_PENDING:]
+            if isinstance(e.__cause__, aiormq.exceptions.DeliveryError):
+                # Refused (nacked): after a cluster node died, a channel can go on refusing
+                # every publish to a quorum queue that has a new leader; a new channel does not.
+                self._stale_channel = True
             if not isinstance(e, Exception):
                 raise  # cancelled: what was taken is pending again
             self.failures += 1
@@ -180,6 +211,11 @@ class Publisher:
             except ConfigError as e:
                 refused = refused or e
                 todo = [item for item in todo if item[0] != queue]
+        if self._stale_channel and self.connection is not None:
+            self._stale_channel = False
+            old, self._channel = self._channel, await self._open_channel()
+            with contextlib.suppress(Exception):
+                await old.close()
         async with asyncio.timeout(10):  # (asyncio.wait_for may swallow a cancel on 3.11)
             channel = await self._channel.get_underlay_channel()
         assert isinstance(channel, aiormq.Channel)
@@ -194,7 +230,7 @@ class Publisher:
             priority=topology.broker_priority(priority, self.options.max_priority),
             message_id=f"{token}:{job_id}",  # (else aiormq makes a random UUID per message)
         )
-        name = self.name(queue)
+        name = self.name(queue, priority)
         body = topology.encode(job_id, token, priority)
         try:  # wait=False: not for the write, only for the broker's confirm
             await channel.basic_publish(

@@ -4,6 +4,13 @@ Each relaymq queue is one durable classic broker queue named ``<prefix><queue>``
 ``x-max-priority`` (and ``x-expires`` when configured). Messages are persistent and carry only
 ``<priority> <token> <job id>``: the job itself lives in the metadata store.
 
+With ``queue_type=quorum`` (replicated queues, which have no priorities before RabbitMQ 4)
+each relaymq queue is one quorum queue per priority band, ``<prefix><queue>.p<band>``: band 0
+holds the most urgent priorities. Priorities 0..max_priority are cut into ``priority_bands``
+equal bands (the rest share the last); a claim takes from the highest band first (each band is
+consumed on a channel, and window, of its own), and within a band the broker's FIFO order,
+then the exact priority among what a worker holds.
+
 Priorities: relaymq takes lower numbers first (0 is the most urgent); the broker takes higher
 numbers first, up to ``x-max-priority``. relaymq priority ``p`` is published as broker priority
 ``max_priority - min(p, max_priority)``, so priorities 0..max_priority keep their order on the
@@ -21,15 +28,25 @@ from aiormq.abc import AbstractChannel
 from relaymq.errors import ConfigError, CorruptRecordError
 
 
-def broker_name(prefix: str, queue: str) -> str:
-    return f"{prefix}{queue}"
+def broker_name(prefix: str, queue: str, band: int | None = None) -> str:
+    """The broker queue of ``queue`` (of one of its bands, for quorum queues)."""
+    return f"{prefix}{queue}" if band is None else f"{prefix}{queue}.p{band}"
 
 
-def queue_arguments(max_priority: int, expires_ms: int | None) -> dict[str, Any]:
-    arguments: dict[str, Any] = {"x-max-priority": max_priority}
+def queue_arguments(
+    max_priority: int, expires_ms: int | None, queue_type: str = "classic"
+) -> dict[str, Any]:
+    arguments: dict[str, Any] = (
+        {"x-queue-type": "quorum"} if queue_type == "quorum" else {"x-max-priority": max_priority}
+    )
     if expires_ms is not None:
         arguments["x-expires"] = expires_ms
     return arguments
+
+
+def band(priority: int, bands: int, max_priority: int) -> int:
+    """The band (0: the most urgent) of a relaymq priority."""
+    return min(max(priority, 0), max_priority) * bands // (max_priority + 1)
 
 
 async def declare(

@@ -3,6 +3,7 @@ pruning and limits, each one script or one pipeline."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +93,7 @@ class RedisAdmin(RedisHistory):
                     k.wake(queue),
                     *k.job_keys(queue),
                     k.limits(queue),
+                    *k.sequences(queue),
                     k.cascade_days(queue),
                     *(k.tallies(queue, d) for d, _ in days),
                 ),
@@ -123,6 +125,9 @@ class RedisAdmin(RedisHistory):
             "per": num(limits.per),
             "key_rate": limits.key_rate,
             "key_per": num(limits.key_per),
+            "key_max_active": limits.key_max_active,
+            "fair": 1 if limits.fair else None,
+            "weights": json.dumps(limits.weights) if limits.fair else None,
         }
         unset = [f for f, v in fields.items() if v is None]
         await self._run(
@@ -141,7 +146,18 @@ class RedisAdmin(RedisHistory):
             return {}
         found = await self._run(
             [
-                ("HMGET", self._keys.limits(q), "max_active", "rate", "per", "key_rate", "key_per")
+                (
+                    "HMGET",
+                    self._keys.limits(q),
+                    "max_active",
+                    "rate",
+                    "per",
+                    "key_rate",
+                    "key_per",
+                    "key_max_active",
+                    "fair",
+                    "weights",
+                )
                 for q in names
             ],
             "list_limits",
@@ -153,8 +169,11 @@ class RedisAdmin(RedisHistory):
                 per=float(p),
                 key_rate=_opt_int(kr),
                 key_per=float(kp or b"1"),
+                key_max_active=_opt_int(km),
+                fair=f is not None,
+                weights=tuple((k, n) for k, n in json.loads(w or b"[]")),
             )
-            for q, (m, r, p, kr, kp) in zip(names, found, strict=True)
+            for q, (m, r, p, kr, kp, km, f, w) in zip(names, found, strict=True)
             if p is not None
         }
 

@@ -47,11 +47,13 @@ from relaymq.backends.redis.records import (
     parse_job,
     promoted_jobs,
     rule_arg,
+    sequence_arg,
 )
 from relaymq.backends.redis.transport import Transport
 from relaymq.backends.redis.upgrade import carry_schedules
-from relaymq.errors import BackendError, CorruptRecordError
+from relaymq.errors import BackendError, BackendUnavailableError, ConfigError, CorruptRecordError
 from relaymq.job import Job, JobState, NewJob
+from relaymq.records.search import JobFilter
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -77,6 +79,8 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
     ``maxmemory-policy`` is not ``noeviction`` gets an ``EvictionPolicyWarning`` at connect.
     """
 
+    delivers_sequences = True
+
     capabilities = Capabilities(
         durable=True,
         cross_process=True,
@@ -84,6 +88,8 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
         blocking_wait=True,
         cluster_safe=True,
         delivery_store=True,
+        coalesce_enqueues=True,
+        sequences=True,
     )
 
     def __init__(
@@ -127,7 +133,10 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
         than the script knows)."""
         if dependent(jobs):
             return await super().enqueue_announced(jobs, at)
-        return await self._enqueue(jobs, self._keys.events, at)
+        # Events nobody hears are not encoded: the script asks whether anyone subscribes,
+        # which only a single server can answer (a cluster's subscribers may be elsewhere).
+        channel = self._keys.events if self._options.cluster else "?" + self._keys.events
+        return await self._enqueue(jobs, channel, at)
 
     async def _enqueue(self, jobs: Sequence[NewJob], channel: str, at: float) -> list[Enqueued]:
         by_queue: dict[str, list[int]] = {}
@@ -153,7 +162,8 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
                 indexes = by_queue[new.queue] = []
             indexes.append(i)
         now = self._now()
-        with_deps = dependent(jobs)  # then each job has a 5th argument (enqueue.lua)
+        with_seqs = any(j.sequence is not None for j in jobs)  # then a 6th argument
+        with_deps = with_seqs or dependent(jobs)  # then each job has a 5th (enqueue.lua)
         with_rules = with_deps or keyed(jobs)  # then a 4th argument and 2 answers
         commands: list[tuple[Any, ...]] = []
         chunks: list[list[int]] = []
@@ -163,7 +173,13 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
             head = self._evalsha(
                 "enqueue",
                 [self._keys.base(queue)],
-                [now, channel, queue, at, 5 if with_deps else 4 if with_rules else 3],
+                [
+                    now,
+                    channel,
+                    queue,
+                    at,
+                    6 if with_seqs else 5 if with_deps else 4 if with_rules else 3,
+                ],
             )
             for start in range(0, len(indexes), ENQUEUE_CHUNK):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
@@ -175,9 +191,22 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
                         args.append(rule_arg(j))
                     if with_deps:
                         args.append(deps_arg(j))
+                    if with_seqs:
+                        args.append(sequence_arg(j))
                 commands.append((*head, *args))
                 chunks.append(chunk)
+        wait = self._options.wait_replicas
+        if wait:  # on the same connection, after the writes: they reach that many replicas
+            commands.append(("WAIT", wait, round(self._options.wait_timeout * 1000)))
+            chunks.append([])
         replies = await self._run(commands, "enqueue")
+        if wait and int(replies[-1]) < wait:
+            raise BackendUnavailableError(
+                f"Redis stored the enqueue on its primary but only {int(replies[-1])} of "
+                f"wait_replicas={wait} replicas had it after {self._options.wait_timeout:g}s: "
+                "a failover now could lose it; enqueue it again (with its job ids, a repeat is "
+                "answered as a duplicate)"
+            )
         out: list[Enqueued | None] = [None] * len(jobs)
         for chunk, reply in zip(chunks, replies, strict=True):
             if not chunk:
@@ -261,7 +290,8 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
             for i in indexes:
                 s = settles[i]
                 c = s.claim
-                head = f"{c.token} {s.outcome.value} {s.delay!r} {c.job_id}"
+                ran_for = "-" if s.ran_for is None else repr(float(s.ran_for))
+                head = f"{c.token} {s.outcome.value} {s.delay!r} {ran_for} {s.keep} {c.job_id}"
                 args += (head, opt(s.result if s.outcome is Outcome.COMPLETE else s.error))
             commands.append(self._evalsha("settle", [self._keys.base(queue)], args))
         return commands, order
@@ -345,9 +375,27 @@ class RedisBackend(RedisAdmin, RedisMeta, Backend, DeliveryStore):
             for i, values in zip(ids, replies, strict=True)
         ]
 
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        """The first of the sequence's set (enqueue order): only jobs holding their place
+        are in it (keys.py)."""
+        [ids] = await self._run(
+            [("ZRANGE", self._keys.sequence(queue, sequence), 0, 0)], "sequence_head"
+        )
+        if not ids:
+            return None
+        [job] = await self.get_jobs(queue, [ids[0].decode()])
+        return job
+
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
+        if where is not None:  # capabilities.search is "scan": the caller reads pages
+            raise ConfigError("Redis has no query to search jobs with: read pages instead")
         if limit <= 0:
             return []
         reply = await self._script(

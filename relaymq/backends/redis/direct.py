@@ -68,6 +68,10 @@ class Link:
 
 
 async def _exchange(conn: Any, packed: Any, n: int) -> list[Any]:
+    if not conn.is_connected:
+        # connect() itself, not the reconnect inside send_packed_command: a Sentinel
+        # connection asks the sentinels where the primary is in connect() only
+        await conn.connect()
     await conn.send_packed_command(packed, check_health=False)
     replies: list[Any] = []
     for _ in range(n):

@@ -1,5 +1,9 @@
 """The history's tallies on Redis: a hash per queue and day (``keys.py``); the global
-``tallied`` set lists the days kept, so reading and pruning never scan keys."""
+``tallied`` set lists the days kept, so reading and pruning never scan keys.
+
+A field is ``<minute>:<kind>`` (the queue's own counts) or ``<minute>:<kind>:<task>``: kind
+``c``, ``r`` and ``f`` count completed, retried and failed; ``t<i>`` and ``p<i>`` the run times
+and pickup latencies in bucket i of ``TIME_BUCKETS``."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from relaymq.backends.redis.parts import RedisParts
-from relaymq.records.store import Tally, merge_tallies
+from relaymq.records.store import TIME_BUCKETS, Tally, add_tally, merge_tallies
 
 
 class RedisHistory(RedisParts):
@@ -17,9 +21,13 @@ class RedisHistory(RedisParts):
         days: set[tuple[str, int]] = set()
         for t in merge_tallies(tallies):
             key, day = k.tallies(t.queue, t.minute // 1440), t.minute // 1440
-            for suffix, n in (("c", t.completed), ("r", t.retried), ("f", t.failed)):
+            task = f":{t.task}" if t.task else ""
+            counts = [("c", t.completed), ("r", t.retried), ("f", t.failed)]
+            counts += [(f"t{i}", n) for i, n in enumerate(t.run_times)]
+            counts += [(f"p{i}", n) for i, n in enumerate(t.pickups)]
+            for kind, n in counts:
                 if n:
-                    commands.append(("HINCRBY", key, f"{t.minute}:{suffix}", n))
+                    commands.append(("HINCRBY", key, f"{t.minute}:{kind}{task}", n))
             days.add((t.queue, day))
         if commands:
             commands.append(("SADD", k.tallied, *(f"{d}|{q}" for q, d in sorted(days))))
@@ -33,13 +41,18 @@ class RedisHistory(RedisParts):
         hashes = await self._run(
             [("HGETALL", self._keys.tallies(queue, d)) for d in days], "tallies"
         )
-        minutes: dict[int, list[int]] = {}
+        found: dict[tuple[int, str], Tally] = {}
         for fields in hashes:
             for field, value in fields.items():
-                minute, _, kind = field.decode().partition(":")
-                if kind in ("c", "r", "f") and minute.lstrip("-").isdigit():
-                    minutes.setdefault(int(minute), [0, 0, 0])["crf".index(kind)] = int(value)
-        return [Tally(queue, m, *minutes[m]) for m in sorted(minutes) if m >= since]
+                minute, _, rest = field.decode().partition(":")
+                kind, _, task = rest.partition(":")
+                if not minute.lstrip("-").isdigit() or int(minute) < since:
+                    continue
+                one = _one(queue, int(minute), task, kind, int(value))
+                if one is not None:
+                    old = found.get((one.minute, task))
+                    found[(one.minute, task)] = one if old is None else add_tally(old, one)
+        return [found[k] for k in sorted(found)]
 
     async def prune_tallies(self, before: int) -> None:
         [queues] = await self._run([("SMEMBERS", self._keys.queues)], "prune_tallies")
@@ -82,3 +95,17 @@ class RedisHistory(RedisParts):
             if queue and day.lstrip("-").isdigit():
                 out.append((int(day), queue, m))
         return out
+
+
+def _one(queue: str, minute: int, task: str, kind: str, n: int) -> Tally | None:
+    """The tally one field counts (``kind`` as in the module's docstring); None for a field
+    that is not one."""
+    if kind in ("c", "r", "f"):
+        c, r, f = (n if kind == k else 0 for k in "crf")
+        return Tally(queue, minute, c, r, f, task)
+    if kind[:1] in ("t", "p") and kind[1:].isdigit() and int(kind[1:]) <= len(TIME_BUCKETS):
+        histogram = tuple(n if i == int(kind[1:]) else 0 for i in range(int(kind[1:]) + 1))
+        if kind[0] == "t":
+            return Tally(queue, minute, task=task, run_times=histogram)
+        return Tally(queue, minute, task=task, pickups=histogram)
+    return None

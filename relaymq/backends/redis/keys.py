@@ -25,10 +25,19 @@ key                        type    content
 ``base:keys``              hash    throttle and debounce keys: key -> the id of the job holding it
 ``base:key_until``         zset    keys, score = the end of their throttle window (backend clock)
 ``base:limits``            hash    the queue's limits (``relaymq.limits``): ``max_active``,
-                                   ``rate``, ``per``, ``key_rate``, ``key_per`` (each absent
-                                   when unset), ``window``, ``used`` (the current rate window,
-                                   the starts counted in it) and ``key_window``, ``key_used``
-                                   (JSON: limit key -> starts in the current key window)
+                                   ``rate``, ``per``, ``key_rate``, ``key_per``,
+                                   ``key_max_active`` (each absent when unset), ``window``,
+                                   ``used`` (the current rate window, the starts counted
+                                   in it) and ``key_window``, ``key_used`` (JSON: limit
+                                   key -> starts in the current key window); with fairness
+                                   ``fair`` (1), ``weights`` (JSON [[key, weight], ...]) and
+                                   ``fair_served`` (JSON: limit key -> starts in the round)
+``base:seq:<sequence>``    zset    the jobs of one sequence that hold their place in it
+                                   (``relaymq.policy.holds_sequence``), score = the job's
+                                   ``sequence_pos`` (its ``seq`` at enqueue, never changed)
+``base:seqs``              set     the sequences of the queue that have a ``base:seq:`` set
+``base:seq_run``           hash    sequence -> the id of its job claimed last (still running
+                                   while that id is in ``base:active``)
 ``base:tallies:<day>``     hash    the queue's history for one day (``minute // 1440``):
                                    fields ``<minute>:c``, ``:r``, ``:f`` (completed,
                                    retried, failed), each a HINCRBY counter
@@ -90,7 +99,7 @@ STATE_SUFFIXES = (
 JOB_FIELDS = (
     "task payload state priority seq created_at run_at ttl max_attempts timeout attempts token "
     "claimed_at heartbeat_at worker_id stalls cancel_requested progress result error finished_at "
-    "traceparent depends_on dep_policy limit_key"
+    "traceparent depends_on dep_policy limit_key attempt_history sequence seq_failure"
 ).split()
 """Fields of a job hash. Absent fields mean None (or 0 for counters). ``worker_id`` means
 something only while the job is active: settling leaves it behind (one write fewer per job)
@@ -138,6 +147,13 @@ class Keys:
     def job_keys(self, queue: str) -> tuple[str, str]:
         """The hashes of the queue's throttle and debounce keys (holders, windows)."""
         return self.base(queue) + ":keys", self.base(queue) + ":key_until"
+
+    def sequence(self, queue: str, sequence: str) -> str:
+        return f"{self.base(queue)}:seq:{sequence}"
+
+    def sequences(self, queue: str) -> tuple[str, str]:
+        """The queue's set of sequences and its hash of each sequence's job claimed last."""
+        return self.base(queue) + ":seqs", self.base(queue) + ":seq_run"
 
     def tallies(self, queue: str, day: int) -> str:
         return f"{self.base(queue)}:tallies:{day}"

@@ -18,7 +18,7 @@ from relaymq.backends.corrupt import CORRUPT, state_problem
 from relaymq.backends.redis.keys import JOB_FIELDS
 from relaymq.backends.redis.records import parse_job
 from relaymq.errors import CorruptRecordError
-from relaymq.job import DependencyPolicy, Job, JobState
+from relaymq.job import DependencyPolicy, Job, JobState, attempts_from
 
 Read = Callable[[bytes], Any]
 
@@ -54,6 +54,7 @@ _READ: dict[str, tuple[Read, bool]] = {
     "depends_on": (_deps, False),
     "dep_policy": (lambda raw: DependencyPolicy(raw.decode()), False),
     "limit_key": (bytes.decode, False),
+    "attempt_history": (attempts_from, False),
 }
 _RENAMED = {"dep_policy": "on_dependency_failure"}
 

@@ -9,7 +9,15 @@ import orjson
 
 from relaymq.backends.redis.keys import PRIORITY_LIMIT
 from relaymq.errors import ConfigError, CorruptRecordError
-from relaymq.job import Claim, DependencyPolicy, Job, JobState, NewJob
+from relaymq.job import (
+    Claim,
+    DependencyPolicy,
+    Job,
+    JobState,
+    NewJob,
+    SequenceFailure,
+    attempts_from,
+)
 from relaymq.records.meta import MetaRecord
 
 Unreadable = tuple[Claim, str]
@@ -72,6 +80,20 @@ def _policy(raw: bytes | None) -> DependencyPolicy:
         raise ValueError(f"unknown dependency policy {raw!r}") from None
 
 
+_ON_FAILURE: dict[bytes | None, SequenceFailure] = {
+    None: SequenceFailure.HOLD,
+    **{f.value.encode(): f for f in SequenceFailure},
+}
+"""Stored ``seq_failure`` values (absent: the default) to ``SequenceFailure``."""
+
+
+def _on_failure(raw: bytes | None) -> SequenceFailure:
+    try:
+        return _ON_FAILURE[raw]
+    except KeyError:
+        raise ValueError(f"unknown sequence_on_failure {raw!r}") from None
+
+
 def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
     """The ``Job`` for a job hash's values in ``JOB_FIELDS`` order (None where absent).
 
@@ -104,6 +126,9 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             depends_on,
             dep_policy,
             limit_key,
+            attempt_history,
+            sequence,
+            seq_failure,
         ) = values
         if task is None or payload is None:
             raise ValueError(f"job record has no {'task' if task is None else 'payload'!r} field")
@@ -135,6 +160,9 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
             depends_on=_deps(depends_on),
             on_dependency_failure=_policy(dep_policy),
             limit_key=_str(limit_key),
+            sequence=_str(sequence),
+            sequence_on_failure=_on_failure(seq_failure),
+            attempt_history=attempts_from(attempt_history),
         )
     except (ValueError, TypeError, UnicodeDecodeError) as e:
         raise unreadable(queue, job_id, e) from e
@@ -143,7 +171,8 @@ def parse_job(queue: str, job_id: str, values: Sequence[bytes | None]) -> Job:
 CLAIMED_ORDER = (
     "queue id task payload state priority seq created_at run_at ttl max_attempts timeout "
     "attempts token claimed_at heartbeat_at worker_id stalls cancel_requested progress result "
-    "error finished_at extra traceparent depends_on on_dependency_failure limit_key"
+    "error finished_at extra traceparent depends_on on_dependency_failure limit_key "
+    "sequence sequence_on_failure attempt_history"
 ).split()
 """The order of ``Job``'s fields that ``parse_claimed`` passes positionally (a test checks it):
 keyword arguments cost a worker a microsecond and a half per job."""
@@ -191,6 +220,9 @@ def parse_claimed(
             () if (deps := g(b"depends_on")) is None else _deps(deps),
             _policy(g(b"dep_policy")),
             None if (lk := g(b"limit_key")) is None else lk.decode(),
+            None if (sq := g(b"sequence")) is None else sq.decode(),
+            _on_failure(g(b"seq_failure")),
+            () if (h := g(b"attempt_history")) is None else attempts_from(h),
         )
     except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise unreadable(queue, job_id, e) from e
@@ -256,6 +288,13 @@ def deps_arg(j: NewJob) -> str:
     if not j.depends_on:
         return ""
     return f"{j.on_dependency_failure.value} {orjson.dumps(list(j.depends_on)).decode()}"
+
+
+def sequence_arg(j: NewJob) -> str:
+    """A job's sequence as ``enqueue.lua`` reads it ('' for none)."""
+    if j.sequence is None:
+        return ""
+    return f"{j.sequence_on_failure.value} {j.sequence}"
 
 
 def rule_arg(j: NewJob) -> str:

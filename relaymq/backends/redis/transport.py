@@ -14,7 +14,9 @@ from typing import Any
 from redis import exceptions as rex
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import SSLConnection, parse_url
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 
 from relaymq.backends.redis.config import RedisOptions, check_durability, check_eviction_policy
@@ -42,6 +44,7 @@ class Transport:
         """The pipelined command path (plain Redis only; a cluster client routes by key)."""
         self._deadlines = Deadlines(options.timeout)
         """Every command list's deadline, on one shared timer (the hot path's)."""
+        self._sentinels: Sentinel | None = None
 
     async def open(self) -> None:
         """Connect (idempotent) and check the server's eviction policy and persistence."""
@@ -64,6 +67,10 @@ class Transport:
                     kwargs["startup_nodes"] = [ClusterNode(h, p) for h, p in o.startup_nodes]
                 client: Any = RedisCluster.from_url(o.client_url, **kwargs)
                 await client.initialize()
+            elif o.service is not None:
+                self._sentinels = sentinels(o, kwargs)
+                assert o.service is not None
+                client = self._sentinels.master_for(o.service)
             else:
                 client = Redis.from_url(o.client_url, **kwargs)
             try:
@@ -90,7 +97,7 @@ class Transport:
                     found[node.name] = _config_value(reply, name)
                 return found
             reply = await client.config_get(name)
-            return {self._options.client_url.split("@")[-1]: _config_value(reply, name)}
+            return {self._options.where: _config_value(reply, name)}
         except rex.ResponseError:
             return {}
 
@@ -99,6 +106,11 @@ class Transport:
             client, self.client, self._link = self.client, None, None
             with contextlib.suppress(rex.RedisError, OSError):
                 await client.aclose()
+        if self._sentinels is not None:
+            for each in self._sentinels.sentinels:
+                with contextlib.suppress(rex.RedisError, OSError):
+                    await each.aclose()
+            self._sentinels = None
 
     @contextlib.asynccontextmanager
     async def _deadline(self, what: str, seconds: float) -> AsyncIterator[None]:
@@ -210,6 +222,27 @@ class Transport:
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def sentinels(o: RedisOptions, kwargs: dict[str, Any]) -> Sentinel:
+    """The sentinels ``o.startup_nodes``; their ``master_for(o.service)`` is a client whose
+    every new connection asks them where the primary is, and whose connection to a primary
+    that was demoted (a ``READONLY`` reply) is closed, so after a failover the next command
+    reaches the new one. The sentinels get the socket and TLS options, and their own
+    credentials; the primary, the URL's."""
+    options: dict[str, Any] = {**parse_url(o.client_url), **kwargs}
+    for key in ("host", "port"):
+        options.pop(key, None)
+    if options.pop("connection_class", None) is SSLConnection:  # rediss+sentinel://
+        options["ssl"] = True
+    around = {k: v for k, v in options.items() if k.startswith(("socket_", "ssl"))}
+    around["socket_timeout"] = min(5.0, o.timeout)  # a sentinel that hangs: ask the next
+    user, password = o.sentinel_auth
+    if user is not None:
+        around["username"] = user
+    if password is not None:
+        around["password"] = password
+    return Sentinel(list(o.startup_nodes), sentinel_kwargs=around, **options)
 
 
 def _config_value(reply: Any, name: str) -> str | None:

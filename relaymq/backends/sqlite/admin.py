@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from relaymq.backends.sqlite import records
+from relaymq.backends.sqlite.limits import stored_limits
 from relaymq.backends.sqlite.ops import Conn, Q, allocate_seq
 from relaymq.job import TERMINAL, Job, JobState
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
-from relaymq.records.store import Tally
+from relaymq.records.search import JobFilter, search
+from relaymq.records.store import Tally, add_counts
 
 # -- admin and observation ------------------------------------------------------------------
 
@@ -25,6 +27,13 @@ def get_jobs(conn: Conn, now: float, queue: str, ids: Sequence[str]) -> list[Job
     return [found.get(i) for i in ids]
 
 
+def sequence_head(conn: Conn, now: float, queue: str, sequence: str) -> Job | None:
+    row = conn.execute(Q["sequence_head"], {"queue": queue, "sequence": sequence}).fetchone()
+    return None if row is None else records.to_job_lenient(row, JobState(row[4]))
+
+
+_SEARCH = ("id_prefix", "task_part", "created_after", "created_before", "args", "needle")
+"""The parameters of <search> in queries.sql, in the order of ``search.search``."""
 _LISTINGS = {
     JobState.WAITING: "list_waiting",
     JobState.DELAYED: "list_delayed",
@@ -34,9 +43,16 @@ _LISTINGS = {
 
 
 def list_jobs(
-    conn: Conn, now: float, queue: str, state: JobState, offset: int, limit: int
+    conn: Conn,
+    now: float,
+    queue: str,
+    state: JobState,
+    offset: int,
+    limit: int,
+    where: JobFilter | None = None,
 ) -> list[Job]:
-    p = {"queue": queue, "state": state.value, "offset": offset, "limit": limit}
+    p: dict[str, Any] = {"queue": queue, "state": state.value, "offset": offset, "limit": limit}
+    p |= zip(_SEARCH, search(where or JobFilter()), strict=True)  # all None: no search
     found = conn.execute(Q[_LISTINGS.get(state, "list_finished")], p).fetchall()
     return [records.to_job_lenient(row, state) for row in found]
 
@@ -93,11 +109,33 @@ def drain(conn: Conn, now: float, queue: str) -> int:
     return conn.execute(Q["drain"], {"queue": queue}).rowcount
 
 
+CLEAN_BATCH = 1000
+"""Most jobs one ``clean`` transaction deletes: claims wait at most that long for the lock."""
+VACUUM_PAGES = 2000
+"""Most free pages one transaction gives back to the file system (in ``incremental_vacuum``)."""
+SLACK = 0.25
+"""The share of the file left free for the next jobs (``give_back`` keeps it)."""
+
+
 def clean(conn: Conn, now: float, queue: str, state: JobState, older_than: float) -> int:
+    """One batch of ``clean``: up to ``CLEAN_BATCH`` jobs."""
     if state not in TERMINAL:
         return 0
-    p = {"queue": queue, "state": state.value, "cutoff": now - older_than}
+    p = {"queue": queue, "state": state.value, "cutoff": now - older_than, "batch": CLEAN_BATCH}
     return conn.execute(Q["clean"], p).rowcount
+
+
+def give_back(conn: Conn, now: float) -> int:
+    """Give up to ``VACUUM_PAGES`` free pages back (incremental auto-vacuum) while more than
+    ``SLACK`` of the file is free; how many are left to give. Under a steady workload the
+    pages a purge frees are taken again by the next jobs: the file keeps them (giving them
+    back and growing again would cost every write); after a burst, it shrinks."""
+    (free,) = conn.execute(Q["freelist_count"]).fetchone()
+    (pages,) = conn.execute(Q["page_count"]).fetchone()
+    if free <= pages * SLACK:
+        return 0
+    conn.execute(Q["incremental_vacuum"]).fetchall()
+    return max(0, int(free) - VACUUM_PAGES - int(pages * SLACK))
 
 
 def obliterate(conn: Conn, now: float, queue: str) -> None:
@@ -108,6 +146,7 @@ def obliterate(conn: Conn, now: float, queue: str) -> None:
         "obliterate_counts",
         "obliterate_seq",
         "obliterate_tallies",
+        "obliterate_task_tallies",
         "obliterate_keys",
         "remove_limits",
     ):
@@ -131,15 +170,15 @@ def set_limits(conn: Conn, now: float, queue: str, limits: Limits | None) -> Non
                 "per": limits.per,
                 "key_rate": limits.key_rate,
                 "key_per": limits.key_per,
+                "key_max_active": limits.key_max_active,
+                "fair": limits.fair,
+                "weights": json.dumps(limits.weights),
             },
         )
 
 
 def list_limits(conn: Conn, now: float) -> dict[str, Limits]:
-    return {
-        q: Limits(max_active=m, rate=r, per=p, key_rate=kr, key_per=kp)
-        for q, m, r, p, kr, kp in conn.execute(Q["list_limits"])
-    }
+    return {q: stored_limits(*row) for q, *row in conn.execute(Q["list_limits"])}
 
 
 def list_queues(conn: Conn, now: float) -> list[str]:
@@ -150,6 +189,9 @@ def list_queues(conn: Conn, now: float) -> list[str]:
 
 
 def add_tallies(conn: Conn, now: float, tallies: Sequence[Tally]) -> None:
+    """Add each (queue, task, minute)'s counts; a task's histograms are read and added to in
+    this write transaction (SQLite has no arrays to add up in SQL)."""
+    counts = [t for t in tallies if not t.task]
     conn.executemany(
         Q["add_tally"],
         [
@@ -160,18 +202,48 @@ def add_tallies(conn: Conn, now: float, tallies: Sequence[Tally]) -> None:
                 "retried": t.retried,
                 "failed": t.failed,
             }
-            for t in tallies
+            for t in counts
         ],
     )
+    for t in tallies:
+        if not t.task:
+            continue
+        key = {"queue": t.queue, "task": t.task, "minute": t.minute}
+        stored = conn.execute(Q["task_tally_durations"], key).fetchone() or (None, None)
+        run_times, pickups = (_counts(stored[0]), _counts(stored[1]))
+        conn.execute(
+            Q["add_task_tally"],
+            {
+                **key,
+                "completed": t.completed,
+                "retried": t.retried,
+                "failed": t.failed,
+                "run_times": json.dumps(add_counts(run_times, t.run_times)),
+                "pickups": json.dumps(add_counts(pickups, t.pickups)),
+            },
+        )
+
+
+def _counts(stored: Any) -> tuple[int, ...]:
+    """A stored histogram (a JSON array of counts); an unreadable one counts as empty."""
+    try:
+        counts = json.loads(stored) if isinstance(stored, str) else []
+        return tuple(int(n) for n in counts) if isinstance(counts, list) else ()
+    except (TypeError, ValueError):
+        return ()
 
 
 def tallies(conn: Conn, now: float, queue: str, since: int) -> list[Tally]:
     rows = conn.execute(Q["tallies"], {"queue": queue, "since": since})
-    return [Tally(queue, m, c, r, f) for m, c, r, f in rows]
+    return [
+        Tally(queue, m, c, r, f, task, _counts(runs), _counts(picks))
+        for m, task, c, r, f, runs, picks in rows
+    ]
 
 
 def prune_tallies(conn: Conn, now: float, before: int) -> None:
     conn.execute(Q["prune_tallies"], {"before": before})
+    conn.execute(Q["prune_task_tallies"], {"before": before})
 
 
 # -- meta -----------------------------------------------------------------------------------

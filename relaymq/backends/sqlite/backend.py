@@ -33,16 +33,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Concatenate, ParamSpec, TypeVar
 
 from relaymq.backends.base import Backend, DeliveryStore
-from relaymq.backends.sqlfile import read
-from relaymq.backends.sqlite import admin, ops
+from relaymq.backends.sqlite import admin, eventlog, ops
 from relaymq.backends.sqlite.config import POLL_MIN, Options, parse
 from relaymq.backends.sqlite.errors import reopen_after, translate
 from relaymq.backends.sqlite.ops import Q
+from relaymq.backends.sqlite.tx import SQLiteWrite
+from relaymq.backends.sqlite.upgrade import SCHEMA, SCHEMA_VERSION, to_incremental, upgrade
+from relaymq.backends.transactional import InTransaction
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import BackendError, BackendUnavailableError, ConfigError
 from relaymq.job import Job, JobState, NewJob
 from relaymq.records.limits import Limits
 from relaymq.records.meta import MetaRecord
+from relaymq.records.search import JobFilter
 from relaymq.records.store import (
     Beat,
     BeatResult,
@@ -59,8 +62,6 @@ from relaymq.records.store import (
 P = ParamSpec("P")
 T = TypeVar("T")
 
-SCHEMA = read(__package__, "schema.sql")
-SCHEMA_VERSION = 9
 SLOW_WRITE = 0.25
 """Seconds a write transaction may take (lock wait included) before recovery discounts it."""
 LOCKED_OUT_MEMORY = 60.0
@@ -68,39 +69,8 @@ LOCKED_OUT_MEMORY = 60.0
 MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 EVENTS_POLL_MAX = 0.2
 EVENTS_BATCH = 500
-
-
-def _statements(script: str) -> list[str]:
-    """The statements of ``script``, one by one (``executescript`` would commit first)."""
-    out: list[str] = []
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            out.append(pending)
-            pending = ""
-    if pending.strip():
-        out.append(pending)  # the loader drops the last statement's ';'
-    return out
-
-
-def _upgrade(conn: sqlite3.Connection) -> None:
-    """Bring an older file to ``SCHEMA_VERSION`` (2 adds ``jobs.traceparent``, 3 the
-    ``tallies`` table, 4 the ``schedules`` table, 5 ``job_keys``, 6 ``limits``, 7 the count of
-    dependency failures in ``tallies``, 8 ``workers.refused``, 9 the ``meta`` table that
-    takes over schedules, workers and leases), under the write lock and after
-    reading the version again: another process may have just done it."""
-    conn.execute(Q["begin_immediate"])
-    try:
-        (version,) = conn.execute(Q["schema_version"]).fetchone()
-        for step in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _statements(Q[f"upgrade_to_{step}"]):
-                conn.execute(statement)
-            conn.execute(Q[f"set_version_{step}"])
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
+VACUUM_ROUNDS = 50
+"""Most incremental-vacuum transactions after one ``clean`` (each gives back some pages)."""
 
 
 class SQLiteBackend(Backend, DeliveryStore):
@@ -112,6 +82,9 @@ class SQLiteBackend(Backend, DeliveryStore):
         server_clock=True,
         blocking_wait=False,
         delivery_store=True,
+        joins_transactions=True,
+        sequences=True,
+        search="native",
     )
 
     def __init__(
@@ -186,6 +159,7 @@ class SQLiteBackend(Backend, DeliveryStore):
             cached_statements=256,
         )
         try:
+            conn.execute(Q["pragma_auto_vacuum"])  # a new file: before anything is written
             (mode,) = conn.execute(Q["pragma_wal"]).fetchone()
             if str(mode).lower() != "wal":
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
@@ -195,12 +169,14 @@ class SQLiteBackend(Backend, DeliveryStore):
             if version < 1:
                 conn.executescript(SCHEMA)
             if version < SCHEMA_VERSION:
-                _upgrade(conn)
+                upgrade(conn)
             elif version > SCHEMA_VERSION:
                 raise ConfigError(
                     f"{self.path} has relaymq schema {version}; this relaymq knows "
                     f"{SCHEMA_VERSION}: upgrade relaymq"
                 )
+            if self.path != ":memory:":
+                to_incremental(conn)
         except BaseException:
             conn.close()
             raise
@@ -281,6 +257,35 @@ class SQLiteBackend(Backend, DeliveryStore):
         self._wakeup.notify()
         self._published.notify()
         return answers
+
+    def enqueue_in(
+        self, connection: object, jobs: Sequence[NewJob], at: float
+    ) -> InTransaction[list[Enqueued]]:
+        """The enqueue on ``connection`` (``relaymq.backends.transactional``): its events are
+        rows that subscribers read once the transaction commits; workers find the jobs at
+        their next poll."""
+        keep = self.options.events_keep
+        return self._write_in(
+            connection, lambda c, now: ops.enqueue_announced(c, now, jobs, at, keep)
+        )
+
+    def settle_in(
+        self, connection: object, settle: Settle, events: Sequence[bytes]
+    ) -> InTransaction[bool]:
+        keep = self.options.events_keep
+
+        def work(conn: sqlite3.Connection, now: float) -> bool:
+            [applied], _ = ops.settle(conn, now, [settle])
+            if applied and events:
+                eventlog.publish(conn, now, events, keep)
+            return applied
+
+        return self._write_in(connection, work)
+
+    def _write_in(
+        self, connection: object, work: Callable[[sqlite3.Connection, float], T]
+    ) -> SQLiteWrite[T]:
+        return SQLiteWrite(connection, self.path, SCHEMA_VERSION, self._now, work)
 
     # -- worker -----------------------------------------------------------------------------
 
@@ -368,9 +373,17 @@ class SQLiteBackend(Backend, DeliveryStore):
         return await self._read(admin.get_jobs, queue, ids)
 
     async def list_jobs(
-        self, queue: str, state: JobState, offset: int = 0, limit: int = 100
+        self,
+        queue: str,
+        state: JobState,
+        offset: int = 0,
+        limit: int = 100,
+        where: JobFilter | None = None,
     ) -> list[Job]:
-        return await self._read(admin.list_jobs, queue, state, offset, limit)
+        return await self._read(admin.list_jobs, queue, state, offset, limit, where)
+
+    async def sequence_head(self, queue: str, sequence: str) -> Job | None:
+        return await self._read(admin.sequence_head, queue, sequence)
 
     async def counts(self, queue: str) -> dict[JobState, int]:
         found, strays = await self._read(admin.counts, queue)
@@ -407,7 +420,17 @@ class SQLiteBackend(Backend, DeliveryStore):
         return await self._write(admin.drain, queue)
 
     async def clean(self, queue: str, state: JobState, older_than: float) -> int:
-        return await self._write(admin.clean, queue, state, older_than)
+        total = 0
+        while True:  # one transaction per batch: claims take turns with the purge
+            n = await self._write(admin.clean, queue, state, older_than)
+            total += n
+            if n < admin.CLEAN_BATCH:
+                break
+        if total:  # the file shrinks back instead of keeping its high-water mark
+            for _ in range(VACUUM_ROUNDS):
+                if not await self._write(admin.give_back):
+                    break
+        return total
 
     async def obliterate(self, queue: str) -> None:
         await self._write(admin.obliterate, queue)
@@ -473,11 +496,11 @@ class SQLiteBackend(Backend, DeliveryStore):
     async def publish(self, events: Sequence[bytes]) -> None:
         if not events:
             return
-        await self._write(ops.publish, events, self.options.events_keep)
+        await self._write(eventlog.publish, events, self.options.events_keep)
         self._published.notify()
 
     async def subscribe(self) -> AsyncGenerator[bytes, None]:
-        last = await self._read(ops.events_head)  # live from here: later events are all seen
+        last = await self._read(eventlog.events_head)  # live from here: later events are all seen
 
         async def events() -> AsyncGenerator[bytes, None]:
             nonlocal last
@@ -485,7 +508,7 @@ class SQLiteBackend(Backend, DeliveryStore):
             while not self._closed:
                 published = self._published.ticket()
                 try:
-                    batch = await self._read(ops.events_after, last, EVENTS_BATCH)
+                    batch = await self._read(eventlog.events_after, last, EVENTS_BATCH)
                 except BackendUnavailableError:
                     batch = []  # busy or reopening: keep the subscription, try again
                     interval = EVENTS_POLL_MAX

@@ -10,8 +10,8 @@ URL wins.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
+from relaymq.backends.urls import split_options
 from relaymq.errors import ConfigError
 
 POLL_MIN = 0.005
@@ -40,7 +40,11 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
             f"SQLite URL {url!r} names no database file: write sqlite:///relaymq.db (relative) or "
             "sqlite:////var/lib/app/relaymq.db (absolute); for a process-local queue use memory://"
         )
-    return path, dict(parse_qsl(query))
+    ours, _ = split_options(query, OURS, (), "SQLite")
+    return path, ours
+
+
+OURS = ("synchronous", "busy_timeout", "poll_max", "events_keep")
 
 
 def parse(url: str, defaults: Options | None = None) -> Options:

@@ -17,20 +17,19 @@ from typing import Any
 from relaymq.backends.corrupt import state_problem
 from relaymq.backends.sqlfile import named_queries
 from relaymq.backends.sqlite import records
+from relaymq.backends.sqlite.eventlog import publish
+from relaymq.backends.sqlite.limits import count_starts, read_gate
 from relaymq.errors import CorruptRecordError
 from relaymq.job import TERMINAL, Job, JobState, NewJob
 from relaymq.policy import (
     KEY_SCAN,
-    Allowance,
     DependentStep,
     KeyBudget,
     KeyStep,
-    allowance,
     dependencies_at_enqueue,
     key_step,
 )
 from relaymq.records import events
-from relaymq.records.limits import Limits
 from relaymq.records.store import (
     OUTCOME_STATE,
     Beat,
@@ -104,6 +103,8 @@ def enqueue(conn: Conn, now: float, jobs: Sequence[NewJob]) -> list[Enqueued]:
                     "dep_policy": None,
                     "pending_deps": None,
                     "limit_key": new.limit_key,
+                    "sequence": new.sequence,
+                    "seq_failure": None if new.sequence is None else new.sequence_on_failure.value,
                 }
             )
     conn.executemany(Q["insert_job"], inserts)
@@ -143,6 +144,8 @@ def _enqueue_dependent(conn: Conn, now: float, new: NewJob) -> Enqueued:
         "dep_policy": new.on_dependency_failure.value,
         "pending_deps": len(start.waits_for),
         "limit_key": new.limit_key,
+        "sequence": new.sequence,
+        "seq_failure": None if new.sequence is None else new.sequence_on_failure.value,
     }
     conn.execute(Q["insert_job"], row)
     if start.step is DependentStep.FAILED:
@@ -192,7 +195,7 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
     claimed: list[Job] = []
     limited: dict[str, float | None] = {}
     for queue in queues:
-        gate = _gate(conn, now, queue, limit - len(claimed))
+        gate = read_gate(conn, now, queue, limit - len(claimed))
         if gate.paused:
             continue
         _promote_due(conn, now, queue)
@@ -218,98 +221,55 @@ def claim(conn: Conn, now: float, queues: Sequence[str], worker_id: str, limit: 
             if len(taken) < want or len(good) == len(taken):
                 break  # the queue is empty, or the batch is full
         if gate.limits is not None:
-            _count_starts(conn, queue, gate, len(claimed) - before, budget)
+            count_starts(conn, queue, gate, len(claimed) - before, budget)
         if a is not None and len(claimed) == stop < limit:
             limited[queue] = a.retry_in
         if budget is not None and len(claimed) < stop and budget.held_back:
             limited[queue] = budget.retry_in(now)
+        if len(claimed) < stop and queue not in limited and _sequence_waiting(conn, queue):
+            limited[queue] = None  # held back by sequences: they start when jobs end
     return ClaimBatch(claimed, now, limited)
+
+
+def _sequence_waiting(conn: Conn, queue: str) -> bool:
+    return bool(conn.execute(Q["sequence_waiting"], {"queue": queue}).fetchone()[0])
 
 
 def _claim_within(
     conn: Conn, now: float, queue: str, worker_id: str, want: int, budget: KeyBudget
 ) -> list[Job]:
     """Up to ``want`` waiting jobs of ``queue`` in claim order, past those whose limit key has
-    used its window (``KEY_SCAN`` jobs looked at, at most)."""
+    used its window or is at its cap (``KEY_SCAN`` jobs looked at, at most)."""
     if want <= 0:
         return []
-    p = {"queue": queue, "spent": json.dumps(budget.spent()), "scan": KEY_SCAN}
     picked: list[int] = []
-    for rowid, key in conn.execute(Q["keyed_candidates"], p).fetchall():
-        if len(picked) == want:
-            break
-        if budget.take(key):
-            picked.append(rowid)
-    if budget.spent():  # jobs of those keys were left out of the candidates
-        budget.held_back = True
+    while True:
+        p = {"queue": queue, "spent": json.dumps(budget.excluded()), "scan": KEY_SCAN}
+        for rowid, key in conn.execute(Q["keyed_candidates"], p).fetchall():
+            if len(picked) == want:
+                break
+            if rowid not in picked and budget.take(key):
+                picked.append(rowid)
+        if len(picked) == want or not budget.next_round():
+            break  # else: every key with waiting jobs had its turn; look again, a new round
+    spent = budget.spent()
+    p = {"queue": queue, "spent": json.dumps(spent), "picked": json.dumps(picked)}
+    if spent and conn.execute(Q["spent_waiting"], p).fetchone()[0]:
+        budget.held_back = True  # jobs of those keys were left out of the candidates
     if not picked:
         return []
     rows = conn.execute(
         Q["claim_rowids"], {"rowids": json.dumps(picked), "now": now, "worker_id": worker_id}
     ).fetchall()
-    good: list[Job] = []
+    place = {rowid: i for i, rowid in enumerate(picked)}
+    good: list[tuple[int, Job]] = []
     for row in rows:
         bad = records.problems(row)
         if bad:
             _fail_corrupt(conn, now, row, bad)
         else:
-            good.append(records.build(row))
-    return sorted(good, key=lambda j: (j.priority, j.seq))
-
-
-@dataclasses.dataclass
-class _Gate:
-    """What a claim learns of a queue before it takes anything (``queue_gate``)."""
-
-    paused: bool
-    limits: Limits | None = None
-    allowance: Allowance | None = None
-    key_window: int = 0
-    key_used: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    def budget(self, now: float) -> KeyBudget | None:
-        if self.limits is None or self.limits.key_rate is None:
-            return None
-        return KeyBudget(self.limits, self.key_window, self.key_used, now)
-
-
-def _gate(conn: Conn, now: float, queue: str, want: int) -> _Gate:
-    """Whether ``queue`` is paused, its limits, and what they allow a claim of ``want``."""
-    (
-        paused,
-        max_active,
-        rate,
-        per,
-        window,
-        used,
-        key_rate,
-        key_per,
-        key_window,
-        key_used,
-        active,
-    ) = conn.execute(Q["queue_gate"], {"queue": queue}).fetchone()
-    if paused or per is None:
-        return _Gate(bool(paused))
-    limits = Limits(max_active=max_active, rate=rate, per=per, key_rate=key_rate, key_per=key_per)
-    a = allowance(limits, active, window, used, now, want)
-    return _Gate(False, limits, a, key_window, json.loads(key_used))
-
-
-def _count_starts(
-    conn: Conn, queue: str, gate: _Gate, taken: int, budget: KeyBudget | None
-) -> None:
-    a = gate.allowance
-    assert a is not None
-    conn.execute(
-        Q["count_starts"],
-        {
-            "queue": queue,
-            "window": a.window,
-            "used": a.used + taken,
-            "key_window": budget.window if budget else gate.key_window,
-            "key_used": json.dumps(budget.used if budget else gate.key_used),
-        },
-    )
+            good.append((place[row[records.ROWID]], records.build(row)))
+    return [job for _, job in sorted(good, key=lambda p: p[0])]  # in the order taken
 
 
 def _promote_due(conn: Conn, now: float, queue: str) -> None:
@@ -369,21 +329,30 @@ def settle(conn: Conn, now: float, settles: Sequence[Settle]) -> tuple[list[bool
     requeued = False
     for s in settles:
         c = s.claim
-        p: dict[str, Any] = {"queue": c.queue, "id": c.job_id, "token": c.token}
+        p: dict[str, Any] = {
+            "queue": c.queue,
+            "id": c.job_id,
+            "token": c.token,
+            "now": now,
+            "outcome": s.outcome.value,
+            "ran_for": s.ran_for,
+            "keep": s.keep,
+            "error": None if s.outcome is Outcome.COMPLETE else s.error,
+        }
         if s.outcome is Outcome.COMPLETE:
             sql = Q["settle_complete"]
-            p.update(result=s.result, now=now)
+            p["result"] = s.result
         elif s.outcome is Outcome.RETRY and s.delay > 0:
             sql = Q["settle_retry_delayed"]
-            p.update(error=s.error, run_at=now + s.delay)
+            p["run_at"] = now + s.delay
         elif s.outcome is Outcome.RETRY:
             sql = Q["settle_retry_waiting"]
-            p.update(error=s.error, seq=allocate_seq(conn, c.queue, 1))
+            p["seq"] = allocate_seq(conn, c.queue, 1)
         elif s.outcome is Outcome.RELEASE:
             sql = Q["settle_release"]
         else:  # FAIL, EXPIRE, CANCEL
             sql = Q["settle_finish"]
-            p.update(state=OUTCOME_STATE[s.outcome].value, error=s.error, now=now)
+            p["state"] = OUTCOME_STATE[s.outcome].value
         applied = conn.execute(sql, p).rowcount == 1
         if applied:
             requeued = requeued or OUTCOME_STATE[s.outcome] not in TERMINAL
@@ -464,30 +433,13 @@ def enqueue_announced(
     return answers
 
 
-def publish(conn: Conn, now: float, events: Sequence[bytes], keep: int) -> None:
-    conn.executemany(Q["insert_event"], [{"body": body} for body in events])
-    conn.execute(Q["trim_events"], {"keep": keep})
-
-
-def events_head(conn: Conn, now: float) -> int:
-    (head,) = conn.execute(Q["events_head"]).fetchone()
-    return int(head)
-
-
-def events_after(conn: Conn, now: float, after: int, limit: int) -> list[tuple[int, bytes]]:
-    return [
-        (int(i), bytes(body))
-        for i, body in conn.execute(Q["events_after"], {"after": after, "limit": limit})
-    ]
-
-
 # -- delivery store -------------------------------------------------------------------------
 
 
 def claim_delivered(
     conn: Conn, now: float, queue: str, deliveries: Sequence[tuple[str, int]], worker_id: str
 ) -> tuple[ClaimBatch, list[str]]:
-    gate = _gate(conn, now, queue, len(deliveries))
+    gate = read_gate(conn, now, queue, len(deliveries))
     if gate.paused:
         return ClaimBatch([], now), []  # neither claimed nor stale: the caller offers it again
     a, budget = gate.allowance, gate.budget(now)
@@ -517,7 +469,7 @@ def claim_delivered(
             claimed.append(records.build(row))
     if gate.limits is None:
         return ClaimBatch(claimed, now), stale
-    _count_starts(conn, queue, gate, len(claimed), budget)
+    count_starts(conn, queue, gate, len(claimed), budget)
     return ClaimBatch(claimed, now, {} if held_back is False else {queue: held_back}), stale
 
 

@@ -7,7 +7,101 @@
 -- fragment: job
 queue, id, task, payload, state, priority, seq, created_at, run_at, ttl, max_attempts, timeout,
 attempts, token, claimed_at, heartbeat_at, worker_id, stalls, cancel_requested, progress, result,
-error, finished_at, traceparent, depends_on, dep_policy, limit_key, rowid
+error, finished_at, traceparent, depends_on, dep_policy, limit_key, sequence, seq_failure, rowid,
+attempt_history
+
+-- fragment: sequence_free
+-- Whether a waiting row "jobs" may start as far as its sequence goes
+-- (relaymq.policy.sequence_head): it has none; or no earlier job of its (queue, sequence)
+-- holds its place (waiting, delayed, active, or failed/expired with seq_failure 'hold') and
+-- none of the sequence is active. The first reads jobs_sequence (the jobs of sequences in those
+-- five states, by enqueue order: sequence_pos) up to the first earlier one; the second the
+-- queue's active jobs (jobs_active), as many as its workers run.
+(jobs.sequence IS NULL OR (
+    NOT EXISTS (
+        SELECT 1 FROM jobs o
+        WHERE o.queue = jobs.queue AND o.sequence = jobs.sequence
+          AND o.sequence IS NOT NULL
+          AND o.state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+          AND o.sequence_pos < jobs.sequence_pos
+          AND (o.state IN ('waiting', 'delayed', 'active') OR o.seq_failure = 'hold'))
+    AND NOT EXISTS (
+        SELECT 1 FROM jobs o
+        WHERE o.queue = jobs.queue AND o.state = 'active' AND o.sequence = jobs.sequence)))
+
+-- fragment: search
+-- A listing's search (relaymq.records.search.JobFilter.matches, carried out here): every
+-- parameter NULL matches every job. :args is a JSON array of [path, kind, value, steps]
+-- (search.conditions_json), read against the payload as JSON text; :needle (search.needle)
+-- some bytes a payload that meets them holds, looked for first.
+(:id_prefix IS NULL OR substr(id, 1, length(:id_prefix)) = :id_prefix)
+AND (:task_part IS NULL OR instr(task, :task_part) > 0)
+AND (:created_after IS NULL OR created_at >= :created_after)
+AND (:created_before IS NULL OR created_at < :created_before)
+AND (:needle IS NULL OR instr(payload, :needle) > 0)
+AND (:args IS NULL OR (json_valid(CAST(payload AS TEXT)) AND NOT EXISTS (
+    SELECT 1 FROM json_each(:args) c
+    WHERE NOT coalesce(CASE json_extract(c.value, '$[1]')
+        WHEN 'has' THEN json_type(CAST(payload AS TEXT), json_extract(c.value, '$[0]'))
+                IN ('text', 'integer', 'real')
+            AND instr(CAST(json_extract(CAST(payload AS TEXT), json_extract(c.value, '$[0]'))
+                           AS TEXT), json_extract(c.value, '$[2]')) > 0
+        WHEN 'number' THEN json_type(CAST(payload AS TEXT), json_extract(c.value, '$[0]'))
+                IN ('integer', 'real')
+            AND json_extract(CAST(payload AS TEXT), json_extract(c.value, '$[0]'))
+                = json_extract(c.value, '$[2]')
+        WHEN 'text' THEN json_type(CAST(payload AS TEXT), json_extract(c.value, '$[0]')) = 'text'
+            AND json_extract(CAST(payload AS TEXT), json_extract(c.value, '$[0]'))
+                = json_extract(c.value, '$[2]')
+        ELSE json_type(CAST(payload AS TEXT), json_extract(c.value, '$[0]'))
+            = json_extract(c.value, '$[1]')
+    END, 0))))
+
+-- fragment: history_with_attempt
+-- The job's attempt history (a JSON array, oldest first) with the attempt this settle ends
+-- added, the last :keep of them (relaymq.records.store.with_attempt; :keep 0 leaves it). The
+-- entry is relaymq.job.Attempt's stored form, made of the row as it was before the UPDATE
+-- (attempts, claimed_at, worker_id) and :outcome, :now, :ran_for, :error. An unreadable
+-- history starts afresh rather than stopping the settle.
+CASE WHEN :keep <= 0 THEN attempt_history ELSE (
+    SELECT json_group_array(json(e.value)) FROM (
+        SELECT key, value FROM json_each(json_insert(
+            CASE WHEN json_valid(attempt_history) THEN attempt_history ELSE '[]' END, '$[#]',
+            json_object('attempt', attempts, 'outcome', :outcome, 'started_at', claimed_at,
+                        'ended_at', :now, 'worker', worker_id, 'ran_for', :ran_for,
+                        'error', :error)))
+        WHERE key > CASE WHEN json_valid(attempt_history)
+                         THEN json_array_length(attempt_history) ELSE 0 END - :keep
+        ORDER BY key
+    ) e
+) END
+
+-- name: pragma_auto_vacuum
+-- Before anything is written to a new file: freed pages are given back by incremental_vacuum
+-- (an existing file keeps its mode until vacuum). Out: nothing. Persistent.
+PRAGMA auto_vacuum = INCREMENTAL;
+
+-- name: auto_vacuum
+-- Out: one row, the file's auto-vacuum mode (0 none, 1 full, 2 incremental).
+PRAGMA auto_vacuum;
+
+-- name: vacuum
+-- Outside any transaction: rewrites the file, so that pragma_auto_vacuum takes effect on a
+-- file made before it (once per file; takes the write lock for as long as the copy lasts).
+VACUUM;
+
+-- name: incremental_vacuum
+-- Inside begin_immediate: give up to 2000 free pages back to the file system (a pragma takes
+-- no parameters; admin.VACUUM_PAGES says the same). Out: nothing worth reading.
+PRAGMA incremental_vacuum(2000);
+
+-- name: freelist_count
+-- Out: one row, the number of free pages in the file.
+PRAGMA freelist_count;
+
+-- name: page_count
+-- Out: one row, the number of pages in the file.
+PRAGMA page_count;
 
 -- name: pragma_wal
 -- In: nothing. Out: one row, the journal mode now in force ('wal' expected). Persistent.
@@ -26,6 +120,25 @@ PRAGMA synchronous = FULL;
 -- Per connection: a trigger's own writes fire triggers too (a job failed because of its
 -- dependency tells the jobs blocked on it, and so on; see upgrade_to_6).
 PRAGMA recursive_triggers = ON;
+
+-- name: recursive_triggers
+-- Out: one row, 1 when the connection's triggers fire triggers recursively (a caller's
+-- connection: tx.py turns it on while relaymq writes, then back off).
+PRAGMA recursive_triggers;
+
+-- name: pragma_no_recursive_triggers
+PRAGMA recursive_triggers = OFF;
+
+-- name: database_list
+-- Out: one row per database of the connection: seq, name ('main' first), file ('' in memory).
+PRAGMA database_list;
+
+-- name: begin_deferred
+-- How sqlite3 begins a transaction by default: the write lock is taken at the first write.
+BEGIN DEFERRED;
+
+-- name: begin_exclusive
+BEGIN EXCLUSIVE;
 
 -- name: schema_version
 -- Out: one row, the schema version (0 for a fresh file).
@@ -211,6 +324,65 @@ DROP TABLE locks;
 -- name: set_version_9
 PRAGMA user_version = 9;
 
+-- name: upgrade_to_10
+-- Schema 9 -> 10: each job's attempt history (a JSON array of relaymq.job.Attempt records,
+-- written by every settle; NULL: none yet).
+ALTER TABLE jobs ADD COLUMN attempt_history TEXT;
+-- and the history per task, with durations: run times and pickup latencies counted per bucket
+-- of relaymq.records.store.TIME_BUCKETS (JSON arrays). The tallies table keeps the counts per
+-- queue only (jobs failed by a dependency, counted by a trigger).
+CREATE TABLE IF NOT EXISTS task_tallies (
+    queue     TEXT    NOT NULL,
+    task      TEXT    NOT NULL,
+    minute    INTEGER NOT NULL,
+    completed INTEGER NOT NULL DEFAULT 0,
+    retried   INTEGER NOT NULL DEFAULT 0,
+    failed    INTEGER NOT NULL DEFAULT 0,
+    run_times TEXT,
+    pickups   TEXT,
+    PRIMARY KEY (queue, minute, task)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS task_tallies_minute ON task_tallies (minute);
+
+-- name: set_version_10
+PRAGMA user_version = 10;
+
+-- name: upgrade_to_11
+-- Schema 10 -> 11: when each event was stored (the wall clock, seconds), so that the table
+-- keeps recent events only (trim_old_events), not a number of rows that may each hold a
+-- thousand jobs' events. Rows stored before have none and go by count (trim_events).
+ALTER TABLE events ADD COLUMN at REAL;
+
+-- name: set_version_11
+PRAGMA user_version = 11;
+
+-- name: upgrade_to_12
+-- Schema 11 -> 12: a cap on the active jobs of each limit key (relaymq.limits: key_max_active), and
+-- fairness between keys (fair, weights: JSON [[key, weight], ...]; fair_served: JSON, limit
+-- key -> starts in the current round).
+ALTER TABLE limits ADD COLUMN key_max_active INTEGER;
+ALTER TABLE limits ADD COLUMN fair INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE limits ADD COLUMN weights TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE limits ADD COLUMN fair_served TEXT NOT NULL DEFAULT '{}';
+
+-- name: set_version_12
+PRAGMA user_version = 12;
+
+-- name: upgrade_to_13
+-- Schema 12 -> 13: sequences (relaymq.job.NewJob.sequence): a job's sequence, its place in
+-- enqueue order (sequence_pos: its seq when it was enqueued, never changed after), what it
+-- does to the sequence when dead-lettered (seq_failure: 'hold' or 'continue'), and the
+-- index the claim reads them by (fragment sequence_free). Rows stored before have none.
+ALTER TABLE jobs ADD COLUMN sequence TEXT;
+ALTER TABLE jobs ADD COLUMN sequence_pos INTEGER;
+ALTER TABLE jobs ADD COLUMN seq_failure TEXT;
+CREATE INDEX IF NOT EXISTS jobs_sequence ON jobs (queue, sequence, sequence_pos)
+    WHERE sequence IS NOT NULL
+      AND state IN ('waiting', 'delayed', 'active', 'failed', 'expired');
+
+-- name: set_version_13
+PRAGMA user_version = 13;
+
 -- name: begin_immediate
 -- Takes the write lock at the start, so a transaction never fails half-way on a lock upgrade;
 -- other writers wait up to the busy timeout, readers are never blocked (WAL).
@@ -231,10 +403,11 @@ SELECT id FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(
 -- In: one new job. Out: nothing (the counts trigger adds it to its state).
 INSERT INTO jobs (queue, id, task, payload, state, priority, seq, created_at, run_at, ttl,
                   max_attempts, timeout, traceparent, depends_on, dep_policy, pending_deps,
-                  limit_key)
+                  limit_key, sequence, sequence_pos, seq_failure)
 VALUES (:queue, :id, :task, :payload, :state, :priority, :seq, :now, :run_at, :ttl,
         :max_attempts, :timeout, :traceparent, :depends_on, :dep_policy, :pending_deps,
-        :limit_key);
+        :limit_key, :sequence, CASE WHEN :sequence IS NULL THEN NULL ELSE :seq END,
+        :seq_failure);
 
 -- name: dependency_states
 -- In: :queue, :ids (JSON array). Out: (id, state) of those that exist.
@@ -271,20 +444,26 @@ SELECT 1 FROM pauses WHERE queue = :queue;
 
 -- name: queue_gate
 -- In: :queue. Out: one row: whether the queue is paused, then its limits (max_active, rate,
--- per, window, used, key_rate, key_per, key_window, key_used; all NULL when it has none) and
--- its active jobs.
+-- per, window, used, key_rate, key_per, key_window, key_used, key_max_active, fair, weights,
+-- fair_served; all NULL when it has none) and its active jobs.
 SELECT EXISTS (SELECT 1 FROM pauses WHERE queue = :queue),
        l.max_active, l.rate, l.per, l.window, l.used, l.key_rate, l.key_per, l.key_window,
-       l.key_used,
+       l.key_used, l.key_max_active, l.fair, l.weights, l.fair_served,
        coalesce((SELECT n FROM counts WHERE queue = :queue AND state = 'active'), 0)
 FROM (SELECT 1) LEFT JOIN limits l ON l.queue = :queue;
 
 -- name: count_starts
--- In: :queue, :window, :used, :key_window, :key_used. Out: nothing. The rate windows a claim
--- counted its starts in.
+-- In: :queue, :window, :used, :key_window, :key_used, :fair_served. Out: nothing. The rate
+-- windows a claim counted its starts in, and the fair round.
 UPDATE limits SET window = :window, used = :used, key_window = :key_window,
-                  key_used = :key_used
+                  key_used = :key_used, fair_served = :fair_served
 WHERE queue = :queue;
+
+-- name: active_by_key
+-- In: :queue. Out: (limit_key, active jobs) of each key with active jobs (stalled ones too).
+SELECT limit_key, count(*) FROM jobs
+WHERE queue = :queue AND state = 'active' AND limit_key IS NOT NULL
+GROUP BY limit_key;
 
 -- name: keyed_candidates
 -- In: :queue, :spent (JSON array of keys that may start nothing more), :scan. Out: rowid and
@@ -292,7 +471,19 @@ WHERE queue = :queue;
 SELECT rowid, limit_key FROM jobs
 WHERE queue = :queue AND state = 'waiting'
   AND (limit_key IS NULL OR limit_key NOT IN (SELECT value FROM json_each(:spent)))
+  AND <sequence_free>
 ORDER BY priority, seq LIMIT :scan;
+
+-- name: spent_waiting
+-- In: :queue, :spent (JSON array of keys that may start nothing more), :picked (JSON array
+-- of the rowids the claim takes). Out: one row, 1 when a waiting job of one of those keys
+-- exists besides them (keyed_candidates left it out: the keys held it back).
+SELECT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE queue = :queue AND state = 'waiting'
+      AND limit_key IN (SELECT value FROM json_each(:spent))
+      AND rowid NOT IN (SELECT value FROM json_each(:picked))
+);
 
 -- name: claim_rowids
 -- In: :rowids (JSON array), :now, :worker_id. Out: <job> of each job taken, as "claim" does.
@@ -307,21 +498,27 @@ WHERE rowid IN (SELECT value FROM json_each(:rowids)) AND state = 'waiting'
 RETURNING <job>;
 
 -- name: set_limits
--- In: :queue, :max_active, :rate, :per, :key_rate, :key_per. Out: nothing. The windows'
--- counts are kept.
-INSERT INTO limits (queue, max_active, rate, per, key_rate, key_per)
-VALUES (:queue, :max_active, :rate, :per, :key_rate, :key_per)
+-- In: :queue, :max_active, :rate, :per, :key_rate, :key_per, :key_max_active, :fair,
+-- :weights. Out: nothing. The windows' counts and the fair round are kept.
+INSERT INTO limits (queue, max_active, rate, per, key_rate, key_per, key_max_active, fair,
+                    weights)
+VALUES (:queue, :max_active, :rate, :per, :key_rate, :key_per, :key_max_active, :fair,
+        :weights)
 ON CONFLICT (queue) DO UPDATE SET
     max_active = excluded.max_active, rate = excluded.rate, per = excluded.per,
-    key_rate = excluded.key_rate, key_per = excluded.key_per;
+    key_rate = excluded.key_rate, key_per = excluded.key_per,
+    key_max_active = excluded.key_max_active, fair = excluded.fair,
+    weights = excluded.weights;
 
 -- name: remove_limits
 -- In: :queue. Out: nothing.
 DELETE FROM limits WHERE queue = :queue;
 
 -- name: list_limits
--- Out: (queue, max_active, rate, per, key_rate, key_per) of every queue with limits.
-SELECT queue, max_active, rate, per, key_rate, key_per FROM limits ORDER BY queue;
+-- Out: (queue, max_active, rate, per, key_rate, key_per, key_max_active, fair, weights) of
+-- every queue with limits.
+SELECT queue, max_active, rate, per, key_rate, key_per, key_max_active, fair, weights
+FROM limits ORDER BY queue;
 
 -- name: due_delayed
 -- In: :queue, :now. Out: rowid of each delayed job due at :now, in promotion order.
@@ -347,7 +544,7 @@ UPDATE jobs SET
     heartbeat_at = :now,
     worker_id = :worker_id
 WHERE rowid IN (
-    SELECT rowid FROM jobs WHERE queue = :queue AND state = 'waiting'
+    SELECT rowid FROM jobs WHERE queue = :queue AND state = 'waiting' AND <sequence_free>
     ORDER BY priority, seq LIMIT :limit
 )
 RETURNING <job>;
@@ -379,31 +576,38 @@ WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
 SELECT state, token, cancel_requested FROM jobs WHERE queue = :queue AND id = :id;
 
 -- name: settle_complete
--- In: :queue, :id, :token, :result, :now. Out: nothing; changes() = 1 when applied (fenced).
-UPDATE jobs SET state = 'completed', result = :result, finished_at = :now, worker_id = NULL
+-- In: :queue, :id, :token, :result, :now, and the attempt's :outcome, :ran_for, :error, :keep
+-- (every settle takes these four: <history_with_attempt>). Out: nothing; changes() = 1 when
+-- applied (fenced).
+UPDATE jobs SET state = 'completed', result = :result, finished_at = :now, worker_id = NULL,
+    attempt_history = <history_with_attempt>
 WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
 
 -- name: settle_finish
 -- FAIL, EXPIRE (the DLQ) and CANCEL. In: :queue, :id, :token, :state, :error, :now.
 -- Out: nothing; changes() = 1 when applied (fenced).
-UPDATE jobs SET state = :state, error = :error, finished_at = :now, worker_id = NULL
+UPDATE jobs SET state = :state, error = :error, finished_at = :now, worker_id = NULL,
+    attempt_history = <history_with_attempt>
 WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
 
 -- name: settle_retry_delayed
 -- In: :queue, :id, :token, :error, :run_at. Out: nothing; changes() = 1 when applied (fenced).
-UPDATE jobs SET state = 'delayed', run_at = :run_at, error = :error, worker_id = NULL
+UPDATE jobs SET state = 'delayed', run_at = :run_at, error = :error, worker_id = NULL,
+    attempt_history = <history_with_attempt>
 WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
 
 -- name: settle_retry_waiting
 -- In: :queue, :id, :token, :error, :seq (fresh FIFO number).
 -- Out: nothing; changes() = 1 when applied (fenced).
-UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq, error = :error, worker_id = NULL
+UPDATE jobs SET state = 'waiting', run_at = NULL, seq = :seq, error = :error, worker_id = NULL,
+    attempt_history = <history_with_attempt>
 WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
 
 -- name: settle_release
 -- In: :queue, :id, :token. Out: nothing; changes() = 1 when applied (fenced).
 -- Keeps seq, so the job goes back to its old place in line; gives back the attempt.
-UPDATE jobs SET state = 'waiting', attempts = attempts - 1, worker_id = NULL
+UPDATE jobs SET state = 'waiting', attempts = attempts - 1, worker_id = NULL,
+    attempt_history = <history_with_attempt>
 WHERE queue = :queue AND id = :id AND state = 'active' AND token = :token;
 
 -- name: wait_probe
@@ -451,22 +655,46 @@ WHERE rowid = :rowid AND state = 'active' AND token = :token
 SELECT <job>
 FROM jobs WHERE queue = :queue AND id IN (SELECT value FROM json_each(:ids));
 
+-- name: sequence_head
+-- In: :queue, :sequence. Out: <job> of the earliest job of the sequence that holds its place
+-- (relaymq.policy.holds_sequence), through jobs_sequence; no row when none does.
+SELECT <job> FROM jobs
+WHERE queue = :queue AND sequence = :sequence AND sequence IS NOT NULL
+  AND state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+  AND (state IN ('waiting', 'delayed', 'active') OR seq_failure = 'hold')
+ORDER BY sequence_pos LIMIT 1;
+
+-- name: sequence_waiting
+-- In: :queue. Out: one row, 1 when the queue has a waiting job of a sequence (a claim that
+-- took fewer jobs than it could passed it over: not its sequence's head), else 0; through
+-- jobs_sequence.
+SELECT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE queue = :queue AND sequence IS NOT NULL
+      AND state IN ('waiting', 'delayed', 'active', 'failed', 'expired')
+      AND state = 'waiting'
+);
+
 -- name: list_waiting
+-- Every listing takes the parameters of <search> too (all NULL: no search).
 -- In: :queue, :limit, :offset. Out: <job> rows in claim order (jobs_waiting).
 SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'waiting'
+AND <search>
 ORDER BY priority, seq LIMIT :limit OFFSET :offset;
 
 -- name: list_delayed
 -- In: :queue, :limit, :offset. Out: <job> rows by run time (jobs_delayed).
 SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'delayed'
+AND <search>
 ORDER BY run_at, seq LIMIT :limit OFFSET :offset;
 
 -- name: list_blocked
 -- In: :queue, :limit, :offset. Out: <job> rows of blocked jobs, in enqueue order.
 SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'blocked'
+AND <search>
 ORDER BY seq LIMIT :limit OFFSET :offset;
 
 -- name: list_active
@@ -474,6 +702,7 @@ ORDER BY seq LIMIT :limit OFFSET :offset;
 -- by the workers' concurrency, so sorting it is cheap.
 SELECT <job>
 FROM jobs WHERE queue = :queue AND state = 'active'
+AND <search>
 ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 
 -- name: list_finished
@@ -481,6 +710,7 @@ ORDER BY claimed_at, seq LIMIT :limit OFFSET :offset;
 -- (jobs_finished; ties in insertion order).
 SELECT <job>
 FROM jobs WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL
+AND <search>
 ORDER BY finished_at, rowid LIMIT :limit OFFSET :offset;
 
 -- name: counts
@@ -526,9 +756,14 @@ DELETE FROM jobs WHERE rowid IN (
 );
 
 -- name: clean
--- In: :queue, :state (terminal), :cutoff. Out: nothing; changes() = the number deleted.
-DELETE FROM jobs
-WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL AND finished_at < :cutoff;
+-- In: :queue, :state (terminal), :cutoff, :batch. Deletes the :batch oldest jobs of :state
+-- that finished before :cutoff (callers repeat while a full batch goes).
+-- Out: nothing; changes() = the number deleted.
+DELETE FROM jobs WHERE rowid IN (
+    SELECT rowid FROM jobs
+    WHERE queue = :queue AND state = :state AND finished_at IS NOT NULL AND finished_at < :cutoff
+    ORDER BY finished_at LIMIT :batch
+);
 
 -- name: obliterate_jobs
 -- In: :queue. Out: nothing.
@@ -550,12 +785,20 @@ SELECT queue FROM pauses
 ORDER BY queue;
 
 -- name: insert_event
--- In: :body. Out: nothing.
-INSERT INTO events (body) VALUES (:body);
+-- In: :body, :at (the wall clock). Out: nothing.
+INSERT INTO events (body, at) VALUES (:body, :at);
 
 -- name: trim_events
 -- In: :keep. Out: nothing. Keeps the newest :keep events (a rowid range delete: cheap).
 DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - :keep;
+
+-- name: trim_old_events
+-- In: :cutoff (the wall clock). Out: nothing. Deletes the events stored before :cutoff: those
+-- below the oldest kept one (ids grow with time; the scan stops at the first recent row, and
+-- rows before it were trimmed by the previous publish).
+DELETE FROM events WHERE id < (
+    SELECT id FROM events WHERE at >= :cutoff OR at IS NULL ORDER BY id LIMIT 1
+) AND at < :cutoff;
 
 -- name: events_head
 -- Out: one row, the id of the newest event (0 when there is none).
@@ -604,17 +847,48 @@ ON CONFLICT (queue, minute) DO UPDATE SET
     failed = failed + excluded.failed;
 
 -- name: tallies
--- In: :queue, :since. Out: minute, completed, retried, failed, oldest first.
-SELECT minute, completed, retried, failed FROM tallies
-WHERE queue = :queue AND minute >= :since ORDER BY minute;
+-- In: :queue, :since. Out: minute, task ('' for counts kept per queue only), completed,
+-- retried, failed, run_times, pickups (JSON arrays or NULL), by minute, then task.
+SELECT minute, '' AS task, completed, retried, failed, NULL, NULL FROM tallies
+WHERE queue = :queue AND minute >= :since
+UNION ALL
+SELECT minute, task, completed, retried, failed, run_times, pickups FROM task_tallies
+WHERE queue = :queue AND minute >= :since
+ORDER BY 1, 2;
+
+-- name: task_tally_durations
+-- In: :queue, :task, :minute. Out: run_times, pickups of that minute's task tally (no row: none).
+SELECT run_times, pickups FROM task_tallies
+WHERE queue = :queue AND minute = :minute AND task = :task;
+
+-- name: add_task_tally
+-- In: :queue, :task, :minute, :completed, :retried, :failed, and :run_times, :pickups (JSON
+-- arrays: the minute's stored histograms already added to, task_tally_durations, in the same
+-- write transaction). Adds to the minute's counters of the task.
+INSERT INTO task_tallies (queue, task, minute, completed, retried, failed, run_times, pickups)
+VALUES (:queue, :task, :minute, :completed, :retried, :failed, :run_times, :pickups)
+ON CONFLICT (queue, minute, task) DO UPDATE SET
+    completed = completed + excluded.completed,
+    retried = retried + excluded.retried,
+    failed = failed + excluded.failed,
+    run_times = excluded.run_times,
+    pickups = excluded.pickups;
 
 -- name: prune_tallies
 -- In: :before. Every queue's minutes before it.
 DELETE FROM tallies WHERE minute < :before;
 
+-- name: prune_task_tallies
+-- In: :before. Every queue's minutes before it, per task.
+DELETE FROM task_tallies WHERE minute < :before;
+
 -- name: obliterate_tallies
 -- In: :queue.
 DELETE FROM tallies WHERE queue = :queue;
+
+-- name: obliterate_task_tallies
+-- In: :queue.
+DELETE FROM task_tallies WHERE queue = :queue;
 
 -- name: obliterate_keys
 -- In: :queue.

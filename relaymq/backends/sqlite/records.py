@@ -14,18 +14,21 @@ from typing import Any
 from relaymq.backends.corrupt import reason, state_problem
 from relaymq.backends.sqlfile import fragments
 from relaymq.errors import CorruptRecordError
-from relaymq.job import DependencyPolicy, Job, JobState
+from relaymq.job import DependencyPolicy, Job, JobState, SequenceFailure, attempts_from
 
 COLUMNS = tuple(c.strip() for c in fragments(__package__, "queries.sql")["job"].split(","))
 """The job columns in the order of "<job>" in queries.sql, where they are written once."""
 ROWID = COLUMNS.index("rowid")
+HISTORY = COLUMNS.index("attempt_history")
 DEPENDS_ON = COLUMNS.index("depends_on")
 DEP_POLICY = COLUMNS.index("dep_policy")
 PRIORITY = COLUMNS.index("priority")
 SEQ = COLUMNS.index("seq")
+SEQ_FAILURE = COLUMNS.index("seq_failure")
 
 _STATES = {s.value: s for s in JobState}
 _POLICIES = {p.value: p for p in DependencyPolicy}
+_SEQ_FAILURES = {p.value: p for p in SequenceFailure}
 
 # What each column may hold: (python types allowed, nullable, neutral value for listings).
 _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
@@ -55,6 +58,8 @@ _KINDS: dict[str, tuple[tuple[type, ...], bool, Any]] = {
     "depends_on": ((str,), True, None),
     "dep_policy": ((str,), True, None),
     "limit_key": ((str,), True, None),
+    "sequence": ((str,), True, None),
+    "seq_failure": ((str,), True, None),
 }
 _FLOATS = frozenset(name for name, (types, _, _) in _KINDS.items() if float in types)
 _CHECKS = tuple(
@@ -75,6 +80,8 @@ def problems(row: tuple[Any, ...]) -> list[str]:
         found.append(f"depends_on is {row[DEPENDS_ON]!r}, not a JSON array of job ids")
     if isinstance(row[DEP_POLICY], str) and row[DEP_POLICY] not in _POLICIES:
         found.append(f"dep_policy is {row[DEP_POLICY]!r}, not a dependency policy")
+    if isinstance(row[SEQ_FAILURE], str) and row[SEQ_FAILURE] not in _SEQ_FAILURES:
+        found.append(f"seq_failure is {row[SEQ_FAILURE]!r}, not 'hold' or 'continue'")
     return found
 
 
@@ -113,6 +120,8 @@ def to_job_lenient(row: tuple[Any, ...], state: JobState) -> Job:
         fixed[DEPENDS_ON] = None
     if fixed[DEP_POLICY] not in _POLICIES:
         fixed[DEP_POLICY] = None
+    if fixed[SEQ_FAILURE] not in _SEQ_FAILURES:
+        fixed[SEQ_FAILURE] = None
     return build(tuple(fixed), {"corrupt": "; ".join(bad)})
 
 
@@ -130,8 +139,14 @@ def build(row: tuple[Any, ...], extra: dict[str, str] | None = None) -> Job:
     v["state"] = _STATES[v["state"]]
     v["cancel_requested"] = bool(v["cancel_requested"])
     deps, policy = v.pop("depends_on"), v.pop("dep_policy")
+    seq_failure = v.pop("seq_failure")
+    if seq_failure is not None:
+        v["sequence_on_failure"] = _SEQ_FAILURES[seq_failure]
     if deps is not None:
         v["depends_on"] = _dependencies(deps)
     if policy is not None:
         v["on_dependency_failure"] = _POLICIES[policy]
+    history = row[HISTORY]
+    if history is not None:
+        v["attempt_history"] = attempts_from(history if isinstance(history, str | bytes) else None)
     return Job(**v, extra=extra or {})

@@ -19,6 +19,14 @@ the worker's threads; only a task of one of the project's ``INSTALLED_APPS`` is 
 whatever a job names. Priorities (Django: -100 to 100, higher first) map to relaymq's 0 to 200
 (lower first); ``run_after`` becomes the job's delay; ``get_result`` reads the job back (result
 ids are ``<queue>/<job id>``). Django tasks are not retried (Django has no retry option).
+
+Inside ``transaction.atomic()``, a task is enqueued through Django's own connection
+(``OPTIONS["DATABASE"]``, default ``"default"``), in the same transaction as the view's data:
+the job exists if and only if that transaction commits. That needs the relaymq backend in the
+same database (a PostgreSQL or SQLite ``URL`` on Django's own database), or an outbox there
+(``OPTIONS["OUTBOX"]``, a relaymq URL of Django's database) for any other backend. Outside an
+atomic block, Django commits each statement, and so does the enqueue. In an async view, open
+the transaction in a sync function (``sync_to_async``) and enqueue there.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any, TypeVar
 
 try:
     from django.apps import apps
+    from django.db import connections
     from django.tasks import TaskResult, TaskResultStatus
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task as DjangoTask
@@ -100,12 +109,18 @@ class RelayMQBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.url: str = self.options.get("URL", relaymq.Settings.from_env().backend)
+        self.database: str = self.options.get("DATABASE", "default")
+        """The Django database whose ``atomic`` blocks enqueues join."""
         self._loop = _Loop()
-        self.app = default_app().on(self.url)
+        self.app = default_app().on(self.url, outbox=self.options.get("OUTBOX"))
         """The default app (whose task ``run`` runs each Django task) on ``URL``."""
 
     def enqueue(self, task: DjangoTask, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
+        connection = connections[self.database]
+        if connection.in_atomic_block:  # with the view's data, or not at all
+            connection.ensure_connection()
+            return self._enqueue_in(task, list(args), dict(kwargs), connection.connection)
         return self._loop.run(self._enqueue(task, list(args), dict(kwargs)))
 
     async def aenqueue(self, task: DjangoTask, args: Any, kwargs: Any) -> TaskResult:
@@ -136,14 +151,29 @@ class RelayMQBackend(BaseTaskBackend):
         self, task: DjangoTask, args: list[Any], kwargs: dict[str, Any]
     ) -> TaskResult:
         args, kwargs = normalize_json(args), normalize_json(kwargs)
-        delay = 0.0
-        if task.run_after is not None:
-            delay = max(0.0, (task.run_after - datetime.now(UTC)).total_seconds())
-        call = run.with_options(queue=task.queue_name, priority=100 - task.priority, delay=delay)
         queue = await self._queue(task.queue_name)
-        handle = await queue.add(call.call(task.module_path, args, kwargs))
+        handle = await queue.add(_runner(task).call(task.module_path, args, kwargs))
         job = await handle.job()
         return self._to_result(task, job, args, kwargs)
+
+    def _enqueue_in(
+        self, task: DjangoTask, args: list[Any], kwargs: dict[str, Any], connection: Any
+    ) -> TaskResult:
+        """In the open transaction of Django's DB-API ``connection``, on the calling thread;
+        the job cannot be read back before the commit, so the result is made from the call."""
+        args, kwargs = normalize_json(args), normalize_json(kwargs)
+        call = _runner(task).with_options(connection=connection)
+        handle = self.app.enqueue_sync(call.call(task.module_path, args, kwargs))
+        result = _result(
+            task,
+            f"{task.queue_name}/{handle.id}",
+            STATUS[JobState.WAITING],
+            args,
+            kwargs,
+            self.alias,
+        )
+        object.__setattr__(result, "enqueued_at", datetime.now(UTC))
+        return result
 
     async def _get_result(self, result_id: str) -> TaskResult:
         queue, _, job_id = result_id.partition("/")
@@ -174,6 +204,14 @@ class RelayMQBackend(BaseTaskBackend):
                 TaskError(exception_class_path=_exception_path(job.error), traceback=job.error)
             )
         return result
+
+
+def _runner(task: DjangoTask) -> Any:
+    """The relaymq task that runs ``task``, with its queue, priority and delay."""
+    delay = 0.0
+    if task.run_after is not None:
+        delay = max(0.0, (task.run_after - datetime.now(UTC)).total_seconds())
+    return run.with_options(queue=task.queue_name, priority=100 - task.priority, delay=delay)
 
 
 def _result(

@@ -14,7 +14,10 @@
 -- now and worker_id; the caller applies exactly these changes to the record it got back.
 -- Paused queues are skipped; due delayed jobs of each visited queue are promoted first. A
 -- queue with limits gives at most its allowance (lib.lua), and counts its starts; with a
--- per-key rate, jobs whose key used its window are passed over and keep their place.
+-- per-key rate or cap, jobs whose key used its window or is at its cap are passed over and
+-- keep their place. So are jobs of a sequence that may not start yet (lib.lua sequence_free:
+-- not the first of their sequence that holds its place, or one of it is active); a queue
+-- whose claim came back short with such jobs passed over is in `limited` with retry ''.
 -- A record that cannot be read, or in a state nobody knows, is moved to the DLQ (failed) with
 -- the reason and not returned (lib.lua quarantine).
 local now, nows = clock(ARGV[1])
@@ -75,36 +78,70 @@ for k, base in ipairs(KEYS) do
     local quota, window, used, retry, keys = allowance(base, now, remaining)
     local limits = quota ~= nil
     quota = quota or remaining
-    if keys then
-      -- Per-key rate: look down the line (KEY_SCAN at most) past keys that used their window.
-      local skipped, scanned = 0, 0
-      while quota > 0 and scanned < KEY_SCAN do
-        local ids = redis.call('ZRANGE', base .. ':waiting', skipped, skipped + 99)
-        if #ids == 0 then
-          break
-        end
-        for _, id in ipairs(ids) do
-          if quota <= 0 then
+    local sequences = redis.call('EXISTS', base .. ':seqs') == 1
+    if keys or sequences then
+      -- Per-key limits, sequences: look down the line (KEY_SCAN at most) past keys that used
+      -- their window or are at their cap, and past jobs that are not their sequence's head
+      -- or whose sequence has an active job (a key refuses first, as KeyBudget.refuses).
+      -- With fairness, once the line gives nothing more, a new round looks once again.
+      local seen = {} -- per sequence: its job that may start, or false (sequence_free)
+      local passed = {} -- ids of jobs of a sequence passed over (and not taken since)
+      repeat
+        local skipped, scanned = 0, 0
+        while quota > 0 and scanned < KEY_SCAN do
+          local ids = redis.call('ZRANGE', base .. ':waiting', skipped, skipped + 99)
+          if #ids == 0 then
             break
           end
-          scanned = scanned + 1
-          if key_take(keys, redis.pcall('HGET', job_key(base, id), 'limit_key')) then
-            redis.call('ZREM', base .. ':waiting', id)
-            if activate(k, base, id, active) then
-              remaining, quota = remaining - 1, quota - 1
+          for _, id in ipairs(ids) do
+            if quota <= 0 then
+              break
             end
-          else
-            skipped = skipped + 1
+            scanned = scanned + 1
+            local r = read(job_key(base, id), 'limit_key', 'sequence')
+            local key, name = r and r[1], r and r[2]
+            local take = true
+            if keys and key_refuses(keys, key) then
+              take = false
+            elseif type(name) == 'string' and not sequence_free(base, id, name, seen) then
+              take = false
+            elseif keys then
+              take = key_take(keys, key)
+            end
+            if take then
+              redis.call('ZREM', base .. ':waiting', id)
+              passed[id] = nil
+              if activate(k, base, id, active) then
+                remaining, quota = remaining - 1, quota - 1
+                if type(name) == 'string' then
+                  seen[name] = false -- now it has an active job
+                  redis.call('HSET', base .. ':seq_run', name, id)
+                end
+              elseif type(name) == 'string' then
+                seen[name] = nil -- quarantined: read its sequence again
+              end
+            else
+              skipped = skipped + 1
+              if type(name) == 'string' then
+                passed[id] = true
+              end
+            end
           end
         end
+      until quota <= 0 or not keys or not next_round(keys)
+      if keys then
+        key_count(base, keys)
+        if keys.held and quota > 0 then
+          limited[#limited + 1] = k
+          limited[#limited + 1] = key_retry(keys)
+        end
       end
-      key_count(base, keys)
-      if keys.held and quota > 0 then
-        limited[#limited + 1] = k
-        limited[#limited + 1] = keys.retry
+      if quota > 0 and next(passed) ~= nil and not (keys and keys.held) then
+        limited[#limited + 1] = k -- sequences held the rest back, until their jobs end
+        limited[#limited + 1] = ''
       end
     end
-    while quota > 0 and not keys do
+    while quota > 0 and not keys and not sequences do
       local popped = redis.call('ZPOPMIN', base .. ':waiting', quota)
       if #popped == 0 then
         break

@@ -7,8 +7,10 @@
 --          nothing was looked at: the caller keeps the deliveries); claimed = {id1, job1, ...} with
 --          job = the values in FIELDS order (lib.lua); stale = ids whose job is gone, not
 --          waiting, unreadable or holds another token; retry = false unless the queue's
---          limits held back live deliveries (kept by the caller): then the seconds until its
---          rate window ends, or '' while it waits for active jobs.
+--          limits or sequences held back live deliveries (kept by the caller): then the
+--          seconds until its rate window ends, or '' while it waits for active jobs.
+-- A delivered job of a sequence starts only as its sequence's head (lib.lua sequence_free,
+-- checked after its key refuses, as claim.lua does); else it is held back like a key at its cap.
 -- A claim is the ordinary one: active, token + 1, attempts + 1, claimed_at = heartbeat_at =
 -- now, worker_id; the job leaves the waiting set. A delivered job whose record cannot be read
 -- or is in a state nobody knows is moved to the DLQ with the reason (lib.lua quarantine).
@@ -20,17 +22,23 @@ if redis.call('EXISTS', base .. ':paused') == 1 then
 end
 local quota, window, used, retry, keys = allowance(base, now, #ARGV - 2)
 local limits = quota ~= nil
-local held_back = false
+local held_back, limit_held = false, false
+local seen = {} -- per sequence: its job that may start, or false (sequence_free)
 local claimed, stale, active = {}, {}, {}
 for i = 3, #ARGV do
   local token, id = string.match(ARGV[i], '^(%d+) (.*)$')
   local r = id and read(job_key(base, id), unpack(FIELDS))
   local attempts = r and tonumber(r[11] or '0')
   local live = r and r[3] == 'waiting' and (r[12] or '0') == token and attempts
+  local name = live and r[27]
   if live and limits and quota <= 0 then
-    held_back = true -- beyond the limits: the caller keeps it
+    held_back, limit_held = true, true -- beyond the limits: the caller keeps it
+  elseif live and keys and key_refuses(keys, r[25]) then
+    held_back, limit_held, retry = true, true, key_retry(keys) -- used its window, or at cap
+  elseif live and type(name) == 'string' and not sequence_free(base, id, name, seen) then
+    held_back = true -- not its sequence's head yet: the caller keeps it
   elseif live and keys and not key_take(keys, r[25]) then
-    held_back, retry = true, keys.retry -- its key used its window: kept too
+    held_back, limit_held, retry = true, true, key_retry(keys)
   elseif live then
     quota = (quota or 0) - 1
     local jk = job_key(base, id)
@@ -44,6 +52,10 @@ for i = 3, #ARGV do
     active[#active + 1] = id
     claimed[#claimed + 1] = id
     claimed[#claimed + 1] = r
+    if type(name) == 'string' then
+      seen[name] = false -- now it has an active job
+      redis.call('HSET', base .. ':seq_run', name, id)
+    end
   else
     local why = id and (r == nil and NOT_A_HASH or state_problem(r[3]))
     if why or (r and r[3] == 'waiting' and (r[12] or '0') == token) then
@@ -60,5 +72,8 @@ if limits then
 end
 if keys then
   key_count(base, keys)
+end
+if held_back and not limit_held then
+  retry = '' -- only sequences held deliveries back: until their active jobs end
 end
 return {nows, 0, claimed, stale, held_back and retry}

@@ -3,22 +3,27 @@
 -- (wait_for)
 -- KEYS[1]  base of the queue ("<prefix>:{<queue>}")
 -- ARGV[1]  now ('' = server TIME)
--- ARGV[2]  the events channel ('' = publish nothing), ARGV[3] the queue's name,
+-- ARGV[2]  the events channel ('' = publish nothing; '?<channel>': only when a client of this
+--          server subscribes to it, as PUBSUB NUMSUB counts them: not on a cluster, whose
+--          subscribers may be on other nodes), ARGV[3] the queue's name,
 -- ARGV[4]  the events' time (seconds since the epoch, as text; it goes out as it came)
 -- ARGV[5]  the number of arguments per job: 3, 4 when the jobs carry key rules, 5 when they
---          also carry dependencies
+--          also carry dependencies, 6 when they also carry sequences
 -- ARGV[6..] per job: "<priority> <delay s> <ttl s|-> <max_attempts> <timeout s|->
 --           <traceparent|-> <=limit_key|-> <id>" (- = none), task, payload, with 4 the job's
 --           key rule:
 --           "throttle <window s> <key>", "debounce 0 <key>" or '' (none), and with 5 its
---           dependencies: "<policy> <JSON array of job ids>" or '' (none)
+--           dependencies: "<policy> <JSON array of job ids>" or '' (none), and with 6 its
+--           sequence: "<hold|continue> <sequence>" or '' (none)
 -- Returns  with 3: one integer per job, 1 = stored, 0 = duplicate (the id exists in this
---          queue). With 4 or 5: two values per job: 1 and the id of the job it replaced (''),
+--          queue). With 4, 5 or 6: two values per job: 1 and the id of the job it replaced (''),
 --          or 0 and '' (a duplicate id), or 0 and the id of the job holding the key (throttled).
 -- A job with dependencies is stored blocked while any has not ended (base:deps:<dep> lists it,
 -- and the dependency's hash gets dependents = 1); failed at once when one ended other than
 -- completed and its policy is 'fail'; otherwise as any job.
 -- Each stored job gets the next FIFO sequence; a wake-up token goes out per waiting job.
+-- A job of a sequence keeps that number as its sequence_pos and joins base:seq:<sequence>
+-- with it (lib.lua): its place in the sequence is fixed here, in enqueue order.
 -- With a channel, one framed message of the enqueue's facts goes out too (per job: stored
 -- waiting, stored delayed, or a duplicate): the enqueue is one round trip. The facts are the
 -- ones relaymq.events.enqueue_facts describes, and events.py alone turns them into events.
@@ -35,6 +40,12 @@ local waiting = {}
 local delayed = {}
 local announced = {}
 local channel, queue, at, stride = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+if string.sub(channel, 1, 1) == '?' then -- nobody hears it: no facts to gather and encode
+  channel = string.sub(channel, 2)
+  if redis.call('PUBSUB', 'NUMSUB', channel)[2] == 0 then
+    channel = ''
+  end
+end
 local PENDING = {waiting = true, delayed = true, active = true}
 
 local function flush()
@@ -57,7 +68,7 @@ local function take_key(id, rule)
   local holder = redis.call('HGET', base .. ':keys', key)
   local replaced = ''
   if holder then
-    local r = read(job_key(base, holder), 'state')
+    local r = read(job_key(base, holder), 'state', 'sequence')
     local state = r and r[1]
     if mode == 'throttle' then
       local untils = tonumber(redis.call('ZSCORE', base .. ':key_until', key) or '0')
@@ -68,6 +79,7 @@ local function take_key(id, rule)
       flush() -- the holder may have been stored earlier in this batch
       redis.call('ZREM', base .. ':' .. state, holder)
       redis.call('DEL', job_key(base, holder))
+      sequence_ended(base, holder, r[2], nil, nil)
       if redis.call('EXISTS', base .. ':deps:' .. holder) == 1 then
         dependency_ended(base, holder, 'removed', nows)
       end
@@ -170,6 +182,13 @@ for i = 6, #ARGV, stride do
     end
     if limit_key ~= '-' then
       redis.call('HSET', jk, 'limit_key', string.sub(limit_key, 2))
+    end
+    if stride == 6 and ARGV[i + 5] ~= '' then
+      local on_failure, name = string.match(ARGV[i + 5], '^(%S+) (.*)$')
+      redis.call('HSET', jk, 'sequence', name, 'seq_failure', on_failure, 'sequence_pos', seq)
+      if state ~= 'failed' then
+        sequence_rejoin(base, id, name, seq)
+      end
     end
     out[#out + 1] = 1
     if stride >= 4 then

@@ -15,7 +15,7 @@ local STATES = {blocked = true, waiting = true, delayed = true, active = true, c
 local FIELDS = {'task', 'payload', 'state', 'priority', 'seq', 'created_at', 'run_at', 'ttl',
   'max_attempts', 'timeout', 'attempts', 'token', 'claimed_at', 'heartbeat_at', 'worker_id',
   'stalls', 'cancel_requested', 'progress', 'result', 'error', 'finished_at', 'traceparent',
-  'depends_on', 'dep_policy', 'limit_key'}
+  'depends_on', 'dep_policy', 'limit_key', 'attempt_history', 'sequence', 'seq_failure'}
 
 -- Numbers go back to Redis with 17 significant digits: every double round-trips exactly.
 local function fmt(x)
@@ -35,23 +35,47 @@ end
 
 -- mirrors relaymq.policy.allowance (and, for `keys`, relaymq.policy.KeyBudget)
 -- The queue's limits, the same arithmetic: nil when it has none;
+-- `keys` (nil unless the queue limits its keys' rate or active jobs) is the per-key budget:
+-- with a cap per key, the key of every active job (stalled ones too) is counted here, so only
+-- such queues pay for reading them;
 -- else how many of `want` jobs may start now, the current rate window and the starts counted
 -- in it, and (when the rate held the claim back) the seconds until that window ends, or ''.
 local function allowance(base, now, want)
   local l = redis.call('HMGET', base .. ':limits', 'max_active', 'rate', 'per', 'window', 'used',
-    'key_rate', 'key_per', 'key_window', 'key_used')
+    'key_rate', 'key_per', 'key_window', 'key_used', 'key_max_active', 'fair', 'weights',
+    'fair_served')
   if not l[3] then
     return nil
   end
-  local keys = nil -- the per-key budget (key_take), when the queue has a key rate
-  if l[6] then
-    local key_per = tonumber(l[7])
+  local keys = nil -- the per-key budget (key_take)
+  if l[6] or l[10] or l[11] then
+    local key_per = tonumber(l[7] or '1')
     local key_window = math.floor(now / key_per)
     local key_used = {}
-    if tonumber(l[8] or '-1') == key_window and l[9] then
+    if l[6] and tonumber(l[8] or '-1') == key_window and l[9] then
       key_used = cjson.decode(l[9])
     end
-    keys = {rate = tonumber(l[6]), window = key_window, used = key_used, held = false,
+    local active = {}
+    if l[10] then
+      for _, id in ipairs(redis.call('ZRANGE', base .. ':active', 0, -1)) do
+        local key = redis.pcall('HGET', base .. ':job:' .. id, 'limit_key')
+        if type(key) == 'string' then
+          active[key] = (active[key] or 0) + 1
+        end
+      end
+    end
+    local weights, served = {}, {}
+    if l[11] then
+      for _, pair in ipairs(cjson.decode(l[12] or '[]')) do
+        weights[pair[1]] = pair[2]
+      end
+      if l[13] then
+        served = cjson.decode(l[13])
+      end
+    end
+    keys = {rate = tonumber(l[6]), cap = tonumber(l[10]), window = key_window, used = key_used,
+            active = active, held = false, rate_held = false, fair = l[11] ~= false,
+            weights = weights, served = served, new_round = false,
             retry = fmt((key_window + 1) * key_per - now)}
   end
   local per = tonumber(l[3])
@@ -75,28 +99,91 @@ local function count_starts(base, window, used)
   redis.call('HSET', base .. ':limits', 'window', fmt(window), 'used', used)
 end
 
+-- mirrors relaymq.policy.KeyBudget.refuses
+-- Whether limit key `key` (false: none) is at its cap or has used its window in the per-key
+-- budget `keys` (allowance), so none of its jobs may start now (it then held one back);
+-- counts nothing.
+local function key_refuses(keys, key)
+  if type(key) ~= 'string' then
+    return false
+  end
+  if keys.cap and (keys.active[key] or 0) >= keys.cap then
+    keys.held = true
+    return true
+  end
+  if keys.rate and (keys.used[key] or 0) >= keys.rate then
+    keys.held, keys.rate_held = true, true
+    return true
+  end
+  return false
+end
+
 -- mirrors relaymq.policy.KeyBudget.take
 -- Whether a job of limit key `key` (false: none) may start within the per-key budget `keys`
--- (allowance); if so, it is counted.
+-- (allowance): below its cap of active jobs and within its rate; if so, it is counted.
 local function key_take(keys, key)
   if type(key) ~= 'string' then
     return true
   end
-  local n = keys.used[key] or 0
-  if n >= keys.rate then
-    keys.held = true
+  if key_refuses(keys, key) then
     return false
   end
-  keys.used[key] = n + 1
+  if keys.fair and (keys.served[key] or 0) >= (keys.weights[key] or 1) then
+    return false -- had its turn in this round: passed over, not held back
+  end
+  if keys.rate then
+    keys.used[key] = (keys.used[key] or 0) + 1
+  end
+  if keys.cap then
+    keys.active[key] = (keys.active[key] or 0) + 1
+  end
+  if keys.fair then
+    keys.served[key] = (keys.served[key] or 0) + 1
+  end
   return true
 end
 
-local function key_count(base, keys)
-  local encoded = '{}'
-  if next(keys.used) ~= nil then
-    encoded = cjson.encode(keys.used)
+-- mirrors relaymq.policy.KeyBudget.next_round: with fairness, once a claim found no more
+-- candidates, begin a new round; whether to look again (at most once per claim).
+local function next_round(keys)
+  if not keys.fair or keys.new_round or next(keys.served) == nil then
+    return false
   end
-  redis.call('HSET', base .. ':limits', 'key_window', fmt(keys.window), 'key_used', encoded)
+  keys.served, keys.new_round = {}, true
+  return true
+end
+
+-- When a claim the keys held back may find more: the key window's end while the rate held a
+-- job back, else '' (when active jobs end); relaymq.policy.KeyBudget.retry_in.
+local function key_retry(keys)
+  if keys.rate then
+    if keys.rate_held then
+      return keys.retry
+    end
+    for _, n in pairs(keys.used) do
+      if n >= keys.rate then
+        return keys.retry
+      end
+    end
+  end
+  return ''
+end
+
+local function encode_map(t)
+  if next(t) == nil then
+    return '{}'
+  end
+  return cjson.encode(t)
+end
+
+local function key_count(base, keys)
+  if keys.rate then
+    redis.call('HSET', base .. ':limits', 'key_window', fmt(keys.window), 'key_used',
+      encode_map(keys.used))
+  end
+  if keys.fair then
+    redis.call('HSET', base .. ':limits', 'fair_served', encode_map(keys.served))
+  end
 end
 
 local function job_key(base, id)
@@ -110,6 +197,41 @@ local function set_opt(jk, field, arg)
   else
     redis.call('HSET', jk, field, string.sub(arg, 2))
   end
+end
+
+-- The attempt a settle ends, added to the job's attempt history (a JSON array, oldest first),
+-- the last keep of them (relaymq.records.store.with_attempt; keep 0: unchanged). The entry is
+-- relaymq.job.Attempt's stored form, from the job's fields as claimed (attempts, claimed_at,
+-- worker_id), the settle's outcome, ran_for ('-': none) and error (nil: none) and nows. A
+-- history that cannot be read starts afresh.
+local function add_attempt(jk, job, outcome, nows, ran_for, keep, error)
+  if keep <= 0 then
+    return
+  end
+  local attempts, claimed_at, worker, history = job[1], job[2], job[3], job[4]
+  local entry = '{"attempt":' .. (tonumber(attempts) and attempts or '0') ..
+    ',"outcome":"' .. outcome .. '","started_at":' ..
+    (tonumber(claimed_at) and claimed_at or 'null') .. ',"ended_at":' .. nows ..
+    ',"worker":' .. (worker and cjson.encode(worker) or 'null') ..
+    ',"ran_for":' .. (ran_for == '-' and 'null' or ran_for) ..
+    ',"error":' .. (error and cjson.encode(error) or 'null') .. '}'
+  local kept = nil
+  if history then
+    local ok, entries = pcall(cjson.decode, history)
+    if ok and type(entries) == 'table' and #entries > 0 then
+      if #entries < keep then
+        kept = string.sub(history, 1, -2) .. ',' .. entry .. ']'
+      else
+        local last = {}
+        for i = #entries - keep + 2, #entries do
+          last[#last + 1] = cjson.encode(entries[i])
+        end
+        last[#last + 1] = entry
+        kept = '[' .. table.concat(last, ',') .. ']'
+      end
+    end
+  end
+  redis.call('HSET', jk, 'attempt_history', kept or ('[' .. entry .. ']'))
 end
 
 -- HMGET that never raises: nil when the key is missing-or-not-a-hash error.
@@ -195,15 +317,68 @@ local function dependency_ended(base, id, state, nows)
   end
 end
 
+-- Sequences (NewJob.sequence): base:seq:<sequence> holds the ids of the jobs of the sequence
+-- that hold their place (relaymq.policy.holds_sequence), scored by their enqueue position
+-- (the job's sequence_pos, fixed at enqueue); base:seqs names the sequences that have such a
+-- set, and base:seq_run maps a sequence to its job claimed last (active while that id is in
+-- base:active).
+
+-- mirrors relaymq.policy.holds_sequence
+-- Job id of sequence `name` (false/nil: none; on_failure its seq_failure) ended in `state`,
+-- or was deleted (state nil): it leaves its sequence, unless it was dead-lettered and holds it.
+local function sequence_ended(base, id, name, on_failure, state)
+  if type(name) ~= 'string' then
+    return
+  end
+  if (state == 'failed' or state == 'expired') and on_failure ~= 'continue' then
+    return
+  end
+  local key = base .. ':seq:' .. name
+  redis.call('ZREM', key, id)
+  if redis.call('EXISTS', key) == 0 then -- no job of it holds a place: none is active either
+    redis.call('SREM', base .. ':seqs', name)
+    redis.call('HDEL', base .. ':seq_run', name)
+  end
+end
+
+-- Job id of sequence `name` holds its place again (a retry from the DLQ, or of a job that had
+-- left): at its enqueue position `pos`.
+local function sequence_rejoin(base, id, name, pos)
+  if type(name) == 'string' and tonumber(pos) then
+    redis.call('ZADD', base .. ':seq:' .. name, pos, id)
+    redis.call('SADD', base .. ':seqs', name)
+  end
+end
+
+-- mirrors relaymq.policy.sequence_head
+-- Whether waiting job id of sequence `name` may start: it is the first of its sequence's set
+-- and none of the sequence is active. `seen` keeps, per sequence, what this claim found
+-- (its first job, or false once one of it is active or started in this claim), so a claim
+-- reads each sequence once however many of its jobs it passes over.
+local function sequence_free(base, id, name, seen)
+  local head = seen[name]
+  if head == nil then
+    head = redis.call('ZRANGE', base .. ':seq:' .. name, 0, 0)[1] or false
+    local last = redis.call('HGET', base .. ':seq_run', name)
+    if last and redis.call('ZSCORE', base .. ':active', last) then
+      head = false
+    end
+    seen[name] = head
+  end
+  return head == id
+end
+
 -- Move a job from state set `from` into the terminal state `state`.
 local function finish(base, jk, id, from, state, nows)
   redis.call('ZREM', base .. ':' .. from, id)
   redis.call('ZADD', base .. ':' .. state, nows, id)
   redis.call('HSET', jk, 'state', state, 'finished_at', nows)
   redis.call('HDEL', jk, 'worker_id')
-  if redis.call('HGET', jk, 'dependents') then
+  local r = redis.call('HMGET', jk, 'dependents', 'sequence', 'seq_failure')
+  if r[1] then
     dependency_ended(base, id, state, nows)
   end
+  sequence_ended(base, id, r[2], r[3], state)
 end
 
 -- What is wrong with a stored state, or nil for a state relaymq knows (mirrors
@@ -225,6 +400,10 @@ local function quarantine(base, jk, id, from, nows, why)
   redis.call('ZADD', base .. ':failed', nows, id)
   redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error',
     "corrupt record for job '" .. id .. "' in queue '" .. queue .. "': " .. why)
+  local r = read(jk, 'sequence', 'seq_failure')
+  if r then
+    sequence_ended(base, id, r[1], r[2], 'failed')
+  end
   if redis.call('EXISTS', base .. ':deps:' .. id) == 1 then
     dependency_ended(base, id, 'failed', nows)
   end

@@ -5,7 +5,8 @@
 -- ARGV[3]  now ('' = server TIME)
 -- ARGV[4]  most jobs deleted in this call (the caller loops while a full chunk comes back)
 -- Returns  the number of jobs deleted. The jobs blocked on them are told nothing: drain and
--- obliterate delete those too, and a finished job has told them already.
+-- obliterate delete those too, and a finished job has told them already. A job of a sequence
+-- leaves it.
 local base = KEYS[1]
 local key = base .. ':' .. ARGV[1]
 local chunk = tonumber(ARGV[4])
@@ -18,6 +19,12 @@ else
 end
 if #ids == 0 then
   return 0
+end
+if redis.call('EXISTS', base .. ':seqs') == 1 then -- the jobs of sequences leave them
+  for _, id in ipairs(ids) do
+    local name = redis.pcall('HGET', job_key(base, id), 'sequence')
+    sequence_ended(base, id, name, nil, nil)
+  end
 end
 local jobs = {}
 for i, id in ipairs(ids) do

@@ -3,14 +3,15 @@
 -- ARGV[1]  now ('' = server TIME)
 -- ARGV[2..] job ids
 -- Returns  one number per id: 1 when a record was deleted, 0 when there was none.
--- A job deleted before it ended counts as ended ('removed') for the jobs blocked on it.
+-- A job deleted before it ended counts as ended ('removed') for the jobs blocked on it; a
+-- job of a sequence leaves it.
 local base = KEYS[1]
 local _, nows = clock(ARGV[1])
 local out = {}
 for i = 2, #ARGV do
   local id = ARGV[i]
   local jk = job_key(base, id)
-  local r = read(jk, 'state')
+  local r = read(jk, 'state', 'sequence')
   if r and not r[1] then
     out[#out + 1] = 0
   else
@@ -23,6 +24,7 @@ for i = 2, #ARGV do
       end
     end
     redis.call('DEL', jk)
+    sequence_ended(base, id, r and r[2], nil, nil)
     if redis.call('EXISTS', base .. ':deps:' .. id) == 1 then
       dependency_ended(base, id, 'removed', nows)
     end

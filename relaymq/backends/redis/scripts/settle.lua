@@ -1,15 +1,19 @@
 -- settle.lua: apply a batch of fenced transitions out of active, for one queue.
 -- KEYS[1]  base of the queue
 -- ARGV[1]  now ('' = server TIME)
--- ARGV[2..] 2 per settle: "<token> <outcome> <delay> <id>" (outcome: complete|retry|fail|
---           expire|cancel|release; delay in s), then the value: the result for complete, the
---           error for the others ('' = none, '=' .. bytes)
+-- ARGV[2..] 2 per settle: "<token> <outcome> <delay> <ran_for> <keep> <id>" (outcome:
+--           complete|retry|fail|expire|cancel|release; delay and ran_for in s, ran_for '-' =
+--           none; keep: the attempts the job's history keeps), then the value: the result for
+--           complete, the error for the others ('' = none, '=' .. bytes)
 -- Returns  one integer per settle: 1 = applied, or a repeat of a terminal transition that
 --          already applied with this token (a lost reply); 0 = claim lost, nothing changed.
 -- Applies only while state == active and token matches. complete -> completed (result);
 -- fail/expire -> failed/expired (the DLQ, error); cancel -> cancelled; retry -> delayed at
 -- now + delay, or waiting through the allocator when delay == 0; release -> waiting with its
--- own sequence (keeps its place) and the attempt given back.
+-- own sequence (keeps its place) and the attempt given back. A job of a sequence that
+-- completes or is cancelled leaves it, and so does a dead-lettered one enqueued with
+-- 'continue' (lib.lua sequence_ended); a retried one keeps its place. Every applied settle adds its
+-- attempt to the job's attempt_history (add_attempt in lib.lua).
 local base = KEYS[1]
 local now, nows = clock(ARGV[1])
 local TARGET = {complete = 'completed', fail = 'failed', expire = 'expired', cancel = 'cancelled'}
@@ -18,10 +22,12 @@ local woke = 0
 local left = {} -- ids that leave the active set
 local finished = {} -- target state -> {score, id, ...}
 for i = 2, #ARGV, 2 do
-  local token, outcome, delay, id = string.match(ARGV[i], '^(%d+) (%a+) (%S+) (.*)$')
+  local token, outcome, delay, ran_for, keep, id =
+    string.match(ARGV[i], '^(%d+) (%a+) (%S+) (%S+) (%d+) (.*)$')
   local value = ARGV[i + 1]
   local jk = job_key(base, id or '')
-  local r = id and read(jk, 'state', 'token', 'dependents')
+  local r = id and read(jk, 'state', 'token', 'dependents', 'attempts', 'claimed_at', 'worker_id',
+    'attempt_history', 'sequence', 'seq_failure')
   local target = TARGET[outcome]
   local answer = 0
   if r and r[2] == token then
@@ -33,6 +39,11 @@ for i = 2, #ARGV, 2 do
     if r[1] == 'active' and priority and seq and attempts then
       answer = 1
       left[#left + 1] = id
+      local error = nil
+      if outcome ~= 'complete' and value ~= '' then
+        error = string.sub(value, 2)
+      end
+      add_attempt(jk, {r[4], r[5], r[6], r[7]}, outcome, nows, ran_for, tonumber(keep), error)
       -- worker_id stays behind: it is read back only while the job is active (keys.py).
       if target then
         if value == '' then
@@ -52,6 +63,7 @@ for i = 2, #ARGV, 2 do
         if r[3] then
           dependency_ended(base, id, target, nows)
         end
+        sequence_ended(base, id, r[8], r[9], target)
         local set = finished[target]
         if set == nil then
           set = {}

@@ -1,0 +1,222 @@
+"""Retention under a steady workload: the store's size reaches a plateau, and what the cleaner
+costs in throughput, on any backend URL.
+
+    python benchmarks/retention.py --url redis://127.0.0.1:6379/0 --jobs 300000 --every 100000
+    python benchmarks/retention.py --url sqlite:////tmp/r.db --jobs 0 --compare 20000 --runs 3
+
+Plateau (``--jobs``): one in-process worker runs ``--jobs`` no-op jobs that a producer in the
+same process keeps fed (a backlog of at most ``BACKLOG``), on a queue whose completed jobs are
+kept ``--retention`` seconds, the elected maintenance passing every ``--interval`` seconds.
+Every ``--every`` jobs it prints the store's size (Redis ``used_memory``, the SQLite file and
+its WAL, PostgreSQL's ``relaymq_jobs`` with its indexes and TOAST, MongoDB's data file given
+by ``--mongo-file``), the finished jobs still stored
+and the jobs/s of that stretch. A plateau: the size stops growing once the retention window
+is full. PostgreSQL reuses the space of deleted rows once (auto)vacuum has passed: on a server
+with autovacuum off (this machine's test server), ``--vacuum-every S`` runs a plain ``VACUUM``
+of ``relaymq_jobs`` every S seconds in its stead.
+
+Cleaner on against off (``--compare N``): ``--runs`` pairs of drains of a backlog of N jobs,
+on then off alternately, each on a queue of its own: on, completed jobs are kept 1 s and the
+maintenance passes every second (the cleaner deletes throughout the drain); off, they are
+kept for ever. Prints the median jobs/s of each and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import redis.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.tasks import noop
+from relaymq import Queue, Settings, Worker, connect
+from relaymq.backends.base import Backend
+from relaymq.job import JobState
+
+BACKLOG = 20_000
+"""Most jobs waiting at once during the plateau run."""
+CONCURRENCY = 20
+
+
+def file_size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+async def size(backend: Backend, url: str, mongo_file: str | None) -> str:
+    """The store's size now, as text with its unit and what was measured."""
+    kind = url.split("://", 1)[0]
+    if kind == "redis":
+        client = redis.asyncio.Redis.from_url(url.split("?", 1)[0])
+        try:
+            info = await client.info("memory")
+        finally:
+            await client.aclose()
+        return f"redis used_memory {info['used_memory'] / 2**20:.1f} MiB"
+    if kind == "sqlite":
+        path = url.split("sqlite:///", 1)[1].split("?", 1)[0]
+        main, wal = file_size(path), file_size(f"{path}-wal")
+        return f"sqlite file+wal {(main + wal) / 2**20:.1f} MiB (file {main / 2**20:.1f})"
+    if kind in ("postgresql", "postgres"):
+        options = backend.options  # type: ignore[attr-defined]
+        con = await asyncpg.connect(options.dsn)
+        try:
+            n = await con.fetchval(
+                "SELECT pg_total_relation_size($1::regclass)", f"{options.schema}.relaymq_jobs"
+            )
+        finally:
+            await con.close()
+        return f"postgres relaymq_jobs {n / 2**20:.1f} MiB"
+    if kind == "mongodb" and mongo_file:
+        return f"mongodb data file {file_size(mongo_file) / 2**20:.1f} MiB"
+    return "size n/a"
+
+
+async def vacuum_loop(backend: Backend, every: float) -> None:
+    """A plain VACUUM of the jobs table every ``every`` seconds (what autovacuum does)."""
+    options = backend.options  # type: ignore[attr-defined]
+    con = await asyncpg.connect(options.dsn)
+    try:
+        while True:
+            await asyncio.sleep(every)
+            await con.execute(f"VACUUM {options.schema}.relaymq_jobs")
+    finally:
+        await con.close()
+
+
+async def plateau(
+    url: str,
+    jobs: int,
+    every: int,
+    retention: float,
+    interval: float,
+    mongo_file: str | None,
+    vacuum_every: float | None = None,
+) -> None:
+    backend = await connect(url)
+    queue = Queue(f"bench-retention-{uuid.uuid4().hex[:8]}", backend)
+    await queue.set_retention(completed=retention)
+    bound = noop.with_options(queue=queue.name)
+    settings = Settings(
+        concurrency=CONCURRENCY, stalled_check_interval=interval, retention_interval=interval
+    )
+    worker = Worker(backend, [queue.name], settings=settings)
+    enqueued = 0
+
+    async def produce() -> None:
+        nonlocal enqueued
+        while enqueued < jobs:
+            if enqueued - worker.stats.completed >= BACKLOG:
+                low = enqueued - BACKLOG // 2
+                await worker.until(lambda s, low=low: s.completed > low, "progress", 600)
+            n = min(1000, jobs - enqueued)
+            await queue.add_bulk([bound.call() for _ in range(n)])
+            enqueued += n
+
+    print(
+        f"plateau {url}: {jobs} jobs, completed kept {retention:g}s, "
+        f"maintenance every {interval:g}s"
+    )
+    print(f"  0 jobs: {await size(backend, url, mongo_file)}")
+    try:
+        producer = asyncio.create_task(produce())
+        vacuum = asyncio.create_task(vacuum_loop(backend, vacuum_every)) if vacuum_every else None
+        running = asyncio.create_task(worker.run())
+        started = mark = time.perf_counter()
+        for done in range(every, jobs + 1, every):
+            await worker.until(lambda s, d=done: s.completed >= d, f"{done} completions", 3600)
+            now = time.perf_counter()
+            kept = (await queue.counts())[JobState.COMPLETED]
+            print(
+                f"  {done} jobs: {await size(backend, url, mongo_file)}, completed stored {kept}, "
+                f"{every / (now - mark):,.0f} jobs/s",
+                flush=True,
+            )
+            mark = now
+        print(f"  overall {jobs / (time.perf_counter() - started):,.0f} jobs/s")
+        await producer
+        worker.stop()
+        await running
+        if vacuum is not None:
+            vacuum.cancel()
+    finally:
+        await queue.obliterate()
+        await backend.close()
+
+
+async def drain(url: str, jobs: int, cleaner: bool) -> tuple[float, float]:
+    """One drain of a backlog of ``jobs``: jobs/s, and this process's CPU per job (us), which
+    moves less than the rate when other processes share the cores (on SQLite the purge runs
+    in this process, so its whole cost is in it)."""
+    backend = await connect(url)
+    queue = Queue(f"bench-retention-{uuid.uuid4().hex[:8]}", backend)
+    await queue.set_retention(completed=1 if cleaner else 0)
+    bound = noop.with_options(queue=queue.name)
+    try:
+        for k in range(0, jobs, 1000):
+            await queue.add_bulk([bound.call() for _ in range(min(1000, jobs - k))])
+        settings = Settings(concurrency=CONCURRENCY, stalled_check_interval=1, retention_interval=1)
+        worker = Worker(backend, [queue.name], settings=settings)
+        started, cpu = time.perf_counter(), time.process_time()
+        running = asyncio.create_task(worker.run())
+        await worker.until(lambda s: s.completed >= jobs, f"{jobs} completions", within=3600)
+        rate = jobs / (time.perf_counter() - started)
+        worker.stop()
+        await running
+        return rate, (time.process_time() - cpu) / jobs * 1e6
+    finally:
+        await queue.obliterate()
+        await backend.close()
+
+
+async def compare(url: str, jobs: int, runs: int) -> None:
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    cpus: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(runs):
+        for cleaner in (True, False):
+            rate, cpu = await drain(url, jobs, cleaner)
+            rates[cleaner].append(rate)
+            cpus[cleaner].append(cpu)
+    on, off = statistics.median(rates[True]), statistics.median(rates[False])
+    con, coff = statistics.median(cpus[True]), statistics.median(cpus[False])
+
+    def each(cleaner: bool) -> str:
+        pairs = zip(rates[cleaner], cpus[cleaner], strict=True)
+        return ", ".join(f"{r:,.0f}/s {c:.0f}us" for r, c in pairs)
+
+    print(
+        f"cleaner {url.split('://', 1)[0]}: {jobs} jobs per drain, on {on:,.0f} jobs/s, off "
+        f"{off:,.0f} jobs/s, on/off {on / off:.3f}; CPU per job on {con:.0f} us, off "
+        f"{coff:.0f} us, on/off {con / coff:.3f} (median of {runs}; on: {each(True)}; "
+        f"off: {each(False)})"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.jobs:
+        a = args
+        await plateau(a.url, a.jobs, a.every, a.retention, a.interval, a.mongo_file, a.vacuum_every)
+    if args.compare:
+        await compare(args.url, args.compare, args.runs)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="memory://")
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--every", type=int, default=100_000)
+    parser.add_argument("--retention", type=float, default=30.0)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--compare", type=int, default=0, help="jobs per drain, cleaner on/off")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--mongo-file", help="the mongoeco server's data file, to measure")
+    parser.add_argument("--vacuum-every", type=float, help="PostgreSQL: VACUUM every S seconds")
+    asyncio.run(main(parser.parse_args()))
