@@ -100,9 +100,12 @@ async def test_a_handler_blocking_the_loop_keeps_its_job(
     job = await get_job(queue.backend, queue.name, handle.id)
     assert job is not None and job.attempts == 1 and job.stalls == 0
     assert tasks.LEDGER[key] == 1
-    [warning] = warnings_about(caplog, "event loop is blocked")
-    assert f"job {queue.name}/{handle.id}" in warning and tasks.block_loop.name in warning
-    assert worker.stats.loop_blocked == 1 and worker.stats.lost == 0
+    # One warning names the job that blocked; a loaded machine may stall the loop once more.
+    warnings = warnings_about(caplog, "event loop is blocked")
+    assert any(
+        f"job {queue.name}/{handle.id}" in w and tasks.block_loop.name in w for w in warnings
+    ), warnings
+    assert worker.stats.loop_blocked >= 1 and worker.stats.lost == 0
     if queue.backend.heartbeat_handle() is not None:
         assert worker._watch is not None and worker._watch.renewed >= 1
 

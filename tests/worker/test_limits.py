@@ -65,11 +65,12 @@ async def test_a_key_rate_holds_per_key_and_lets_other_keys_pass(
     for jobs in (a, b):
         windows = [int(started[h.id] // 0.5) for h in jobs]
         assert max(windows.count(w) for w in windows) <= 2  # never more than 2 per window
-    # b's jobs, enqueued behind all of a's, did not wait for them: they started in the first
-    # window, beside a's first two.
+    # b's jobs, enqueued behind all of a's, did not wait for them: they started in a's first
+    # window or the next (the first claims may straddle a window's end), while a's six took
+    # three windows at least.
     a_windows = sorted(int(started[h.id] // 0.5) for h in a)
-    assert {int(started[h.id] // 0.5) for h in b} == {a_windows[0]}
-    assert len(set(a_windows)) >= 3
+    assert max(int(started[h.id] // 0.5) for h in b) <= a_windows[0] + 1
+    assert a_windows[-1] >= a_windows[0] + 2
 
 
 async def test_limits_defined_in_code_are_stored_by_the_queues_workers(
