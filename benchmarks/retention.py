@@ -8,8 +8,8 @@ Plateau (``--jobs``): one in-process worker runs ``--jobs`` no-op jobs that a pr
 same process keeps fed (a backlog of at most ``BACKLOG``), on a queue whose completed jobs are
 kept ``--retention`` seconds, the elected maintenance passing every ``--interval`` seconds.
 Every ``--every`` jobs it prints the store's size (Redis ``used_memory``, the SQLite file and
-its WAL, PostgreSQL's ``relaymq_jobs`` with its indexes and TOAST, MongoDB's data file given
-by ``--mongo-file``), the finished jobs still stored
+its WAL, PostgreSQL's ``relaymq_jobs`` with its indexes and TOAST, MongoDB's ``jobs``
+collection by ``collStats``: its documents and its indexes), the finished jobs still stored
 and the jobs/s of that stretch. A plateau: the size stops growing once the retention window
 is full. PostgreSQL reuses the space of deleted rows once (auto)vacuum has passed: on a server
 with autovacuum off (this machine's test server), ``--vacuum-every S`` runs a plain ``VACUUM``
@@ -51,7 +51,7 @@ def file_size(path: str) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
 
 
-async def size(backend: Backend, url: str, mongo_file: str | None) -> str:
+async def size(backend: Backend, url: str) -> str:
     """The store's size now, as text with its unit and what was measured."""
     kind = url.split("://", 1)[0]
     if kind == "redis":
@@ -75,8 +75,11 @@ async def size(backend: Backend, url: str, mongo_file: str | None) -> str:
         finally:
             await con.close()
         return f"postgres relaymq_jobs {n / 2**20:.1f} MiB"
-    if kind == "mongodb" and mongo_file:
-        return f"mongodb data file {file_size(mongo_file) / 2**20:.1f} MiB"
+    if kind == "mongodb":
+        jobs = backend._jobs  # type: ignore[attr-defined]
+        stats = await jobs.database.command("collStats", jobs.name)
+        data, indexes = stats["size"], stats.get("totalIndexSize", 0)
+        return f"mongodb jobs {(data + indexes) / 2**20:.1f} MiB (documents {data / 2**20:.1f})"
     return "size n/a"
 
 
@@ -98,7 +101,6 @@ async def plateau(
     every: int,
     retention: float,
     interval: float,
-    mongo_file: str | None,
     vacuum_every: float | None = None,
 ) -> None:
     backend = await connect(url)
@@ -125,7 +127,7 @@ async def plateau(
         f"plateau {url}: {jobs} jobs, completed kept {retention:g}s, "
         f"maintenance every {interval:g}s"
     )
-    print(f"  0 jobs: {await size(backend, url, mongo_file)}")
+    print(f"  0 jobs: {await size(backend, url)}")
     try:
         producer = asyncio.create_task(produce())
         vacuum = asyncio.create_task(vacuum_loop(backend, vacuum_every)) if vacuum_every else None
@@ -136,7 +138,7 @@ async def plateau(
             now = time.perf_counter()
             kept = (await queue.counts())[JobState.COMPLETED]
             print(
-                f"  {done} jobs: {await size(backend, url, mongo_file)}, completed stored {kept}, "
+                f"  {done} jobs: {await size(backend, url)}, completed stored {kept}, "
                 f"{every / (now - mark):,.0f} jobs/s",
                 flush=True,
             )
@@ -203,7 +205,7 @@ async def compare(url: str, jobs: int, runs: int) -> None:
 async def main(args: argparse.Namespace) -> None:
     if args.jobs:
         a = args
-        await plateau(a.url, a.jobs, a.every, a.retention, a.interval, a.mongo_file, a.vacuum_every)
+        await plateau(a.url, a.jobs, a.every, a.retention, a.interval, a.vacuum_every)
     if args.compare:
         await compare(args.url, args.compare, args.runs)
 
@@ -217,6 +219,5 @@ if __name__ == "__main__":
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--compare", type=int, default=0, help="jobs per drain, cleaner on/off")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--mongo-file", help="the mongoeco server's data file, to measure")
     parser.add_argument("--vacuum-every", type=float, help="PostgreSQL: VACUUM every S seconds")
     asyncio.run(main(parser.parse_args()))
