@@ -14,9 +14,11 @@ import asyncpg
 
 from relaymq import JobContext, Queue, Settings, task
 from relaymq.backends.postgres import PostgresBackend
+from relaymq.records.store import Beat, Outcome, Settle
+from tests.contract.test_keys import claim_exactly
 from tests.contract.test_retry_order import resume_one_at_a_time
 from tests.support.case_postgres import CASE, DATABASE, SERVER
-from tests.support.jobs import queue_name
+from tests.support.jobs import new_job, queue_name
 
 HOLD = 1.0
 """Seconds R's row stays locked at most: the worker's settle of R waits that long."""
@@ -80,4 +82,42 @@ async def test_the_next_claim_waits_for_a_retry_still_being_written(
         assert STARTS[key] == ["R", "A", "R", "B"]
     finally:
         await unlock(key)
+        await live.close()
+
+
+async def test_a_renewal_never_waits_behind_a_write_of_its_job(
+    postgres_case: None, tmp_path: Path
+) -> None:
+    """A heartbeat of a job whose row another transaction is writing (the worker's own settle,
+    here a lock standing for it) answers from the last committed row at once, rather than
+    queueing behind the write: a renewal queued behind a settle that put the job back in line
+    would lock the job's row after that settle, and a claim then would pass over it (SKIP
+    LOCKED): the retry order this file is about, met in CI under load."""
+    live = await CASE.make(None, tmp_path)
+    assert isinstance(live, PostgresBackend)
+    q = queue_name("renewal")
+    con = await asyncpg.connect(
+        f"{SERVER}/{DATABASE}", server_settings={"search_path": live.options.schema}
+    )
+    try:
+        await live.enqueue([new_job(q, "R", priority=1), new_job(q, "B", priority=5)])
+        [r] = await claim_exactly(live, q, 1)
+        await con.execute("BEGIN")
+        await con.execute("SELECT 1 FROM relaymq_jobs WHERE queue = $1 AND id = 'R' FOR UPDATE", q)
+        async with asyncio.timeout(5):  # the renewal answering while the row is locked
+            [beat] = await live.heartbeat([Beat(r.claim)])
+        assert beat.held and not beat.cancel_requested
+        settling = asyncio.create_task(live.settle([Settle(r.claim, Outcome.RETRY, error="x")]))
+        async with asyncio.timeout(5):  # a renewal sent while the settle waits for the row
+            [beat] = await live.heartbeat([Beat(r.claim)])
+        assert beat.held
+        await con.execute("ROLLBACK")
+        async with asyncio.timeout(10):  # the settle writing once the row is free
+            assert await settling == [True]
+        [again] = (await live.claim([q], "w", 1)).jobs
+        assert (again.id, again.attempts) == ("R", 2)
+        [beat] = await live.heartbeat([Beat(r.claim)])  # the first claim's token: lost
+        assert not beat.held
+    finally:
+        await con.close()
         await live.close()

@@ -251,6 +251,11 @@ ORDER BY p.ord, p.priority, p.late, p.run_at, p.seq;
 
 -- name: heartbeat
 -- Renew each claim still held (active, same token); store progress when given.
+-- A row another transaction is writing (this worker's own settle of it, most often; or a
+-- cancel, or stall recovery) is skipped, not waited for: the answer is then read from the last
+-- committed row, and the next round renews. A renewal queued behind a settle would, once the
+-- settle commits, lock the row it no longer matches until its own commit, and a claim in that
+-- moment would pass over the job the settle just put back in line (SKIP LOCKED; I10).
 -- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 progress bytea[] (NULL: keep),
 --      $5 now float8|NULL
 -- out: per beat in order: held bool, cancel_requested bool (set only for a lost claim that
@@ -261,21 +266,34 @@ b AS (
     FROM unnest($1::text[], $2::text[], $3::int8[], $4::bytea[])
         WITH ORDINALITY AS b(queue, id, token, progress, ord)
 ),
+free AS (
+    SELECT j.queue, j.id
+    FROM relaymq_jobs j
+    JOIN b ON j.queue = b.queue AND j.id = b.id
+    WHERE j.state = b.held AND j.token = b.token
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
 renewed AS (
     UPDATE relaymq_jobs j
     SET heartbeat_at = t.now, progress = coalesce(b.progress, j.progress)
-    FROM b, t
-    WHERE j.queue = b.queue AND j.id = b.id AND j.state = b.held AND j.token = b.token
+    FROM b, t, free f
+    WHERE j.queue = f.queue AND j.id = f.id AND j.queue = b.queue AND j.id = b.id
     RETURNING j.queue, j.id
+),
+cur AS (  -- the last committed row of each beat not renewed
+    SELECT b.ord, j.state = b.held AND j.token = b.token AS held,
+           j.token = b.token AND j.cancel_requested AS cancel_requested
+    FROM b
+    JOIN relaymq_jobs j ON j.queue = b.queue AND j.id = b.id
+    WHERE NOT EXISTS (SELECT 1 FROM free f WHERE f.queue = b.queue AND f.id = b.id)
 )
-SELECT r.id IS NOT NULL AS held,
-       CASE WHEN r.id IS NOT NULL THEN false  -- the job is read again only for a lost claim
-            ELSE coalesce((SELECT cur.token = b.token AND cur.cancel_requested
-                           FROM relaymq_jobs cur
-                           WHERE cur.queue = b.queue AND cur.id = b.id), false)
+SELECT r.id IS NOT NULL OR coalesce(c.held, false) AS held,
+       CASE WHEN r.id IS NOT NULL OR coalesce(c.held, false) THEN false
+            ELSE coalesce(c.cancel_requested, false)
        END AS cancel_requested
 FROM b
 LEFT JOIN renewed r ON r.queue = b.queue AND r.id = b.id
+LEFT JOIN cur c ON c.ord = b.ord
 ORDER BY b.ord;
 
 -- name: settle
