@@ -75,9 +75,11 @@ def _is_sqlalchemy(connection: object) -> bool:
 
 async def driver_connection(connection: object) -> object:
     """The driver's connection under a SQLAlchemy ``AsyncSession`` or ``AsyncConnection``
-    (its transaction begun: SQLAlchemy begins one on first use, and asyncpg's only at the
-    first statement, so one ``SELECT 1`` is sent when asyncpg has none yet), or under a sync
-    ``Session`` or ``Connection``; any other object as it is."""
+    (its transaction begun, as SQLAlchemy begins one at a connection's first statement: the
+    caller's later ``commit()`` would otherwise do nothing, and the driver's implicit
+    transaction holding the job be rolled back when the connection goes back to its pool;
+    asyncpg's begins only at the first statement, so one ``SELECT 1`` is sent when asyncpg has
+    none yet), or under a sync ``Session`` or ``Connection``; any other object as it is."""
     if not _is_sqlalchemy(connection):
         return connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -85,6 +87,8 @@ async def driver_connection(connection: object) -> object:
     if isinstance(connection, AsyncSession):
         connection = await connection.connection()
     if isinstance(connection, AsyncConnection):
+        if not connection.in_transaction():  # what its own first statement would do
+            await connection.begin()
         raw = await connection.get_raw_connection()
         driver: Any = raw.driver_connection
         if _asyncpg_outside_transaction(driver):
@@ -104,6 +108,8 @@ def driver_connection_sync(connection: object) -> object:
     if isinstance(connection, Session):
         connection = connection.connection()
     if isinstance(connection, Connection):
+        if not connection.in_transaction():  # what its own first statement would do
+            connection.begin()
         return connection.connection.driver_connection
     raise ConfigError(
         f"a SQLAlchemy {type(connection).__name__} is written to from async code: "

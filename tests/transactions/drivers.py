@@ -213,6 +213,22 @@ class SQLAlchemyPsycopgAsync(SQLAlchemyAsync):
     name, kind, dialect = "sqlalchemy_psycopg_async", "postgres", "psycopg"
 
 
+class SQLAlchemyAsyncConnection(SQLAlchemyAsync):
+    """An ``AsyncConnection`` (``engine.connect()``), not a session."""
+
+    async def open(self) -> None:
+        self.engine = create_async_engine(self._url())
+        self.connection = await self.engine.connect()
+
+
+class SQLAlchemyAsyncpgConnection(SQLAlchemyAsyncConnection):
+    name, kind, dialect = "sqlalchemy_asyncpg_connection", "postgres", "asyncpg"
+
+
+class SQLAlchemyPsycopgAsyncConnection(SQLAlchemyAsyncConnection):
+    name, kind, dialect = "sqlalchemy_psycopg_async_connection", "postgres", "psycopg"
+
+
 class SQLAlchemySync(Driver):
     """A sync ``Session``."""
 
@@ -258,6 +274,19 @@ class SQLAlchemySync(Driver):
 
 class SQLAlchemyPsycopgSync(SQLAlchemySync):
     name, kind = "sqlalchemy_psycopg_sync", "postgres"
+
+
+class SQLAlchemySyncConnection(SQLAlchemySync):
+    """A sync ``Connection`` (``engine.connect()``), not a session."""
+
+    async def open(self) -> None:
+        await super().open()
+        self.connection.close()
+        self.connection = self.engine.connect()
+
+
+class SQLAlchemyPsycopgSyncConnection(SQLAlchemySyncConnection):
+    name, kind = "sqlalchemy_psycopg_sync_connection", "postgres"
 
 
 # -- SQLite ---------------------------------------------------------------------------------
@@ -334,6 +363,16 @@ class SQLAlchemySqlite(SQLAlchemySync):
     savepoints = False
 
 
+class SQLAlchemyAiosqliteConnection(SQLAlchemyAsyncConnection):
+    name, kind = "sqlalchemy_aiosqlite_connection", "sqlite"
+    savepoints = False
+
+
+class SQLAlchemySqliteConnection(SQLAlchemySyncConnection):
+    name, kind = "sqlalchemy_sqlite_connection", "sqlite"
+    savepoints = False
+
+
 DRIVERS: list[Callable[[Where], Driver]] = [
     Asyncpg,
     AsyncpgPool,
@@ -342,9 +381,14 @@ DRIVERS: list[Callable[[Where], Driver]] = [
     SQLAlchemyAsyncpg,
     SQLAlchemyPsycopgAsync,
     SQLAlchemyPsycopgSync,
+    SQLAlchemyAsyncpgConnection,
+    SQLAlchemyPsycopgAsyncConnection,
+    SQLAlchemyPsycopgSyncConnection,
     Sqlite3,
     Sqlite3Legacy,
     Aiosqlite,
     SQLAlchemyAiosqlite,
     SQLAlchemySqlite,
+    SQLAlchemyAiosqliteConnection,
+    SQLAlchemySqliteConnection,
 ]
