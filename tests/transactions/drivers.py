@@ -170,7 +170,10 @@ class SQLAlchemyAsync(Driver):
 
     async def open(self) -> None:
         self.engine = create_async_engine(self._url())
-        self.connection = AsyncSession(self.engine)
+        self.connection = await self._handle()
+
+    async def _handle(self) -> Any:
+        return AsyncSession(self.engine)
 
     def _url(self) -> str:
         if self.kind == "sqlite":
@@ -216,9 +219,8 @@ class SQLAlchemyPsycopgAsync(SQLAlchemyAsync):
 class SQLAlchemyAsyncConnection(SQLAlchemyAsync):
     """An ``AsyncConnection`` (``engine.connect()``), not a session."""
 
-    async def open(self) -> None:
-        self.engine = create_async_engine(self._url())
-        self.connection = await self.engine.connect()
+    async def _handle(self) -> Any:
+        return await self.engine.connect()
 
 
 class SQLAlchemyAsyncpgConnection(SQLAlchemyAsyncConnection):
@@ -242,7 +244,10 @@ class SQLAlchemySync(Driver):
         else:
             url = self.where.dsn.replace("postgresql://", "postgresql+psycopg://", 1)
         self.engine = create_engine(url)
-        self.connection = Session(self.engine)
+        self.connection = self._handle()
+
+    def _handle(self) -> Any:
+        return Session(self.engine)
 
     async def close(self) -> None:
         self.connection.close()
@@ -279,10 +284,8 @@ class SQLAlchemyPsycopgSync(SQLAlchemySync):
 class SQLAlchemySyncConnection(SQLAlchemySync):
     """A sync ``Connection`` (``engine.connect()``), not a session."""
 
-    async def open(self) -> None:
-        await super().open()
-        self.connection.close()
-        self.connection = self.engine.connect()
+    def _handle(self) -> Any:
+        return self.engine.connect()
 
 
 class SQLAlchemyPsycopgSyncConnection(SQLAlchemySyncConnection):
