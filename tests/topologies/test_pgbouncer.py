@@ -160,3 +160,28 @@ async def test_idle_workers_are_woken_by_notify(
     finally:
         await waiter.close()
         await producer.close()
+
+
+async def test_a_transaction_pooler_called_session_is_refused_naming_the_fix(
+    bouncer: PgBouncer, schema: str
+) -> None:
+    """``pooler=session`` on a pooler in transaction mode: statements are kept prepared, and the
+    pooler hands the next transaction to another server connection, where they do not exist.
+    That is a ``ConfigError`` naming ``pooler=transaction``, not a retried connection error."""
+    await (await connect(pooled(bouncer, "transaction", schema))).close()  # the tables
+    url = f"{bouncer.url('transaction')}?schema={schema}&pooler=session"
+    backend = await connect(url)
+    try:
+        # Concurrent calls on the backend's pool of connections share the pooler's server
+        # connections, so a statement prepared on one soon runs on another.
+        # one line: asyncpg's own hint (statement_cache_size=0) is not the fix here
+        lost = r'\(prepared statement "__asyncpg_stmt_[0-9a-f]+__" does not exist\): '
+        with pytest.raises(ConfigError, match=rf"^[^\n]*{lost}[^\n]*use pooler=transaction[^\n]*$"):
+            async with asyncio.timeout(60):
+                for round_ in range(200):
+                    await asyncio.gather(
+                        *(backend.enqueue([new_job("q", f"{round_}-{i}")]) for i in range(10)),
+                        *(backend.claim(["q"], "w", 1) for _ in range(10)),
+                    )
+    finally:
+        await backend.close()

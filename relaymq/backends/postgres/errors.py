@@ -75,7 +75,9 @@ def pooler_problem(e: BaseException, where: str = "") -> ConfigError | None:
       "__asyncpg_stmt_1__" does not exist``): the pooler hands transactions to any server
       connection, so the URL says ``pooler=session`` of a pooler in transaction mode.
     """
-    text = str(e)
+    # the first line: asyncpg appends to the second case a hint whose advice
+    # (statement_cache_size=0) is not the fix here
+    text = next(iter(str(e).strip().splitlines()), "")
     at = f" at {where}" if where else ""
     if isinstance(e, asyncpg.PostgresError) and "unsupported startup parameter" in text:
         return ConfigError(
