@@ -4,7 +4,8 @@ free loopback ports, in the test's folder.
 The sentinels watch service ``topo`` (quorum 2, the primary counted down after 2 s without an
 answer). ``kill_primary`` is a SIGKILL; ``await_failover`` waits until the sentinels name the
 replica as the primary; ``restart_old_primary`` starts the killed one again as a replica of the
-new primary.
+new primary. Given ``tls``, every server and sentinel listens on TLS only (replication and the
+sentinels' own links too), and ``url`` is a ``rediss+sentinel://`` URL trusting its authority.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from pathlib import Path
 import redis
 
 from tests.topologies.servers import await_port, free_port, need_binary
+from tests.topologies.tls import Certificates
 
 SERVICE = "topo"
 
 
 class SentinelSet:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tls: Certificates | None = None) -> None:
         self.dir = folder
+        self.tls = tls
         self.binary = need_binary("redis-server", "apt-get install redis-server")
         self.ports = {"a": free_port(), "b": free_port()}
         self.sentinel_ports = [free_port() for _ in range(3)]
@@ -31,7 +34,30 @@ class SentinelSet:
 
     def url(self, options: str = "") -> str:
         hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
-        return f"redis+sentinel://{hosts}/{SERVICE}/0{options}"
+        if self.tls is None:
+            return f"redis+sentinel://{hosts}/{SERVICE}/0{options}"
+        trust = f"ssl_ca_certs={self.tls.ca}"
+        options = f"{options}&{trust}" if options else f"?{trust}"
+        return f"rediss+sentinel://{hosts}/{SERVICE}/0{options}"
+
+    def _listen(self, port: int) -> dict[str, str]:
+        """A server's (or sentinel's) settings for where and how it listens."""
+        if self.tls is None:
+            return {"port": str(port)}
+        return {
+            "port": "0",  # TLS only
+            "tls-port": str(port),
+            "tls-cert-file": str(self.tls.cert),
+            "tls-key-file": str(self.tls.key),
+            "tls-ca-cert-file": str(self.tls.ca),
+            "tls-auth-clients": "no",
+            "tls-replication": "yes",  # replicas and sentinels reach servers over TLS too
+        }
+
+    def _client(self, port: int) -> redis.Redis:
+        if self.tls is None:
+            return redis.Redis(port=port)
+        return redis.Redis(port=port, ssl=True, ssl_ca_certs=str(self.tls.ca))
 
     def _server(self, name: str, *extra: str) -> None:
         folder = self.dir / name
@@ -40,8 +66,7 @@ class SentinelSet:
         self.procs[name] = subprocess.Popen(
             [
                 self.binary,
-                "--port",
-                str(self.ports[name]),
+                *(w for k, v in self._listen(self.ports[name]).items() for w in (f"--{k}", v)),
                 "--bind",
                 "127.0.0.1",
                 "--dir",
@@ -65,7 +90,8 @@ class SentinelSet:
             folder.mkdir(parents=True, exist_ok=True)
             conf = folder / "sentinel.conf"  # the sentinel rewrites it: a file of its own
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {folder}\nlogfile {folder / 'log'}\n"
+                "".join(f"{k} {v}\n" for k, v in self._listen(port).items())
+                + f"bind 127.0.0.1\ndir {folder}\nlogfile {folder / 'log'}\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports['a']} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} 2000\n"
                 f"sentinel failover-timeout {SERVICE} 5000\n"
@@ -76,7 +102,7 @@ class SentinelSet:
         self._until(self._ready, 30, "the replica in sync and known to every sentinel")
 
     def _ready(self) -> bool:
-        primary = redis.Redis(port=self.ports["a"])
+        primary = self._client(self.ports["a"])
         try:
             info = primary.info("replication")
             if info.get("connected_slaves") != 1 or info.get("slave0", {}).get("state") != "online":
@@ -84,7 +110,7 @@ class SentinelSet:
         finally:
             primary.close()
         for port in self.sentinel_ports:
-            s = redis.Redis(port=port)
+            s = self._client(port)
             try:
                 if len(s.sentinel_slaves(SERVICE)) != 1 or len(s.sentinel_sentinels(SERVICE)) != 2:
                     return False
@@ -94,7 +120,7 @@ class SentinelSet:
 
     def named_primary(self) -> int | None:
         """The primary's port as the first sentinel names it."""
-        s = redis.Redis(port=self.sentinel_ports[0])
+        s = self._client(self.sentinel_ports[0])
         try:
             found = s.sentinel_get_master_addr_by_name(SERVICE)
             return int(found[1]) if found else None
@@ -103,7 +129,7 @@ class SentinelSet:
 
     def replication_port(self) -> int:
         """The replica's end (client port) of its replication connection to the primary."""
-        r = redis.Redis(port=self.ports[self.primary])
+        r = self._client(self.ports[self.primary])
         try:
             [replica] = r.client_list(_type="replica")
             return int(replica["addr"].rpartition(":")[2])
@@ -127,7 +153,7 @@ class SentinelSet:
         self._until(lambda: self._replicas(self.primary) >= 1, 30, f"{old} back as a replica")
 
     def _replicas(self, name: str) -> int:
-        r = redis.Redis(port=self.ports[name])
+        r = self._client(self.ports[name])
         try:
             info = r.info("replication")
             return sum(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 from redis import exceptions as rex
@@ -24,7 +25,7 @@ def translate(e: BaseException, what: str) -> BackendError | None:
     """The ``relaymq.errors`` exception for a driver exception (raise it ``from e``), or None
     for any other exception (raise ``e`` itself)."""
     if isinstance(e, UNAVAILABLE):
-        return BackendUnavailableError(f"Redis unreachable ({what}): {e}")
+        return BackendUnavailableError(f"Redis unreachable ({what}): {_named(str(e))}")
     if isinstance(e, rex.RedisError):
         return BackendError(f"Redis failed ({what}): {e}")
     return None
@@ -41,8 +42,8 @@ def translated(what: str) -> Iterator[None]:
 
 def refused(e: BaseException) -> ConfigError | None:
     """The ``ConfigError`` for a connection the server refuses as configured (bad
-    credentials, no permission, ``redis+cluster://`` against a server that is not a cluster):
-    trying again cannot help. None for any other error."""
+    credentials, no permission, a TLS certificate not trusted, ``redis+cluster://`` against a
+    server that is not a cluster): trying again cannot help. None for any other error."""
     text = str(e)
     if isinstance(e, rex.AuthenticationError | rex.AuthorizationError) or text.startswith(
         ("WRONGPASS", "NOPERM", "NOAUTH")
@@ -50,6 +51,11 @@ def refused(e: BaseException) -> ConfigError | None:
         return ConfigError(
             f"Redis refused the connection: {text} (check the user and "
             "password in the URL, and the user's permissions)"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return ConfigError(
+            f"Redis's TLS certificate is not trusted: {_named(text)} (give the file of the "
+            "authority that signed it as ssl_ca_certs= in the URL)"
         )
     if isinstance(e, rex.RedisClusterException) and "cluster mode is not enabled" in text.lower():
         return ConfigError(
@@ -70,6 +76,16 @@ def refusing() -> Iterator[None]:
         if config is None:
             raise
         raise config from e
+
+
+_CLIENT = re.compile(r"<redis\.asyncio\.client\.Redis\(<.*?host=([^,]+),port=(\d+),.*?\)>\)>\)>")
+"""redis-py's description of a client (a few hundred characters of its settings), as in its
+"No master found" error, which has one per sentinel tried."""
+
+
+def _named(text: str) -> str:
+    """``text`` with each client description cut to its address."""
+    return _CLIENT.sub(r"sentinel \1:\2", text)
 
 
 def wrong_type(e: BackendError) -> bool:
