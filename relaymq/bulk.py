@@ -187,26 +187,20 @@ async def search(
     scan: int = SCAN_LIMIT,
 ) -> Found:
     """The jobs of ``queue`` in ``state`` that ``where`` matches, skipping ``offset`` of them,
-    at most ``limit``: by the backend's own query for what it can check (``"native"``: all;
-    ``"fields"``: all but the argument conditions), the rest checked here over at most
-    ``scan`` jobs read."""
-    how = ops.backend.capabilities.search
+    at most ``limit``: by the backend's own query where it checks every condition
+    (``"native"``), else checked here over at most ``scan`` jobs read."""
     if where.empty:
         return Found(await ops.list_jobs(queue, state, offset, limit))
-    if how == "native":
+    if ops.backend.capabilities.search == "native":
         return Found(await ops.list_jobs(queue, state, offset, limit, where))
-    query = where.without_args() if how == "fields" else JobFilter()
-    if query == where:
-        return Found(await ops.list_jobs(queue, state, offset, limit, where))
-    rest = JobFilter(args=where.args) if how == "fields" else where
     out: list[Job] = []
     skip, read = offset, 0
     while len(out) < limit and read < scan:
         want = min(PAGE, scan - read)
-        jobs = await ops.list_jobs(queue, state, read, want, None if query.empty else query)
+        jobs = await ops.list_jobs(queue, state, read, want)
         read += len(jobs)
         for job in jobs:
-            if not rest.matches(job):
+            if not where.matches(job):
                 continue
             if skip:
                 skip -= 1

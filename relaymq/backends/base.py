@@ -179,7 +179,7 @@ class JobStore(abc.ABC):
         ``where``: only the jobs it matches (``JobFilter.matches``), counted by ``offset``
         and ``limit``, found by the backend's own query. A backend applies the conditions its
         ``capabilities.search`` names, and callers give it no others: "native" all of them,
-        "fields" all but the argument conditions, "scan" none (``where`` is None)."""
+        "scan" none (``where`` is None)."""
 
     async def sequence_head(self, queue: str, sequence: str) -> Job | None:
         """The job that ``sequence`` of ``queue`` waits on: its earliest job, in enqueue order,

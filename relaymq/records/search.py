@@ -8,7 +8,6 @@ that is not JSON matches none of them."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -128,9 +127,6 @@ class JobFilter:
     @property
     def empty(self) -> bool:
         return self == JobFilter()
-
-    def without_args(self) -> JobFilter:
-        return dataclasses.replace(self, args=())
 
     def matches(self, job: Job) -> bool:
         """The rule every backend follows."""

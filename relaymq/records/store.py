@@ -71,9 +71,8 @@ class Capabilities:
     the claim; false: ``enqueue`` refuses a job with a sequence, naming the backend."""
     search: str = "scan"
     """What ``list_jobs(where=...)`` finds with the backend's own query: "native" (every
-    condition of a ``JobFilter``: SQL over the payload's JSON), "fields" (id, task and age;
-    argument conditions are checked by the caller) or "scan" (none: the caller reads pages
-    and checks them, up to a bound)."""
+    condition of a ``JobFilter``: SQL over the payload's JSON, MongoDB's filter over a decoded
+    copy of it) or "scan" (none: the caller reads pages and checks them, up to a bound)."""
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -15,6 +15,7 @@ from relaymq.backends.mongodb.dependencies import NOT_ENDED
 from relaymq.backends.mongodb.errors import translated
 from relaymq.backends.mongodb.parts import MongoParts
 from relaymq.backends.mongodb.records import (
+    JOB_FIELDS,
     Document,
     text,
     texts,
@@ -23,7 +24,6 @@ from relaymq.backends.mongodb.records import (
     to_limits,
 )
 from relaymq.backends.mongodb.sequences import head_document
-from relaymq.errors import ConfigError
 from relaymq.job import PENDING, TERMINAL, Job, JobState
 from relaymq.records.limits import Limits
 from relaymq.records.search import JobFilter
@@ -49,7 +49,7 @@ class MongoAdmin(MongoParts):
         found: dict[str, Job] = {}
         for at in range(0, len(ids), IDS_PER_FIND):  # a bounded $in: servers cap query size
             chunk = list(ids[at : at + IDS_PER_FIND])
-            cursor = self._jobs.find({"queue": queue, "id": {"$in": chunk}})
+            cursor = self._jobs.find({"queue": queue, "id": {"$in": chunk}}, JOB_FIELDS)
             found.update({doc["id"]: to_job(doc) async for doc in cursor})
         return [found.get(i) for i in ids]
 
@@ -57,7 +57,7 @@ class MongoAdmin(MongoParts):
     async def sequence_head(self, queue: str, sequence: str) -> Job | None:
         """The earliest job of ``sequence`` that holds its place (the ``sequence`` index)."""
         doc = await head_document(
-            self._jobs, text(queue, "queue"), text(sequence, "sequence"), None
+            self._jobs, text(queue, "queue"), text(sequence, "sequence"), JOB_FIELDS
         )
         return None if doc is None else to_job(doc)
 
@@ -70,8 +70,6 @@ class MongoAdmin(MongoParts):
         limit: int = 100,
         where: JobFilter | None = None,
     ) -> list[Job]:
-        if where is not None and where.args:
-            raise ConfigError("MongoDB finds jobs by id, task and age; not by their arguments")
         order = {
             JobState.WAITING: tx.CLAIM_ORDER,
             JobState.DELAYED: [("ready_at", 1), ("seq", 1)],
@@ -80,8 +78,24 @@ class MongoAdmin(MongoParts):
         found = {"queue": text(queue, "queue"), "state": str(state)}
         if where is not None:
             found |= tx.matching(where)
-        cursor = self._jobs.find(found).sort(order)
-        return [to_job_lenient(doc, state) async for doc in cursor.skip(offset).limit(limit)]
+        cursor = self._jobs.find(found, JOB_FIELDS).sort(order)
+        if where is None or not where.args:
+            return [to_job_lenient(doc, state) async for doc in cursor.skip(offset).limit(limit)]
+        # The server's cut is wider than the rule (a value in an array, null for a missing
+        # key, every number for ~, jobs stored without arguments): the rule decides here.
+        jobs: list[Job] = []
+        async for doc in cursor:
+            job = to_job_lenient(doc, state)
+            if not where.matches(job):
+                continue
+            if offset:
+                offset -= 1
+                continue
+            jobs.append(job)
+            if len(jobs) == limit:
+                break
+        await cursor.close()
+        return jobs
 
     @translated
     async def counts(self, queue: str) -> dict[JobState, int]:

@@ -64,7 +64,14 @@ from relaymq.backends.mongodb.indexes import (
 )
 from relaymq.backends.mongodb.meta import MetaCollection
 from relaymq.backends.mongodb.parts import RECOVER_BATCH
-from relaymq.backends.mongodb.records import Document, describe, problems, text, texts
+from relaymq.backends.mongodb.records import (
+    JOB_FIELDS,
+    Document,
+    describe,
+    problems,
+    text,
+    texts,
+)
 from relaymq.backends.mongodb.upgrade import OLD_SCHEDULES, carry_schedules
 from relaymq.backends.wakeup import Wakeup
 from relaymq.errors import ConfigError
@@ -92,7 +99,7 @@ class MongoDBBackend(MongoEnqueue, MongoClaim, MongoAdmin, MongoHistory, Backend
         blocking_wait=False,  # polled: the test server has no change streams
         cluster_safe=False,
         transactions=False,  # every transition is one document; no multi-document transactions
-        search="fields",  # the payload is opaque bytes: no field to match arguments in
+        search="native",  # arguments: the payload decoded (records.arguments_of)
         sequences=True,  # decided by claims that take turns under a lease (claim.py)
     )
 
@@ -295,7 +302,7 @@ class MongoDBBackend(MongoEnqueue, MongoClaim, MongoAdmin, MongoHistory, Backend
     async def recover_stalled(self, queue: str, threshold: float, max_stalled: int) -> Recovered:
         text(queue, "queue")
         result = Recovered(errors=await self._quarantine_strays(queue))
-        cursor = self._jobs.find(tx.stalled(queue, threshold, self._now))
+        cursor = self._jobs.find(tx.stalled(queue, threshold, self._now), JOB_FIELDS)
         found = await cursor.sort("heartbeat_at", 1).limit(RECOVER_BATCH).to_list()
         requeue: list[tuple[Any, str, int, int]] = []
         fail: list[tuple[Any, str, int, str]] = []

@@ -13,7 +13,7 @@ from pymongo.errors import DuplicateKeyError
 from relaymq.backends.mongodb import transitions as tx
 from relaymq.backends.mongodb.errors import translated
 from relaymq.backends.mongodb.parts import MongoParts
-from relaymq.backends.mongodb.records import texts, to_job, to_limits
+from relaymq.backends.mongodb.records import JOB_FIELDS, texts, to_job, to_limits
 from relaymq.backends.mongodb.sequences import SequenceGate
 from relaymq.errors import CorruptRecordError
 from relaymq.job import Job
@@ -239,7 +239,9 @@ class MongoClaim(MongoParts):
 
     async def _read_claimed(self, claim_id: str, order: list[Any]) -> list[Job]:
         """The jobs one claim took, in candidate order; unreadable ones are failed, not lost."""
-        docs = {doc["_id"]: doc async for doc in self._jobs.find({"claim_id": claim_id})}
+        docs = {
+            doc["_id"]: doc async for doc in self._jobs.find({"claim_id": claim_id}, JOB_FIELDS)
+        }
         jobs: list[Job] = []
         for doc_id in order:
             doc = docs.get(doc_id)

@@ -6,6 +6,9 @@ A job document (collection ``jobs``)::
     queue, id      str
     task           str
     payload        binary            opaque bytes (the core serializes)
+    arguments      document          the payload decoded, when it is JSON that BSON holds as it
+                                     is (``arguments_of``); absent otherwise. Only searches
+                                     read it: a search's first cut, on the server
     state          str               a JobState value
     priority       int               lower runs first
     ready_at       date              the job's place in line: when it entered ``waiting``, or
@@ -36,8 +39,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
+import orjson
 from bson import Binary
 
 from relaymq.backends.corrupt import reason, state_problem
@@ -95,6 +99,42 @@ def to_seconds(value: dt.datetime) -> float:
     return value.timestamp()
 
 
+ARGUMENTS_MAX = 16 * 1024
+"""Bytes of payload up to which a job's arguments are also stored decoded, for searches."""
+JOB_FIELDS: Final = {"arguments": 0}
+"""The projection of a whole job read back: all but the searches' copy of its arguments."""
+_DEPTH = 50
+"""Nesting kept (MongoDB refuses documents nested past 100 levels)."""
+INT64: Final = range(-(2**63), 2**63)
+"""The integers BSON holds."""
+
+
+def arguments_of(payload: bytes) -> dict[str, Any] | None:
+    """``payload`` decoded as JSON, stored beside it so that a search by argument values is a
+    server-side query; None when it is not JSON (another serializer), is larger than
+    ``ARGUMENTS_MAX``, or holds what BSON does not store as it is: integers past 64 bits,
+    names with ``.``, a leading ``$`` or NUL, nesting deeper than ``_DEPTH``. Such a job is
+    still found: a search checks every job without ``arguments`` by its payload."""
+    if len(payload) > ARGUMENTS_MAX or not payload.startswith(b"{"):
+        return None
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) and _storable(value, 0) else None
+
+
+def _storable(value: Any, depth: int) -> bool:
+    if isinstance(value, dict):
+        return depth < _DEPTH and all(
+            "." not in k and not k.startswith("$") and "\0" not in k and _storable(v, depth + 1)
+            for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return depth < _DEPTH and all(_storable(v, depth + 1) for v in value)
+    return not isinstance(value, int) or value in INT64
+
+
 def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
     """The document ``enqueue`` inserts for ``job``, with its FIFO sequence and the time."""
     delayed = job.delay > 0
@@ -123,6 +163,9 @@ def new_document(job: NewJob, seq: int, now: dt.datetime) -> Document:
         "error": None,
         "finished_at": None,
     }
+    arguments = arguments_of(job.payload)
+    if arguments is not None:
+        doc["arguments"] = arguments
     if job.traceparent is not None:  # only while tracing is on: no field otherwise
         doc["traceparent"] = job.traceparent
     if job.limit_key is not None:

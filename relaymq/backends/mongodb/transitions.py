@@ -20,9 +20,9 @@ from typing import Any, Final
 from bson import Binary
 
 from relaymq.backends.corrupt import STATES
-from relaymq.backends.mongodb.records import Document, to_date
+from relaymq.backends.mongodb.records import INT64, Document, to_date
 from relaymq.job import Claim, JobState
-from relaymq.records.search import JobFilter
+from relaymq.records.search import ArgMatch, JobFilter
 from relaymq.records.store import Beat, Clock, Outcome, Settle
 
 WAITING: Final = str(JobState.WAITING)
@@ -275,9 +275,16 @@ def manual_retry_update(seq: int, now: Now) -> list[Document]:
 
 
 def matching(where: JobFilter) -> Document:
-    """The conditions of a search (``JobFilter``) on a job's fields, as a query filter (its
-    argument conditions aside: the payload is opaque bytes)."""
+    """The conditions of a search (``JobFilter``) as a query filter: exact on the job's fields,
+    and for its argument conditions a cut that keeps every job meeting them (and some that do
+    not: ``JobFilter.matches`` decides), over the decoded copy of the payload (``arguments``),
+    and every job stored without one."""
     found: Document = {}
+    if where.args:
+        found["$or"] = [
+            {"arguments": {"$exists": False}},
+            {"$and": [argument_cut(a) for a in where.args]},
+        ]
     if where.id_prefix is not None:
         found["id"] = {"$regex": "^" + re.escape(where.id_prefix)}
     if where.task_contains is not None:
@@ -290,6 +297,23 @@ def matching(where: JobFilter) -> Document:
     if created:
         found["created_at"] = created
     return found
+
+
+def argument_cut(a: ArgMatch) -> Document:
+    """A filter that keeps every job whose ``arguments`` meet ``a``. MongoDB's equality is
+    wider than the rule's: it also takes an array holding the value, a missing key for null,
+    and a number of the other type (``42`` for ``42.0``); ``~`` takes every number, whose text
+    only the rule reads."""
+    steps = [str(step) for step in a.path]
+    if any(not s or "." in s or s.startswith("$") or "\0" in s for s in steps):
+        return {"arguments": {"$exists": False}}  # a name no stored copy holds (arguments_of)
+    path = ".".join(["arguments", *steps])
+    if a.contains:
+        return {"$or": [{path: {"$regex": re.escape(str(a.value))}}, {path: {"$type": "number"}}]}
+    value = a.value
+    if isinstance(value, int) and not isinstance(value, bool) and value not in INT64:
+        value = float(value)  # BSON has no such integer; a stored double may equal it
+    return {path: {"$eq": value}}  # $eq: a value is never read as an operator
 
 
 def lock_filter(name: str, owner: str, now: Now) -> Document:
