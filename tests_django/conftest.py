@@ -35,7 +35,11 @@ def _postgres() -> tuple[dict[str, Any], str]:
 
     def drop() -> None:
         from django.db import connections
+        from django.tasks import task_backends
 
+        # relaymq's own pool first: left open, it would try to reconnect to the dropped
+        # database and log each failure
+        task_backends.close_all()
         connections.close_all()
         with psycopg.connect(f"{server}/postgres", autocommit=True) as con:
             con.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
