@@ -86,10 +86,9 @@ def database(engine: str) -> tuple[dict[str, Any], str, Callable[[], None]]:
 
 
 BACKLOG = 20_000
-"""Jobs put in another queue first: a database in use, not a table just made. PostgreSQL plans
-the statements a connection keeps prepared for the table it sees then: on an empty table a
-lookup by id may plan a walk of the whole queue, kept for asyncpg's statement lifetime (300 s),
-which would time the plan and not the enqueue."""
+"""Jobs put in another queue first: a database in use, not a table just made (PostgreSQL plans
+a connection's prepared statements for the table it sees then, and keeps the plans for
+asyncpg's statement lifetime, 300 s)."""
 
 
 async def fill(url: str) -> None:

@@ -566,7 +566,11 @@ RETURNING j.id, j.state;
 
 -- name: get_jobs
 -- in: $1 queue, $2 ids text[]. out: every column of each of those jobs that exists, any order.
-SELECT * FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]);
+-- (The ids as rows of a subquery, each looked up by the key: "id = ANY($2)", planned on an
+-- empty table, filters the ids over a scan of the whole queue, a plan kept as the table grows;
+-- tests/postgres/test_plans.py. cancel_jobs, remove_jobs, claim_ids and dependency_states do
+-- the same.)
+SELECT * FROM relaymq_jobs WHERE (queue, id) IN (SELECT $1::text, unnest($2::text[]));
 
 -- name: list_waiting
 -- in: $1 queue, $2 offset, $3 limit. out: waiting jobs in claim order (the claim index).
@@ -648,7 +652,8 @@ UPDATE relaymq_jobs j
 SET state = 'cancelled', cancel_requested = (j.state = 'active'),
     error = 'cancelled by request', finished_at = t.now, worker_id = NULL, run_at = NULL
 FROM t
-WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
+WHERE (j.queue, j.id) IN (SELECT $1::text, unnest($2::text[]))
+  AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
 RETURNING j.id;
 
 -- name: retry_jobs
@@ -677,7 +682,7 @@ RETURNING j.id;
 
 -- name: remove_jobs
 -- in: $1 queue, $2 ids text[]. out: id of each job deleted.
-DELETE FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]) RETURNING id;
+DELETE FROM relaymq_jobs WHERE (queue, id) IN (SELECT $1::text, unnest($2::text[])) RETURNING id;
 
 -- name: pause
 -- in: $1 queue, $2 now float8|NULL.
@@ -1117,14 +1122,15 @@ UPDATE relaymq_jobs j
 SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
     claimed_at = t.now, heartbeat_at = t.now, worker_id = $3, run_at = NULL
 FROM t
-WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.state = 'waiting'
+WHERE (j.queue, j.id, j.state) IN (SELECT $1::text, unnest($2::text[]), 'waiting'::text)
 RETURNING j.*;
 
 -- name: dependency_states
 -- A dependent's enqueue (its own transaction): the dependencies that exist, and their states,
 -- locked until the dependent and its rows in relaymq_job_deps are stored, so that none can end
 -- unseen in between. in: $1 queue, $2 ids text[]. out: id, state.
-SELECT id, state FROM relaymq_jobs WHERE queue = $1 AND id = ANY($2::text[]) FOR SHARE;
+SELECT id, state FROM relaymq_jobs WHERE (queue, id) IN (SELECT $1::text, unnest($2::text[]))
+FOR SHARE;
 
 -- name: set_dependencies
 -- Second step, as relaymq.policy.dependencies_at_enqueue decided: the job just stored
