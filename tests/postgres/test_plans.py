@@ -28,6 +28,8 @@ BY_IDS = {  # statement: sample arguments (the plan does not depend on them)
     "remove_jobs": "('q', ARRAY['a'])",
     "claim_ids": "('q', ARRAY['a'], 'w', NULL)",
     "dependency_states": "('q', ARRAY['a'])",
+    "claim_delivered": "('q', ARRAY['a'], ARRAY[1], 'w', NULL, false)",
+    "live_deliveries": "('q', ARRAY['a'], ARRAY[1])",
 }
 
 
@@ -44,7 +46,10 @@ async def empty(postgres_case: None) -> AsyncIterator[str]:
 
 
 def scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every node of ``plan`` that reads relaymq_jobs (not the one that writes it)."""
+    """Every node of ``plan`` that reads relaymq_jobs to find the jobs named (not the one
+    that writes them, nor a subquery about each job found, such as its sequence's)."""
+    if plan.get("Parent Relationship") == "SubPlan":
+        return []
     reads = plan.get("Relation Name") == "relaymq_jobs" and plan["Node Type"] != "ModifyTable"
     found = [plan] if reads else []
     for child in plan.get("Plans", []):

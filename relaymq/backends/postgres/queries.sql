@@ -569,7 +569,7 @@ RETURNING j.id, j.state;
 -- (The ids as rows of a subquery, each looked up by the key: "id = ANY($2)", planned on an
 -- empty table, filters the ids over a scan of the whole queue, a plan kept as the table grows;
 -- tests/postgres/test_plans.py. cancel_jobs, remove_jobs, claim_ids and dependency_states do
--- the same.)
+-- the same; claim_delivered and live_deliveries give the queue as a column beside the ids.)
 SELECT * FROM relaymq_jobs WHERE (queue, id) IN (SELECT $1::text, unnest($2::text[]));
 
 -- name: list_waiting
@@ -778,7 +778,8 @@ open AS (
 d AS (
     SELECT u.id, u.token, u.ord,
            u.ord = min(u.ord) OVER (PARTITION BY u.id, u.token) AS first,
-           'waiting'::text AS held  -- a column, not a literal: see "settle"
+           'waiting'::text AS held,  -- a column, not a literal: see "settle"
+           $1::text AS queue  -- the same: see "get_jobs"
     FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY AS u(id, token, ord)
 ),
 claimed AS (
@@ -787,7 +788,7 @@ claimed AS (
         claimed_at = t.now, heartbeat_at = t.now, worker_id = $4, run_at = NULL
     FROM d, t, open
     WHERE open.ok AND d.first
-      AND j.queue = $1 AND j.id = d.id AND j.state = d.held AND j.token = d.token
+      AND j.queue = d.queue AND j.id = d.id AND j.state = d.held AND j.token = d.token
       AND <sequence_free>
     RETURNING j.*
 )
@@ -1082,9 +1083,12 @@ SELECT (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active')
 -- Of the deliveries (id, token) of queue $1, the ids (and limit keys) of the jobs that wait
 -- with that token, and whether their sequence lets them start (free: sequence_free).
 -- in: $1 queue, $2 id text[], $3 token int8[].
+-- (The queue and the state as columns beside the ids, not literals: see "get_jobs".)
 SELECT j.id, j.limit_key, <sequence_free> AS free FROM relaymq_jobs j
-JOIN unnest($2::text[], $3::int8[]) AS u(id, token) ON j.id = u.id AND j.token = u.token
-WHERE j.queue = $1 AND j.state = 'waiting';
+JOIN unnest(array_fill($1::text, ARRAY[cardinality($2::text[])]), $2::text[], $3::int8[],
+            array_fill('waiting'::text, ARRAY[cardinality($2::text[])]))
+    AS u(queue, id, token, held)
+    ON j.queue = u.queue AND j.id = u.id AND j.token = u.token AND j.state = u.held;
 
 -- name: count_starts
 -- Last step: the rate windows the claim counted its starts in. in: $1 queue, $2 win, $3 used,
