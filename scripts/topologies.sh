@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The servers of the production-topology tests (tests/topologies), from Debian's packages:
 # PgBouncer, PostgreSQL's server binaries (a primary and its streaming replica), redis-server
-# (which also runs the sentinels) and rabbitmq-server (a three-node cluster). The tests start
+# (which also runs the sentinels) and rabbitmq-server (a three-node cluster), and openssl for
+# the TLS test's certificates. The tests start
 # and stop their own private instances; this only installs what is missing. Without root (or
 # passwordless sudo) it says so: CI then fails in those tests, a local run skips them.
 set -euo pipefail
@@ -10,6 +11,7 @@ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || want+=(pgb
 ls /usr/lib/postgresql/*/bin/pg_basebackup >/dev/null 2>&1 || want+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || want+=(redis-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || want+=(rabbitmq-server)
+command -v openssl >/dev/null 2>&1 || want+=(openssl)  # the TLS Sentinel test's certificates
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ]; then SUDO=""
 elif sudo -n true 2>/dev/null; then SUDO="sudo -n"
