@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The servers of the production-topology tests (tests/topologies), from Debian's packages:
 # PgBouncer, PostgreSQL's server binaries (a primary and its streaming replica), redis-server
-# (which also runs the sentinels) and rabbitmq-server (a three-node cluster), and openssl for
-# the TLS test's certificates. The tests start
+# (which also runs the sentinels), rabbitmq-server (a three-node cluster) and openssl (the TLS
+# test's certificates). The tests start
 # and stop their own private instances; this only installs what is missing. Without root (or
 # passwordless sudo) it says so: CI then fails in those tests, a local run skips them.
 set -euo pipefail
