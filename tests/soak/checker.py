@@ -211,13 +211,29 @@ class Facts:
         slack = self.stalled * 4
         if any(start <= until and end + slack >= run.at for start, end in self.restarts):
             return "restart"
-        host = self.host_of.get(run.pid)
-        for p in reversed(chaos.partitions):  # the latest that fits: it ended the run
-            if host in p.hosts and p.start <= until and p.end + self.stalled >= run.at:
-                return f"partition ({p.kind})"
+        p = self.partition_of(run, until, chaos)
+        if p is not None:
+            return f"partition ({p.kind})"
         if self.slow_beat(run.pid, run.at, until) is not None:
             return "latency"
         return None
+
+    def partition_of(self, run: Run, until: float, chaos: Chaos) -> Partition | None:
+        """The network fault that ended ``run`` (the next run started at ``until``): the first
+        on its host under way while the run held its claim, passing over one too short to let
+        the claim go stale when a later one fits too (a claim lost in one fault is not lost
+        again in the next: a worker recovering its own stale job after a cut of the server,
+        as the next fault began, was once put down to that fault)."""
+        host = self.host_of.get(run.pid)
+        fits = [
+            p
+            for p in chaos.partitions  # in the order they were made
+            if host in p.hosts and p.start <= until and p.end + self.stalled >= run.at
+        ]
+        for p in fits[:-1]:
+            if p.end - p.start >= self.stalled:
+                return p
+        return fits[-1] if fits else None
 
     def slow_beat(self, pid: int, since: float, until: float) -> float | None:
         """The longest time ``pid``'s claims went unrenewed between ``since`` and ``until``
@@ -376,7 +392,9 @@ def _taken_over(
             if kinds.get(job_id) == "flaky" and r.attempt == 1:
                 continue  # failed on purpose: its retry is no takeover
             if facts.cause(r, n.at, chaos) != f"partition ({p.kind})":
-                continue  # run again for another reason (a kill, a later fault)
+                continue  # run again for another reason (a kill, a freeze)
+            if facts.partition_of(r, n.at, chaos) != p:
+                continue  # run again for another fault
             if p.kind != "server":  # then no worker was left to run it meanwhile
                 report.elsewhere.append(n.at - p.start)
             if r.pid in facts.killed and facts.killed[r.pid] < p.end + facts.reconnect:
@@ -387,7 +405,7 @@ def _taken_over(
             told = [
                 e.kind
                 for e in facts.journals.get(r.pid, [])
-                if e.job == job_id and e.at >= p.start and e.kind in ("lost", "refused")
+                if e.job == job_id and e.at >= r.at and e.kind in ("lost", "refused")
             ]
             if told:
                 report.told[told[0]] += 1

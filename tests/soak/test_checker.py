@@ -5,8 +5,12 @@ cut of its host began 0.75 s after the blip healed; it was back 0.75 s after tha
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tests.hosts.faults import Partition
-from tests.soak.checker import Facts, Report, Run, _resumed
+from tests.soak.checker import Facts, Report, Run, _resumed, _taken_over
+from tests.soak.journal import Entry
+from tests.soak.plan import Chaos
 
 RECONNECT = 10.0
 
@@ -37,3 +41,28 @@ def test_a_worker_late_after_its_hosts_last_fault_is_reported() -> None:
     report = check([blip])  # nothing else hit host 1: 31.5 s to its next run is late
     assert [line.split(":")[0] for line in report.not_resumed] == ["pid 1 on host 1"]
     assert "31.5s after the blip healed" in report.not_resumed[0]
+
+
+def test_a_takeover_is_put_down_to_the_fault_that_made_the_claim_stale() -> None:
+    """Seen in the long partition profile on Redis: a job started on host 2 as the server was
+    cut off for 30 s; at the heal its own worker's recovery put it back in line and its settle
+    was refused; another worker ran it as a flap of host 2 began 0.5 s later. The checker put
+    the takeover down to the flap and, looking for the refusal after the flap began, reported
+    the worker as never told."""
+    server = Partition("server", (1, 2), 15.0, 45.0)
+    flap = Partition("flap", (2,), 46.5, 52.5)
+    ledger = {"j": [Run(1, pid=2, at=14.9), Run(2, pid=1, at=47.0)]}
+    journals = {
+        2: [
+            Entry(45.9, "recovered", ok=True, job="j"),
+            Entry(46.1, "refused", ok=True, job="j"),
+            Entry(70.0, "beat", ok=True),  # at work long after
+        ]
+    }
+    facts = Facts({}, {}, [], {1: 1, 2: 2}, journals, {}, 1.5, RECONNECT)
+    chaos = Chaos(partitions=[server, flap])
+    assert facts.cause(ledger["j"][0], 47.0, chaos) == "partition (server)"
+    report = Report("t", 3, 1.5)
+    for p in chaos.partitions:
+        _taken_over(report, {}, ledger, chaos, p, facts)
+    assert report.unaware == [] and report.told == Counter({"refused": 1})
