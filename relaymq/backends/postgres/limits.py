@@ -7,6 +7,13 @@ transaction: lock the queue's limits row (claims of that queue take turns there)
 active jobs in a new statement (whose snapshot sees every claim that went before), claim the
 allowance with the ordinary statement, and count the starts in the rate window.
 
+With per-key limits the claim picks its jobs itself (``KeyBudget``) from the candidates one
+statement reads: the count also promotes due delayed jobs, the candidates' statement also says
+whether keys that may start nothing more held jobs back, and the jobs picked are claimed and
+their starts counted by one statement: BEGIN, four statements, COMMIT, where it took up to
+eight statements. The candidates are read a short page first (twice the jobs wanted): the
+keys left out are left out by the statement, so the page is nearly always enough.
+
 Which queues have limits is read at most once a second per handle (``LimitedQueues``). A queue
 given limits meanwhile is left out of the shared statement by the statement itself, so a stale
 list delays its claims by that second but never lets one past its limits.
@@ -80,15 +87,19 @@ class _Gate:
     now: float
 
 
-async def _allow(con: asyncpg.Connection, queue: str, want: int, now: float | None) -> _Gate | None:
+async def _allow(
+    con: asyncpg.Connection, queue: str, want: int, now: float | None, promote: int = 0
+) -> _Gate | None:
     """Lock ``queue``'s limits row and decide what a claim of ``want`` may take (inside the
-    caller's transaction); None when the queue has no limits."""
+    caller's transaction); None when the queue has no limits. With per-key limits, up to
+    ``promote`` due delayed jobs join the line first (the claim reads its candidates there)."""
     row = await con.fetchrow(Q["lock_limits"], queue)
     if row is None:
         return None
     limits = to_limits(row)
     capped = limits.key_max_active is not None
-    state = await con.fetchrow(Q["limits_active"], queue, now, capped)
+    promote = promote if limits.keyed else 0
+    state = await con.fetchrow(Q["limits_active"], queue, now, capped, promote)
     a = allowance(limits, state["active"], row["win"], row["used"], state["now"], want)
     budget = None
     if limits.keyed:
@@ -103,17 +114,21 @@ async def _allow(con: asyncpg.Connection, queue: str, want: int, now: float | No
     return _Gate(a, budget, state["now"])
 
 
-async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken: int) -> None:
+def _windows(gate: _Gate, taken: int) -> tuple[Any, ...]:
+    """What a claim stores back in its queue's limits row (``count_starts``): the rate
+    windows with its ``taken`` starts counted."""
     a, budget = gate.allowance, gate.budget
-    await con.execute(
-        Q["count_starts"],
-        queue,
+    return (
         a.window,
         a.used + taken,
         budget.window if budget else 0,
         json.dumps(budget.used if budget else {}),
         json.dumps(budget.served if budget else {}),
     )
+
+
+async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken: int) -> None:
+    await con.execute(Q["count_starts"], queue, *_windows(gate, taken))
 
 
 async def claim_limited(
@@ -129,12 +144,14 @@ async def claim_limited(
     its keys held jobs back, the seconds until the key window ends (None: when active jobs
     of those keys end, or when jobs of sequences were passed over)."""
     async with con.transaction():
-        gate = await _allow(con, queue, want, now)
+        gate = await _allow(con, queue, want, now, promote)
         take = want if gate is None else gate.allowance.take
         rows: list[asyncpg.Record] = []
         keys_held: float | bool | None = False
+        counted = False
         if take > 0 and gate is not None and gate.budget is not None:
-            rows = await _claim_within(con, queue, worker_id, take, now, promote, gate.budget)
+            rows = await _claim_within(con, queue, worker_id, take, now, gate)
+            counted = True
             if gate.budget.held_back and len(rows) < take:
                 keys_held = gate.budget.retry_in(gate.now)
         elif take > 0:
@@ -143,7 +160,7 @@ async def claim_limited(
         if len(rows) < take and keys_held is False:
             if await con.fetchval(Q["sequence_held"], queue):
                 keys_held = None  # jobs of sequences passed over: they start as jobs end
-        if gate is not None:
+        if gate is not None and not counted:
             await _count_starts(con, queue, gate, len(rows))
     return rows, None if gate is None else gate.allowance, keys_held
 
@@ -154,28 +171,35 @@ async def _claim_within(
     worker_id: str,
     want: int,
     now: float | None,
-    promote: int,
-    budget: KeyBudget,
+    gate: _Gate,
 ) -> list[asyncpg.Record]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
-    window or is at its cap (``KEY_SCAN`` looked at, at most); due delayed jobs join the line
-    first."""
-    await con.fetch(Q["promote_due"], queue, promote, now)
+    window or is at its cap (``KEY_SCAN`` looked at, at most), claimed with their starts
+    counted (``_allow`` had due delayed jobs join the line)."""
+    budget = gate.budget
+    assert budget is not None
     spent = budget.spent()
-    if spent and await con.fetchval(Q["spent_waiting"], queue, spent):
-        budget.held_back = True  # their jobs are left out of the candidates
     picked: list[str] = []
+    # The keys left out are left out by the statement, so nearly every candidate is taken: a
+    # short page first, the whole scan only when the page's jobs were not enough.
+    page = min(KEY_SCAN, 2 * want + 8)
     while True:
-        for r in await con.fetch(Q["keyed_candidates"], queue, budget.excluded(), KEY_SCAN):
-            if len(picked) == want:
+        found = await con.fetch(Q["keyed_candidates"], queue, budget.excluded(), page, spent)
+        if spent and found[0]["held"]:
+            budget.held_back = True  # their jobs are left out of the candidates
+        spent = []  # asked once per claim
+        for r in found:
+            if len(picked) == want or r["id"] is None:
                 break
             if r["id"] not in picked and budget.take(r["limit_key"]):
                 picked.append(r["id"])
-        if len(picked) == want or not budget.next_round():
+        if len(picked) == want:
+            break
+        if page < KEY_SCAN and found[-1]["id"] is not None and len(found) == page:
+            page = KEY_SCAN  # the page ran out before the line did: look further down
+        elif not budget.next_round():
             break  # else: every key with waiting jobs had its turn; look again, a new round
-    if not picked:
-        return []
-    rows = await con.fetch(Q["claim_ids"], queue, picked, worker_id, now)
+    rows = await con.fetch(Q["claim_ids"], queue, picked, worker_id, now, *_windows(gate, 0))
     place = {job_id: i for i, job_id in enumerate(picked)}
     return sorted(rows, key=lambda r: place[r["id"]])  # in the order taken
 

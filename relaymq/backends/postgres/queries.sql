@@ -1069,15 +1069,40 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 
 -- name: limits_active
 -- Second step, in a statement of its own so that its snapshot is taken after the lock: every
--- claim that went before has committed. in: $1 queue, $2 now float8|NULL, $3 whether to count
--- per key. out: active, the queue's active jobs; now, the claim's time in seconds since the
--- epoch; key_active (JSON text: limit key -> its active jobs, stalled ones too; '{}' unless $3).
+-- claim that went before has committed. A claim with per-key limits promotes up to $4 due
+-- delayed jobs of $1 here too (as "promote_due" does, 0: none), so that they join the line its
+-- candidates are read from. in: $1 queue, $2 now float8|NULL, $3 whether to count per key,
+-- $4 int. out: active, the queue's active jobs; now, the claim's time in seconds since the
+-- epoch; key_active (JSON text: limit key -> its active jobs, stalled ones too; '{}' unless
+-- $3); promoted, how many jobs were promoted.
+WITH t AS (SELECT coalesce(to_timestamp($2::float8), now()) AS now),
+due AS (
+    SELECT x.queue, x.id, nextval('relaymq_job_seq') AS seq,
+           'delayed'::text AS held  -- a column, not a literal: see "settle"
+    FROM (
+        SELECT j.queue, j.id
+        FROM relaymq_jobs j, t
+        WHERE j.queue = $1 AND j.state = 'delayed' AND j.run_at <= t.now
+        ORDER BY j.run_at, j.seq
+        LIMIT $4
+        FOR UPDATE OF j SKIP LOCKED
+    ) x
+),
+promoted AS (
+    UPDATE relaymq_jobs j
+    SET state = 'waiting', run_at = NULL, seq = due.seq
+    FROM due
+    WHERE j.queue = due.queue AND j.id = due.id AND j.state = due.held
+    RETURNING 1
+)
 SELECT (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
-       extract(epoch FROM coalesce(to_timestamp($2::float8), now()))::float8 AS now,
+       extract(epoch FROM t.now)::float8 AS now,
        (SELECT coalesce(jsonb_object_agg(k.limit_key, k.n), '{}')
         FROM (SELECT limit_key, count(*) AS n FROM relaymq_jobs
               WHERE $3::bool AND queue = $1 AND state = 'active' AND limit_key IS NOT NULL
-              GROUP BY limit_key) k)::text AS key_active;
+              GROUP BY limit_key) k)::text AS key_active,
+       (SELECT count(*) FROM promoted) AS promoted
+FROM t;
 
 -- name: live_deliveries
 -- Of the deliveries (id, token) of queue $1, the ids (and limit keys) of the jobs that wait
@@ -1100,34 +1125,47 @@ WHERE queue = $1;
 
 -- name: keyed_candidates
 -- A limited claim with key_rate or key_max_active: the first $3 waiting jobs of $1 in claim
--- order, past those of the keys in $2 (they used their window or are at their cap). out: id,
--- limit_key.
+-- order, past those of the keys in $2 (they used their window or are at their cap), and
+-- whether a waiting job of one of the keys in $4 exists (keys that may start nothing more: the
+-- claim leaves such a job out, so those keys held it back). out: held bool, id, limit_key;
+-- one row with id NULL when there is no candidate.
 -- (NOT IN over a subquery: a hashed lookup per row, however many keys $2 holds.)
-SELECT j.id, j.limit_key FROM relaymq_jobs j
-WHERE j.queue = $1 AND j.state = 'waiting'
-  AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT unnest($2::text[])))
-  AND <sequence_free>
-ORDER BY j.priority, j.seq LIMIT $3;
-
--- name: spent_waiting
--- A limited claim with keys that may start nothing more ($2: at their cap, or their window
--- used): whether a waiting job of one of them exists in $1 (keyed_candidates leaves it out:
--- the keys held it back). out: one row: held bool.
-SELECT EXISTS (
-    SELECT 1 FROM relaymq_jobs
-    WHERE queue = $1 AND state = 'waiting' AND limit_key = ANY($2::text[])
-) AS held;
+SELECT h.held, c.id, c.limit_key
+FROM (SELECT cardinality($4::text[]) > 0 AND EXISTS (
+          SELECT 1 FROM relaymq_jobs
+          WHERE queue = $1 AND state = 'waiting' AND limit_key = ANY($4::text[])
+      ) AS held) h
+LEFT JOIN LATERAL (
+    SELECT j.id, j.limit_key, j.priority, j.seq FROM relaymq_jobs j
+    WHERE j.queue = $1 AND j.state = 'waiting'
+      AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT unnest($2::text[])))
+      AND <sequence_free>
+    ORDER BY j.priority, j.seq LIMIT $3
+) c ON true
+ORDER BY c.priority, c.seq;
 
 -- name: claim_ids
--- Claim these waiting jobs of $1 as "claim" does. in: $1 queue, $2 ids text[], $3 worker_id,
--- $4 now float8|NULL. out: every column of each job claimed.
-WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now)
-UPDATE relaymq_jobs j
-SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
-    claimed_at = t.now, heartbeat_at = t.now, worker_id = $3, run_at = NULL
-FROM t
-WHERE (j.queue, j.id, j.state) IN (SELECT $1::text, unnest($2::text[]), 'waiting'::text)
-RETURNING j.*;
+-- The last step of a limited claim with per-key limits: claim these waiting jobs of $1 as
+-- "claim" does, and store the windows it counted its starts in, as "count_starts" does, with
+-- the jobs claimed added to $6. in: $1 queue, $2 ids text[], $3 worker_id, $4 now
+-- float8|NULL, $5 win, $6 used before this claim, $7 key_win, $8 key_used, $9 fair_served
+-- (JSON text). out: every column of each job claimed.
+WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
+claimed AS (
+    UPDATE relaymq_jobs j
+    SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
+        claimed_at = t.now, heartbeat_at = t.now, worker_id = $3, run_at = NULL
+    FROM t
+    WHERE (j.queue, j.id, j.state) IN (SELECT $1::text, unnest($2::text[]), 'waiting'::text)
+    RETURNING j.*
+),
+counted AS (
+    UPDATE relaymq_limits
+    SET win = $5, used = $6::int + (SELECT count(*) FROM claimed)::int, key_win = $7,
+        key_used = $8::jsonb, fair_served = $9::jsonb
+    WHERE queue = $1
+)
+SELECT * FROM claimed;
 
 -- name: dependency_states
 -- A dependent's enqueue (its own transaction): the dependencies that exist, and their states,
