@@ -569,7 +569,8 @@ RETURNING j.id, j.state;
 -- (The ids as rows of a subquery, each looked up by the key: "id = ANY($2)", planned on an
 -- empty table, filters the ids over a scan of the whole queue, a plan kept as the table grows;
 -- tests/postgres/test_plans.py. cancel_jobs, remove_jobs, claim_ids and dependency_states do
--- the same; claim_delivered and live_deliveries give the queue as a column beside the ids.)
+-- the same; claim_delivered, live_deliveries and retry_jobs give the queue as a column beside
+-- the ids.)
 SELECT * FROM relaymq_jobs WHERE (queue, id) IN (SELECT $1::text, unnest($2::text[]));
 
 -- name: list_waiting
@@ -661,23 +662,29 @@ RETURNING j.id;
 -- its attempts and stalls reset, a new seq (given in the order of $2) and created_at = now.
 -- in:  $1 queue, $2 ids text[], $3 now float8|NULL
 -- out: id of each job retried now.
+-- (The queue and the states as columns beside the ids, not literals: see "get_jobs". Planned on
+-- an empty table, "queue = $1 AND state IN (...)" read every finished job by its state.)
 WITH picked AS (
-    SELECT j.id, u.ord FROM relaymq_jobs j
-    JOIN unnest($2::text[]) WITH ORDINALITY AS u(id, ord) ON j.id = u.id
-    WHERE j.queue = $1 AND j.state IN ('failed', 'expired', 'cancelled')
+    SELECT j.queue, j.id, u.ord FROM relaymq_jobs j
+    JOIN unnest(array_fill($1::text, ARRAY[cardinality($2::text[])]), $2::text[],
+                array_fill('failed'::text, ARRAY[cardinality($2::text[])]),
+                array_fill('expired'::text, ARRAY[cardinality($2::text[])]),
+                array_fill('cancelled'::text, ARRAY[cardinality($2::text[])]))
+        WITH ORDINALITY AS u(queue, id, failed, expired, cancelled, ord)
+        ON j.queue = u.queue AND j.id = u.id AND j.state IN (u.failed, u.expired, u.cancelled)
     ORDER BY u.ord
     FOR UPDATE OF j
 ),
 numbered AS (
-    SELECT s.id, nextval('relaymq_job_seq') AS seq
-    FROM (SELECT id FROM picked ORDER BY ord) s
+    SELECT s.queue, s.id, nextval('relaymq_job_seq') AS seq
+    FROM (SELECT queue, id FROM picked ORDER BY ord) s
 )
 UPDATE relaymq_jobs j
 SET state = 'waiting', attempts = 0, stalls = 0, cancel_requested = false,
     finished_at = NULL, run_at = NULL, seq = n.seq,
     created_at = coalesce(to_timestamp($3::float8), now())
 FROM numbered n
-WHERE j.queue = $1 AND j.id = n.id
+WHERE j.queue = n.queue AND j.id = n.id
 RETURNING j.id;
 
 -- name: remove_jobs
