@@ -88,3 +88,24 @@ async def test_rounds_keep_priority_within_a_key_and_weights_give_more_turns(
         ["big2", "big3", "small0"],
         ["big4", "big5", "small1"],
     ]
+
+
+@pytest.mark.parametrize("also_cancel", [False, True])
+async def test_a_job_that_joins_the_line_ahead_of_jobs_passed_over_is_claimed(
+    backend: Backend, q: str, also_cancel: bool
+) -> None:
+    """Redis reads on behind the jobs a round passed over at the front of the line; a job that
+    joins ahead of them (a higher priority), while one of them leaves (cancelled) or not, is
+    still claimed first."""
+    fair(backend)
+    await backend.set_limits(q, Limits(fair=True))
+    jobs = [new_job(q, f"a{i}", limit_key="A", priority=5) for i in range(5)]
+    jobs += [new_job(q, f"b{i}", limit_key="B", priority=5) for i in range(3)]
+    await backend.enqueue([*jobs, new_job(q, "d0", limit_key="D", priority=5)])
+    first = [j.id for _ in range(2) for j in await claim_exactly(backend, q, 1)]
+    assert first == ["a0", "b0"]  # the second claim passed a1..a4 over: A had its turn
+    if also_cancel:
+        assert await backend.cancel_jobs(q, ["a2"]) == [True]
+    await backend.enqueue([new_job(q, "c0", limit_key="C", priority=1)])
+    (job,) = await claim_exactly(backend, q, 1)
+    assert job.id == "c0"

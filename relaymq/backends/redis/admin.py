@@ -129,12 +129,14 @@ class RedisAdmin(RedisHistory):
             "fair": 1 if limits.fair else None,
             "weights": json.dumps(limits.weights) if limits.fair else None,
         }
-        unset = [f for f, v in fields.items() if v is None]
+        # fair_skip: the jobs passed over for their key's turn are looked at again (weights
+        # may have changed; claim.lua)
+        unset = [f for f, v in fields.items() if v is None] + ["fair_skip"]
         await self._run(
             [
                 ("SADD", self._keys.queues, queue),  # list_limits finds it there
                 ("HSET", key, *(x for f, v in fields.items() if v is not None for x in (f, v))),
-                *([("HDEL", key, *unset)] if unset else []),
+                ("HDEL", key, *unset),
             ],
             "set_limits",
         )

@@ -31,7 +31,10 @@ key                        type    content
                                    in it) and ``key_window``, ``key_used`` (JSON: limit
                                    key -> starts in the current key window); with fairness
                                    ``fair`` (1), ``weights`` (JSON [[key, weight], ...]) and
-                                   ``fair_served`` (JSON: limit key -> starts in the round)
+                                   ``fair_served`` (JSON: limit key -> starts in the round),
+                                   ``fair_skip``, ``fair_skip_score`` (how many jobs at the
+                                   front of the line the round passed over, the score of the
+                                   last: claim.lua reads on behind them)
 ``base:seq:<sequence>``    zset    the jobs of one sequence that hold their place in it
                                    (``relaymq.policy.holds_sequence``), score = the job's
                                    ``sequence_pos`` (its ``seq`` at enqueue, never changed)

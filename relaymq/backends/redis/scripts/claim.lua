@@ -88,6 +88,19 @@ for k, base in ipairs(KEYS) do
       local passed = {} -- ids of jobs of a sequence passed over (and not taken since)
       repeat
         local skipped, scanned = 0, 0
+        -- With fairness, the jobs at the front of the line that claims of this round passed
+        -- over only because their key had had its turn stay passed over until the round ends:
+        -- they are not read again while nothing joined the line ahead of them (then as many
+        -- jobs score up to the last of them) and none left it but by a claim (left_line).
+        local front = keys and keys.fair
+        if front and keys.skip > 0 then
+          local ahead = redis.call('ZCOUNT', base .. ':waiting', '-inf', keys.skip_score or '-inf')
+          if ahead == keys.skip then
+            skipped = keys.skip
+          else
+            keys.skip = 0
+          end
+        end
         while quota > 0 and scanned < KEY_SCAN do
           local ids = redis.call('ZRANGE', base .. ':waiting', skipped, skipped + 99)
           if #ids == 0 then
@@ -100,13 +113,18 @@ for k, base in ipairs(KEYS) do
             scanned = scanned + 1
             local r = read(job_key(base, id), 'limit_key', 'sequence')
             local key, name = r and r[1], r and r[2]
-            local take = true
+            local take, turned = true, false
             if keys and key_refuses(keys, key) then
               take = false
             elseif type(name) == 'string' and not sequence_free(base, id, name, seen) then
               take = false
             elseif keys then
-              take = key_take(keys, key)
+              take, turned = key_take(keys, key)
+            end
+            if front and not take and turned then
+              keys.skip, keys.skip_last = skipped + 1, id -- still the front: passed over
+            else
+              front = false
             end
             if take then
               redis.call('ZREM', base .. ':waiting', id)

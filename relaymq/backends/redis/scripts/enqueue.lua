@@ -78,6 +78,9 @@ local function take_key(id, rule)
     elseif state == 'waiting' or state == 'delayed' then
       flush() -- the holder may have been stored earlier in this batch
       redis.call('ZREM', base .. ':' .. state, holder)
+      if state == 'waiting' then
+        left_line(base)
+      end
       redis.call('DEL', job_key(base, holder))
       sequence_ended(base, holder, r[2], nil, nil)
       if redis.call('EXISTS', base .. ':deps:' .. holder) == 1 then

@@ -43,7 +43,7 @@ end
 local function allowance(base, now, want)
   local l = redis.call('HMGET', base .. ':limits', 'max_active', 'rate', 'per', 'window', 'used',
     'key_rate', 'key_per', 'key_window', 'key_used', 'key_max_active', 'fair', 'weights',
-    'fair_served')
+    'fair_served', 'fair_skip', 'fair_skip_score')
   if not l[3] then
     return nil
   end
@@ -76,6 +76,7 @@ local function allowance(base, now, want)
     keys = {rate = tonumber(l[6]), cap = tonumber(l[10]), window = key_window, used = key_used,
             active = active, held = false, rate_held = false, fair = l[11] ~= false,
             weights = weights, served = served, new_round = false,
+            skip = l[11] and tonumber(l[14] or '0') or 0, skip_score = l[15], skip_last = nil,
             retry = fmt((key_window + 1) * key_per - now)}
   end
   local per = tonumber(l[3])
@@ -120,7 +121,8 @@ end
 
 -- mirrors relaymq.policy.KeyBudget.take
 -- Whether a job of limit key `key` (false: none) may start within the per-key budget `keys`
--- (allowance): below its cap of active jobs and within its rate; if so, it is counted.
+-- (allowance): below its cap of active jobs and within its rate; if so, it is counted. A
+-- second value says a job refused was refused only because its key had its turn this round.
 local function key_take(keys, key)
   if type(key) ~= 'string' then
     return true
@@ -129,7 +131,7 @@ local function key_take(keys, key)
     return false
   end
   if keys.fair and (keys.served[key] or 0) >= (keys.weights[key] or 1) then
-    return false -- had its turn in this round: passed over, not held back
+    return false, true -- had its turn in this round: passed over, not held back
   end
   if keys.rate then
     keys.used[key] = (keys.used[key] or 0) + 1
@@ -150,6 +152,7 @@ local function next_round(keys)
     return false
   end
   keys.served, keys.new_round = {}, true
+  keys.skip, keys.skip_last = 0, nil -- the jobs passed over for their turn may start again
   return true
 end
 
@@ -183,7 +186,22 @@ local function key_count(base, keys)
   end
   if keys.fair then
     redis.call('HSET', base .. ':limits', 'fair_served', encode_map(keys.served))
+    if keys.skip_last then
+      keys.skip_score = redis.call('ZSCORE', base .. ':waiting', keys.skip_last)
+    end
+    if keys.skip > 0 and keys.skip_score then
+      redis.call('HSET', base .. ':limits', 'fair_skip', keys.skip, 'fair_skip_score',
+        keys.skip_score)
+    else
+      redis.call('HDEL', base .. ':limits', 'fair_skip', 'fair_skip_score')
+    end
   end
+end
+
+-- A job left the line of `base` other than by a claim (cancelled, removed, replaced, purged,
+-- quarantined): the jobs a fair claim passed over at the front of the line may have moved.
+local function left_line(base)
+  redis.call('HDEL', base .. ':limits', 'fair_skip')
 end
 
 local function job_key(base, id)
@@ -371,6 +389,9 @@ end
 -- Move a job from state set `from` into the terminal state `state`.
 local function finish(base, jk, id, from, state, nows)
   redis.call('ZREM', base .. ':' .. from, id)
+  if from == 'waiting' then
+    left_line(base)
+  end
   redis.call('ZADD', base .. ':' .. state, nows, id)
   redis.call('HSET', jk, 'state', state, 'finished_at', nows)
   redis.call('HDEL', jk, 'worker_id')
@@ -397,6 +418,9 @@ end
 local function quarantine(base, jk, id, from, nows, why)
   local queue = string.match(base, '{(.*)}$') or base
   redis.call('ZREM', base .. ':' .. from, id)
+  if from == 'waiting' then
+    left_line(base)
+  end
   redis.call('ZADD', base .. ':failed', nows, id)
   redis.pcall('HSET', jk, 'state', 'failed', 'finished_at', nows, 'error',
     "corrupt record for job '" .. id .. "' in queue '" .. queue .. "': " .. why)

@@ -33,4 +33,7 @@ for i, id in ipairs(ids) do
 end
 redis.call('DEL', unpack(jobs))
 redis.call('ZREM', key, unpack(ids))
+if ARGV[1] == 'waiting' then
+  left_line(base)
+end
 return #ids

@@ -23,6 +23,9 @@ for i = 2, #ARGV do
         redis.call('ZREM', base .. ':' .. s, id)
       end
     end
+    if not (r and r[1] ~= 'waiting' and not state_problem(r[1])) then
+      left_line(base)
+    end
     redis.call('DEL', jk)
     sequence_ended(base, id, r and r[2], nil, nil)
     if redis.call('EXISTS', base .. ':deps:' .. id) == 1 then
