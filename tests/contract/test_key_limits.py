@@ -67,6 +67,22 @@ async def test_the_claim_passes_over_a_key_at_its_cap(backend: Backend, q: str) 
     assert await active_keys(backend, q) == Counter({"a": 1, "b": 1, "c": 1, None: 1})
 
 
+async def test_the_claim_passes_over_a_long_run_of_one_keys_jobs(backend: Backend, q: str) -> None:
+    """More jobs of one key ahead than a claim reads at first (PostgreSQL reads a short page
+    of candidates, then the whole scan when the page gave too few)."""
+    await backend.set_limits(q, Limits(key_max_active=1))
+    jobs = [new_job(q, f"a{i:02}", limit_key="a") for i in range(40)]
+    await backend.enqueue([*jobs, new_job(q, "b0", limit_key="b"), new_job(q, "c0")])
+    got = (await backend.claim([q], "w", 5)).jobs
+    if backend.capabilities.fair_claims:  # the claim chooses its jobs: all three at once
+        assert len(got) == 3
+    async with asyncio.timeout(10):  # a broker hands out the jobs behind over a few claims
+        while len(got) < 3:
+            got += (await backend.claim([q], "w", 5)).jobs
+    assert sorted(j.id for j in got) == ["a00", "b0", "c0"]
+    assert (await backend.claim([q], "w", 5)).jobs == []  # a is at its cap
+
+
 async def test_a_stalled_job_holds_its_key_until_recovered(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:
