@@ -83,6 +83,19 @@ async def test_the_claim_passes_over_a_long_run_of_one_keys_jobs(backend: Backen
     assert (await backend.claim([q], "w", 5)).jobs == []  # a is at its cap
 
 
+async def test_a_delayed_job_that_fell_due_joins_a_claim_within_key_caps(
+    backend: Backend, clock: FakeClock, q: str
+) -> None:
+    await backend.set_limits(q, Limits(key_max_active=1))
+    await backend.enqueue([new_job(q, "later", limit_key="b", delay=30)])
+    await backend.enqueue([new_job(q, "a0", limit_key="a"), new_job(q, "a1", limit_key="a")])
+    assert [j.id for j in await claim_exactly(backend, q, 1)] == ["a0"]
+    clock.advance(31)  # "later" is due: the claim promotes it and takes it past a1 (a capped)
+    got = await claim_exactly(backend, q, 1)
+    assert [j.id for j in got] == ["later"]
+    assert (await backend.claim([q], "w", 5)).jobs == []
+
+
 async def test_a_stalled_job_holds_its_key_until_recovered(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:

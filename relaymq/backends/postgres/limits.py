@@ -99,7 +99,7 @@ async def _allow(
     limits = to_limits(row)
     capped = limits.key_max_active is not None
     promote = promote if limits.keyed else 0
-    state = await con.fetchrow(Q["limits_active"], queue, now, capped, promote)
+    state = await con.fetchrow(Q["limits_active"], queue, promote, now, capped)
     a = allowance(limits, state["active"], row["win"], row["used"], state["now"], want)
     budget = None
     if limits.keyed:

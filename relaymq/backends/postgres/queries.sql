@@ -50,6 +50,30 @@
         WHERE o.queue = j.queue AND o.state = 'active' AND o.sequence = j.sequence
           AND NOT EXISTS (SELECT 1 FROM done d WHERE d.queue = o.queue AND d.id = o.id))))
 
+-- fragment: promote
+-- The CTEs "due" and "promoted" (every column of each job promoted): up to $2 due delayed
+-- jobs of queue $1 go to waiting, each with a new seq in promotion order (run time, then
+-- seq); rows locked elsewhere are skipped. Needs a CTE "t" (now) before it.
+due AS (
+    SELECT x.queue, x.id, nextval('relaymq_job_seq') AS seq,
+           'delayed'::text AS held  -- a column, not a literal: see "settle"
+    FROM (
+        SELECT j.queue, j.id
+        FROM relaymq_jobs j, t
+        WHERE j.queue = $1 AND j.state = 'delayed' AND j.run_at <= t.now
+        ORDER BY j.run_at, j.seq
+        LIMIT $2
+        FOR UPDATE OF j SKIP LOCKED
+    ) x
+),
+promoted AS (
+    UPDATE relaymq_jobs j
+    SET state = 'waiting', run_at = NULL, seq = due.seq
+    FROM due
+    WHERE j.queue = due.queue AND j.id = due.id AND j.state = due.held
+    RETURNING j.*
+)
+
 -- name: create_schema
 -- Template (not a prepared statement): {schema} is replaced by the quoted schema name.
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -814,25 +838,7 @@ ORDER BY d.ord;
 -- in:  $1 queue text, $2 limit int, $3 now float8|NULL
 -- out: every column of each promoted job, in promotion order.
 WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
-due AS (
-    SELECT x.queue, x.id, nextval('relaymq_job_seq') AS seq,
-           'delayed'::text AS held  -- a column, not a literal: see "settle"
-    FROM (
-        SELECT j.queue, j.id
-        FROM relaymq_jobs j, t
-        WHERE j.queue = $1 AND j.state = 'delayed' AND j.run_at <= t.now
-        ORDER BY j.run_at, j.seq
-        LIMIT $2
-        FOR UPDATE OF j SKIP LOCKED
-    ) x
-),
-promoted AS (
-    UPDATE relaymq_jobs j
-    SET state = 'waiting', run_at = NULL, seq = due.seq
-    FROM due
-    WHERE j.queue = due.queue AND j.id = due.id AND j.state = due.held
-    RETURNING j.*
-)
+<promote>
 SELECT * FROM promoted ORDER BY seq;
 
 -- name: publish
@@ -1076,37 +1082,19 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 
 -- name: limits_active
 -- Second step, in a statement of its own so that its snapshot is taken after the lock: every
--- claim that went before has committed. A claim with per-key limits promotes up to $4 due
+-- claim that went before has committed. A claim with per-key limits promotes up to $2 due
 -- delayed jobs of $1 here too (as "promote_due" does, 0: none), so that they join the line its
--- candidates are read from. in: $1 queue, $2 now float8|NULL, $3 whether to count per key,
--- $4 int. out: active, the queue's active jobs; now, the claim's time in seconds since the
--- epoch; key_active (JSON text: limit key -> its active jobs, stalled ones too; '{}' unless
--- $3); promoted, how many jobs were promoted.
-WITH t AS (SELECT coalesce(to_timestamp($2::float8), now()) AS now),
-due AS (
-    SELECT x.queue, x.id, nextval('relaymq_job_seq') AS seq,
-           'delayed'::text AS held  -- a column, not a literal: see "settle"
-    FROM (
-        SELECT j.queue, j.id
-        FROM relaymq_jobs j, t
-        WHERE j.queue = $1 AND j.state = 'delayed' AND j.run_at <= t.now
-        ORDER BY j.run_at, j.seq
-        LIMIT $4
-        FOR UPDATE OF j SKIP LOCKED
-    ) x
-),
-promoted AS (
-    UPDATE relaymq_jobs j
-    SET state = 'waiting', run_at = NULL, seq = due.seq
-    FROM due
-    WHERE j.queue = due.queue AND j.id = due.id AND j.state = due.held
-    RETURNING 1
-)
+-- candidates are read from. in: $1 queue, $2 int, $3 now float8|NULL, $4 whether to count per
+-- key. out: active, the queue's active jobs; now, the claim's time in seconds since the epoch;
+-- key_active (JSON text: limit key -> its active jobs, stalled ones too; '{}' unless $4);
+-- promoted, how many jobs were promoted.
+WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
+<promote>
 SELECT (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
        extract(epoch FROM t.now)::float8 AS now,
        (SELECT coalesce(jsonb_object_agg(k.limit_key, k.n), '{}')
         FROM (SELECT limit_key, count(*) AS n FROM relaymq_jobs
-              WHERE $3::bool AND queue = $1 AND state = 'active' AND limit_key IS NOT NULL
+              WHERE $4::bool AND queue = $1 AND state = 'active' AND limit_key IS NOT NULL
               GROUP BY limit_key) k)::text AS key_active,
        (SELECT count(*) FROM promoted) AS promoted
 FROM t;
