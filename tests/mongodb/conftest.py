@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from relaymq.backends.base import Backend
+from tests.conftest import require
+from tests.support import case_mongodb
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv-mongo" / "bin" / "python"
 LAUNCHER = ROOT / "tests" / "support" / "mongoeco_server.py"
@@ -79,6 +83,15 @@ class MongoServer:
         if proc is not None and proc.returncode is None:
             os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+
+
+@pytest_asyncio.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[Backend]:
+    """A backend on the shared MongoDB test server, in a database of this test's own."""
+    require(case_mongodb.CASE)
+    b = await case_mongodb.CASE.make(None, tmp_path)
+    yield b
+    await b.close()
 
 
 @pytest_asyncio.fixture

@@ -3,11 +3,7 @@ is not reported as an unreadable document (which sent operators looking for corr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
-import pytest_asyncio
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from relaymq.backends.base import Backend
@@ -15,17 +11,7 @@ from relaymq.backends.mongodb.errors import translated
 from relaymq.errors import BackendError, CorruptRecordError
 from relaymq.job import JobState
 from relaymq.records.store import Outcome, Settle
-from tests.conftest import require
-from tests.support import case_mongodb
 from tests.support.jobs import get_job, new_job
-
-
-@pytest_asyncio.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[Backend]:
-    require(case_mongodb.CASE)
-    b = await case_mongodb.CASE.make(None, tmp_path)
-    yield b
-    await b.close()
 
 
 async def test_a_result_over_the_document_limit_names_the_limit(backend: Backend) -> None:

@@ -10,11 +10,8 @@ own, for a result over its 48 MB message limit: a real write of a real document,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from relaymq import JobFailedError, JobState, Queue, Worker, task
 from relaymq.backends.base import Backend
@@ -22,22 +19,12 @@ from relaymq.instrumented import Instrumented
 from relaymq.records.store import Outcome, Settle
 from relaymq.worker.running import Claims, RunningJob
 from relaymq.worker.settling import Settler
-from tests.conftest import require
-from tests.support import case_mongodb
 from tests.support.jobs import get_job, new_job, queue_name
 from tests.support.notes import Notes
 from tests.worker.conftest import FAST
 
 HUGE = 50 * 1024 * 1024
 """Over the driver's 48 MB message limit: refused before it reaches the server."""
-
-
-@pytest_asyncio.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[Backend]:
-    require(case_mongodb.CASE)
-    b = await case_mongodb.CASE.make(None, tmp_path)
-    yield b
-    await b.close()
 
 
 @task(queue="tests", retries=1, backoff=0.01)

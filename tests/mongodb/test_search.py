@@ -5,29 +5,16 @@ by its payload. The contract suite (tests/contract/test_search.py) holds the rul
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import pytest_asyncio
 
 from relaymq.backends.base import Backend
 from relaymq.backends.mongodb.records import ARGUMENTS_MAX
 from relaymq.job import JobState
 from relaymq.records.search import ArgMatch, JobFilter
-from tests.conftest import require
-from tests.support import case_mongodb
 from tests.support.jobs import new_job, queue_name
-
-
-@pytest_asyncio.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[Backend]:
-    require(case_mongodb.CASE)
-    b = await case_mongodb.CASE.make(None, tmp_path)
-    yield b
-    await b.close()
 
 
 @pytest.fixture
