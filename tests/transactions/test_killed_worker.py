@@ -44,8 +44,11 @@ async def test_a_worker_killed_between_the_commit_and_its_claim(kind: str, tmp_p
                     return any(q in i.queues for i in await Instrumented(backend).list_workers())
 
                 await seen.until(online, f"a worker on {q}", within=30)
-                proc.send_signal(signal.SIGSTOP)  # it cannot claim, whatever it hears
+                # The transaction first, then the freeze: a worker frozen in the middle of a
+                # write of its own would hold SQLite's write lock for good ("database is
+                # locked", seen in CI); once the transaction has begun, it holds none.
                 await driver.begin()
+                proc.send_signal(signal.SIGSTOP)  # it cannot claim, whatever it hears
                 handle = await relaymq.Queue(q, backend).add(
                     tasks.mark.call(str(marker)), connection=driver.connection
                 )
