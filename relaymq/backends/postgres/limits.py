@@ -2,17 +2,20 @@
 
 The shared claim statement takes rows with SKIP LOCKED, so concurrent claims never wait for
 each other; it cannot count a queue's active jobs safely (each claim would count before the
-others commit). So a queue with limits is left out of it and claimed on its own, in one
-transaction: lock the queue's limits row (claims of that queue take turns there), count its
-active jobs in a new statement (whose snapshot sees every claim that went before), claim the
-allowance with the ordinary statement, and count the starts in the rate window.
+others commit). So a queue with limits is left out of it and claimed on its own, in three
+statements and no transaction: read the queue's limits row with its version and count its
+active jobs (per key too) in one snapshot ("limits_view", which also promotes due delayed
+jobs); pick the jobs from the candidates one statement reads (``KeyBudget`` with per-key
+limits; the statement leaves out the keys that may start nothing more and says whether they
+held jobs back); claim them and count their starts in one statement that applies only while
+the limits row is still at that version ("claim_ids"). Every claim of a queue with limits
+changes the row, and nothing else can start one of its jobs, so a claim that counted from a
+snapshot no other claim has changed since cannot pass a limit; what else happens meanwhile
+(jobs ending, recovered, enqueued) only frees room. A claim that loses that race twice takes
+the row's lock in a transaction and counts under it: claims of a busy queue take turns there.
 
-With per-key limits the claim picks its jobs itself (``KeyBudget``) from the candidates one
-statement reads: the count also promotes due delayed jobs, the candidates' statement also says
-whether keys that may start nothing more held jobs back, and the jobs picked are claimed and
-their starts counted by one statement: BEGIN, four statements, COMMIT, where it took up to
-eight statements. The candidates are read a short page first (twice the jobs wanted): the
-keys left out are left out by the statement, so the page is nearly always enough.
+The candidates are read a short page first (twice the jobs wanted): the keys left out are
+left out by the statement, so the page is nearly always enough.
 
 Which queues have limits is read at most once a second per handle (``LimitedQueues``). A queue
 given limits meanwhile is left out of the shared statement by the statement itself, so a stale
@@ -80,38 +83,44 @@ def to_limits(row: Any) -> Limits:
 
 @dataclass
 class _Gate:
-    """A limited claim's view of its queue, under the lock of the queue's limits row."""
+    """A limited claim's view of its queue: the limits row (as of ``version``) and counts."""
 
     allowance: Allowance
     budget: KeyBudget | None
     now: float
+    version: str
 
 
-async def _allow(
-    con: asyncpg.Connection, queue: str, want: int, now: float | None, promote: int = 0
-) -> _Gate | None:
-    """Lock ``queue``'s limits row and decide what a claim of ``want`` may take (inside the
-    caller's transaction); None when the queue has no limits. With per-key limits, up to
-    ``promote`` due delayed jobs join the line first (the claim reads its candidates there)."""
-    row = await con.fetchrow(Q["lock_limits"], queue)
-    if row is None:
-        return None
+def _gate(row: Any, want: int) -> _Gate:
+    """What a claim of ``want`` may take, from a row of "limits_view" (or of "lock_limits"
+    and "limits_active" together)."""
     limits = to_limits(row)
-    capped = limits.key_max_active is not None
-    promote = promote if limits.keyed else 0
-    state = await con.fetchrow(Q["limits_active"], queue, promote, now, capped)
-    a = allowance(limits, state["active"], row["win"], row["used"], state["now"], want)
+    a = allowance(limits, row["active"], row["win"], row["used"], row["now"], want)
     budget = None
     if limits.keyed:
         budget = KeyBudget(
             limits,
             row["key_win"],
             json.loads(row["key_used"]),
-            state["now"],
-            json.loads(state["key_active"]),
+            row["now"],
+            json.loads(row["key_active"]),
             json.loads(row["fair_served"]),
         )
-    return _Gate(a, budget, state["now"])
+    return _Gate(a, budget, row["now"], row["version"])
+
+
+async def _allow(
+    con: asyncpg.Connection, queue: str, want: int, now: float | None, promote: int = 0
+) -> _Gate | None:
+    """Lock ``queue``'s limits row and decide what a claim of ``want`` may take (inside the
+    caller's transaction); None when the queue has no limits. Up to ``promote`` due delayed
+    jobs join the line first (the claim reads its candidates there)."""
+    row = await con.fetchrow(Q["lock_limits"], queue)
+    if row is None:
+        return None
+    capped = row["key_max_active"] is not None
+    state = await con.fetchrow(Q["limits_active"], queue, promote, now, capped)
+    return _gate({**dict(row), **dict(state)}, want)
 
 
 def _windows(gate: _Gate, taken: int) -> tuple[Any, ...]:
@@ -131,6 +140,13 @@ async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken:
     await con.execute(Q["count_starts"], queue, *_windows(gate, taken))
 
 
+OPTIMISTIC = 2
+"""Claims a limited claim tries without the lock (each lost to another claim of the queue)
+before it takes the lock and waits its turn."""
+
+Claimed = tuple[list[asyncpg.Record], Allowance | None, float | bool | None]
+
+
 async def claim_limited(
     con: asyncpg.Connection,
     queue: str,
@@ -138,70 +154,85 @@ async def claim_limited(
     want: int,
     now: float | None,
     promote: int,
-) -> tuple[list[asyncpg.Record], Allowance | None, float | bool | None]:
+) -> Claimed:
     """Claim up to ``want`` jobs of ``queue`` within its limits: the rows, the allowance
     (None: the queue has no limits, and the claim was the ordinary one), and False, or when
     its keys held jobs back, the seconds until the key window ends (None: when active jobs
-    of those keys end, or when jobs of sequences were passed over)."""
+    of those keys end, or when jobs of sequences were passed over).
+
+    First without a lock: read the limits row and the counts in one statement, pick the jobs,
+    and claim them only while no other claim of the queue counted its starts in between
+    (``claim_ids``). A claim that loses that race ``OPTIMISTIC`` times takes the lock."""
+    for _ in range(OPTIMISTIC):
+        row = await con.fetchrow(Q["limits_view"], queue, promote, now)
+        if row is None:
+            break  # no limits (any more): the ordinary claim, below
+        claimed = await _claim_gated(con, queue, worker_id, now, _gate(row, want))
+        if claimed is not None:
+            return claimed
     async with con.transaction():
         gate = await _allow(con, queue, want, now, promote)
-        take = want if gate is None else gate.allowance.take
-        rows: list[asyncpg.Record] = []
-        keys_held: float | bool | None = False
-        counted = False
-        if take > 0 and gate is not None and gate.budget is not None:
-            rows = await _claim_within(con, queue, worker_id, take, now, gate)
-            counted = True
-            if gate.budget.held_back and len(rows) < take:
-                keys_held = gate.budget.retry_in(gate.now)
-        elif take > 0:
-            rows = await con.fetch(Q["claim"], [queue], worker_id, take, now, promote, True)
-            rows = [r for r in rows if r["id"] is not None]  # a row of NULLs: none taken
-        if len(rows) < take and keys_held is False:
-            if await con.fetchval(Q["sequence_held"], queue):
-                keys_held = None  # jobs of sequences passed over: they start as jobs end
-        if gate is not None and not counted:
-            await _count_starts(con, queue, gate, len(rows))
-    return rows, None if gate is None else gate.allowance, keys_held
+        if gate is None:
+            rows = await con.fetch(Q["claim"], [queue], worker_id, want, now, promote, True)
+            held = None if queue in (rows[0]["sequence_held"] or ()) else False
+            return [r for r in rows if r["id"] is not None], None, held
+        claimed = await _claim_gated(con, queue, worker_id, now, gate)
+    assert claimed is not None, "the limits row changed under its lock"
+    return claimed
 
 
-async def _claim_within(
-    con: asyncpg.Connection,
-    queue: str,
-    worker_id: str,
-    want: int,
-    now: float | None,
-    gate: _Gate,
-) -> list[asyncpg.Record]:
+async def _claim_gated(
+    con: asyncpg.Connection, queue: str, worker_id: str, now: float | None, gate: _Gate
+) -> Claimed | None:
+    """Claim what ``gate`` allows, as ``claim_limited`` says; None when the limits row is no
+    longer at the gate's version (another claim counted its starts: nothing was claimed)."""
+    take = gate.allowance.take
+    picked = await _pick(con, queue, take, gate) if take > 0 else []
+    rows = await con.fetch(
+        Q["claim_ids"], queue, picked, worker_id, now, *_windows(gate, 0), gate.version
+    )
+    if not rows[0]["won"]:
+        return None
+    place = {job_id: i for i, job_id in enumerate(picked)}
+    taken = sorted((r for r in rows if r["id"] is not None), key=lambda r: place[r["id"]])
+    keys_held: float | bool | None = False
+    if gate.budget is not None and gate.budget.held_back and len(taken) < take:
+        keys_held = gate.budget.retry_in(gate.now)
+    if len(taken) < take and keys_held is False:
+        if await con.fetchval(Q["sequence_held"], queue):
+            keys_held = None  # jobs of sequences passed over: they start as jobs end
+    return taken, gate.allowance, keys_held
+
+
+async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: _Gate) -> list[str]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
-    window or is at its cap (``KEY_SCAN`` looked at, at most), claimed with their starts
-    counted (``_allow`` had due delayed jobs join the line)."""
+    window or is at its cap (``KEY_SCAN`` looked at, at most), counted in the gate's budget
+    (due delayed jobs joined the line as the gate was read)."""
     budget = gate.budget
-    assert budget is not None
-    spent = budget.spent()
+    spent = budget.spent() if budget else []
     picked: list[str] = []
     # The keys left out are left out by the statement, so nearly every candidate is taken: a
     # short page first, the whole scan only when the page's jobs were not enough.
     page = min(KEY_SCAN, 2 * want + 8)
     while True:
-        found = await con.fetch(Q["keyed_candidates"], queue, budget.excluded(), page, spent)
+        excluded = budget.excluded() if budget else []
+        found = await con.fetch(Q["keyed_candidates"], queue, excluded, page, spent)
         if spent and found[0]["held"]:
+            assert budget is not None
             budget.held_back = True  # their jobs are left out of the candidates
         spent = []  # asked once per claim
         for r in found:
             if len(picked) == want or r["id"] is None:
                 break
-            if r["id"] not in picked and budget.take(r["limit_key"]):
+            if r["id"] not in picked and (budget is None or budget.take(r["limit_key"])):
                 picked.append(r["id"])
         if len(picked) == want:
             break
         if page < KEY_SCAN and found[-1]["id"] is not None and len(found) == page:
             page = KEY_SCAN  # the page ran out before the line did: look further down
-        elif not budget.next_round():
+        elif budget is None or not budget.next_round():
             break  # else: every key with waiting jobs had its turn; look again, a new round
-    rows = await con.fetch(Q["claim_ids"], queue, picked, worker_id, now, *_windows(gate, 0))
-    place = {job_id: i for i, job_id in enumerate(picked)}
-    return sorted(rows, key=lambda r: place[r["id"]])  # in the order taken
+    return picked
 
 
 async def claim_delivered_limited(
@@ -210,12 +241,12 @@ async def claim_delivered_limited(
     deliveries: Sequence[tuple[str, int]],
     worker_id: str,
     now: float | None,
-) -> tuple[list[asyncpg.Record], Allowance | None, float | bool | None]:
+) -> Claimed:
     """``claim_delivered`` of ``queue`` within its limits: the statement's rows, the
     allowance (None: no limits), and False, or when live deliveries were held back (kept by
     the caller), the seconds until that may change (None: when active jobs end)."""
     async with con.transaction():
-        gate = await _allow(con, queue, len(deliveries), now)
+        gate = await _allow(con, queue, len(deliveries), now)  # promotes nothing
         offered = list(deliveries)
         held_back: float | bool | None = False
         if gate is not None:

@@ -1075,10 +1075,38 @@ DELETE FROM relaymq_limits WHERE queue = $1;
 
 -- name: lock_limits
 -- First step of a limited claim (its own transaction): take the queue's limits row, so the
--- claims of that queue take turns. in: $1 queue. out: the row, or none (no limits).
-SELECT max_active, rate, per, win, used, key_rate, key_per, key_win, key_used::text,
-       key_max_active, fair, weights::text AS weights, fair_served::text AS fair_served
+-- claims of that queue take turns. in: $1 queue. out: the row and its version (see
+-- "limits_view"), or none (no limits).
+SELECT xmin::text AS version, max_active, rate, per, win, used, key_rate, key_per, key_win,
+       key_used::text, key_max_active, fair, weights::text AS weights,
+       fair_served::text AS fair_served
 FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
+
+-- name: limits_view
+-- The first step of an optimistic limited claim with per-key limits (no transaction, no lock):
+-- "lock_limits" and "limits_active" in one statement, so that the row and the counts come from
+-- one snapshot, with the row's version (its xmin, which every UPDATE of the row changes). The
+-- claim's last step ("claim_ids") applies only while the row still has that version: no other
+-- claim of the queue counted its starts in between, and every claim of a queue with limits
+-- does. What else changes meanwhile (jobs ending, recovered, enqueued) only frees room.
+-- in: $1 queue, $2 int, $3 now float8|NULL. out: the columns of "lock_limits" and of
+-- "limits_active" (key_active counted when the queue has key_max_active); no row when the
+-- queue has no limits.
+WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
+<promote>
+SELECT l.xmin::text AS version, l.max_active, l.rate, l.per, l.win, l.used, l.key_rate,
+       l.key_per, l.key_win, l.key_used::text, l.key_max_active, l.fair,
+       l.weights::text AS weights, l.fair_served::text AS fair_served,
+       (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
+       extract(epoch FROM t.now)::float8 AS now,
+       (SELECT coalesce(jsonb_object_agg(k.limit_key, k.n), '{}')
+        FROM (SELECT limit_key, count(*) AS n FROM relaymq_jobs
+              WHERE l.key_max_active IS NOT NULL AND queue = $1 AND state = 'active'
+                AND limit_key IS NOT NULL
+              GROUP BY limit_key) k)::text AS key_active,
+       (SELECT count(*) FROM promoted) AS promoted
+FROM relaymq_limits l, t
+WHERE l.queue = $1;
 
 -- name: limits_active
 -- Second step, in a statement of its own so that its snapshot is taken after the lock: every
@@ -1142,25 +1170,34 @@ ORDER BY c.priority, c.seq;
 -- name: claim_ids
 -- The last step of a limited claim with per-key limits: claim these waiting jobs of $1 as
 -- "claim" does, and store the windows it counted its starts in, as "count_starts" does, with
--- the jobs claimed added to $6. in: $1 queue, $2 ids text[], $3 worker_id, $4 now
+-- the jobs claimed added to $6; only while the queue's limits row has version $10 (its xmin,
+-- as read by "limits_view" or "lock_limits"): when another claim counted its starts since,
+-- nothing is claimed or stored. in: $1 queue, $2 ids text[], $3 worker_id, $4 now
 -- float8|NULL, $5 win, $6 used before this claim, $7 key_win, $8 key_used, $9 fair_served
--- (JSON text). out: every column of each job claimed.
+-- (JSON text), $10 version. out: won (whether the row had that version) and every column of
+-- each job claimed; one row with id NULL when none was.
+-- (The guard locks the row, waiting for a claim that holds it; a row changed meanwhile has a
+-- new xmin, which its recheck then fails.)
 WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
+guard AS (
+    SELECT 1 FROM relaymq_limits WHERE queue = $1 AND xmin = $10::text::xid FOR UPDATE
+),
 claimed AS (
     UPDATE relaymq_jobs j
     SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
         claimed_at = t.now, heartbeat_at = t.now, worker_id = $3, run_at = NULL
     FROM t
     WHERE (j.queue, j.id, j.state) IN (SELECT $1::text, unnest($2::text[]), 'waiting'::text)
+      AND EXISTS (SELECT 1 FROM guard)
     RETURNING j.*
 ),
 counted AS (
     UPDATE relaymq_limits
     SET win = $5, used = $6::int + (SELECT count(*) FROM claimed)::int, key_win = $7,
         key_used = $8::jsonb, fair_served = $9::jsonb
-    WHERE queue = $1
+    WHERE queue = $1 AND EXISTS (SELECT 1 FROM guard)
 )
-SELECT * FROM claimed;
+SELECT EXISTS (SELECT 1 FROM guard) AS won, c.* FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 
 -- name: dependency_states
 -- A dependent's enqueue (its own transaction): the dependencies that exist, and their states,
