@@ -197,6 +197,10 @@ class KeyBudget:
         self.fair = limits.fair
         self.weights = dict(limits.weights)
         self.served: dict[str, int] = dict(served or {}) if limits.fair else {}
+        self.served_elsewhere = False
+        """Whether keys missing from ``served`` had their turn in this round: a backend that
+        reads the counts of the keys it looks at only (and leaves out those that had their
+        turn as it reads the line) gives them to ``served`` as it goes."""
         self.new_round = False
         """Whether this claim began a new round (``next_round``)."""
         self.held_back = False
@@ -261,9 +265,9 @@ class KeyBudget:
         """With ``fair``, once a claim found no more candidates: begin a new round (every key
         may start again) and say whether the claim should look again (some key had its turn
         in the old one; at most once per claim)."""
-        if not self.fair or self.new_round or not self.served:
+        if not self.fair or self.new_round or not (self.served or self.served_elsewhere):
             return False
-        self.served, self.new_round = {}, True
+        self.served, self.served_elsewhere, self.new_round = {}, False, True
         return True
 
 

@@ -18,6 +18,7 @@ from relaymq.backends.base import Backend
 from relaymq.errors import ConfigError
 from relaymq.job import Job, JobState, SequenceFailure
 from relaymq.queue import Queue
+from relaymq.records.limits import Limits
 from relaymq.records.store import Outcome, Settle
 from relaymq.testing import FakeClock
 from tests.conftest import MakeBackend
@@ -73,6 +74,21 @@ async def test_the_claim_passes_over_a_held_sequence_to_the_jobs_behind(
     await sequences.settle([Settle(by_id["a1"].claim, Outcome.RETRY, error="x", delay=0)])
     again = await claim_until_limited(sequences, q)
     assert [j.id for j in again] == ["a1"]  # a retried job keeps its place at the head
+
+
+async def test_a_key_the_claim_spends_holds_back_a_job_its_sequence_holds_too(
+    sequences: Backend, clock: FakeClock, q: str
+) -> None:
+    """A key refuses before a sequence does (``KeyBudget.refuses``): a job passed over for
+    both waits for its key's window, which the claim reports, even when the claim itself
+    spent the key and started the job's sequence."""
+    clock.advance(-clock() % 5)  # the start of a key window
+    await sequences.set_limits(q, Limits(key_rate=1, key_per=5))
+    jobs = [("a1", "a", None), ("t1", None, "t"), ("t2", "a", "t")]
+    await sequences.enqueue([new_job(q, i, limit_key=k, sequence=s) for i, k, s in jobs])
+    batch = await sequences.claim([q], "w", 3)
+    assert sorted(j.id for j in batch.jobs) == ["a1", "t1"]
+    assert batch.limited == {q: pytest.approx(5.0)}  # the key's window, not "as jobs end"
 
 
 async def test_settling_the_head_and_claiming_in_one_call_takes_the_next(

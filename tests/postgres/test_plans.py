@@ -27,7 +27,7 @@ BY_IDS = {  # statement: sample arguments (the plan does not depend on them)
     "cancel_jobs": "('q', ARRAY['a'], NULL)",
     "remove_jobs": "('q', ARRAY['a'])",
     "retry_jobs": "('q', ARRAY['a'], NULL)",
-    "claim_ids": "('q', ARRAY['a'], 'w', NULL, 0, 0, 0, '{}', '{}', '1')",
+    "claim_ids": "('q', ARRAY['a'], 'w', NULL, 0, 0, 0, '{}', '{}', '1', false)",
     "dependency_states": "('q', ARRAY['a'])",
     "claim_delivered": "('q', ARRAY['a'], ARRAY[1], 'w', NULL, false)",
     "live_deliveries": "('q', ARRAY['a'], ARRAY[1])",

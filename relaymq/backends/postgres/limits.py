@@ -82,20 +82,30 @@ def to_limits(row: Any) -> Limits:
 
 
 @dataclass
-class _Gate:
+class Gate:
     """A limited claim's view of its queue: the limits row (as of ``version``) and counts."""
 
     allowance: Allowance
     budget: KeyBudget | None
     now: float
     version: str
+    partial: bool
+    """Whether the budget's fair counts are those of the keys the claim looked at only
+    ("limits_view"), rather than the whole stored map ("lock_limits")."""
+
+    def reads_turns(self) -> bool:
+        """Whether the candidates' statement leaves out the keys that had their turn in the
+        stored round, and gives each candidate's count (the claim did not begin a new one)."""
+        b = self.budget
+        return self.partial and b is not None and b.fair and not b.new_round
 
 
-def _gate(row: Any, want: int) -> _Gate:
+def gate_of(row: Any, want: int) -> Gate:
     """What a claim of ``want`` may take, from a row of "limits_view" (or of "lock_limits"
     and "limits_active" together)."""
     limits = to_limits(row)
     a = allowance(limits, row["active"], row["win"], row["used"], row["now"], want)
+    partial = "served_elsewhere" in row.keys()
     budget = None
     if limits.keyed:
         budget = KeyBudget(
@@ -104,14 +114,15 @@ def _gate(row: Any, want: int) -> _Gate:
             json.loads(row["key_used"]),
             row["now"],
             json.loads(row["key_active"]),
-            json.loads(row["fair_served"]),
+            {} if partial else json.loads(row["fair_served"]),
         )
-    return _Gate(a, budget, row["now"], row["version"])
+        budget.served_elsewhere = partial and row["served_elsewhere"]
+    return Gate(a, budget, row["now"], row["version"], partial)
 
 
 async def _allow(
     con: asyncpg.Connection, queue: str, want: int, now: float | None, promote: int = 0
-) -> _Gate | None:
+) -> Gate | None:
     """Lock ``queue``'s limits row and decide what a claim of ``want`` may take (inside the
     caller's transaction); None when the queue has no limits. Up to ``promote`` due delayed
     jobs join the line first (the claim reads its candidates there)."""
@@ -120,10 +131,10 @@ async def _allow(
         return None
     capped = row["key_max_active"] is not None
     state = await con.fetchrow(Q["limits_active"], queue, promote, now, capped)
-    return _gate({**dict(row), **dict(state)}, want)
+    return gate_of({**dict(row), **dict(state)}, want)
 
 
-def _windows(gate: _Gate, taken: int) -> tuple[Any, ...]:
+def windows(gate: Gate, taken: int) -> tuple[Any, ...]:
     """What a claim stores back in its queue's limits row (``count_starts``): the rate
     windows with its ``taken`` starts counted."""
     a, budget = gate.allowance, gate.budget
@@ -136,8 +147,8 @@ def _windows(gate: _Gate, taken: int) -> tuple[Any, ...]:
     )
 
 
-async def _count_starts(con: asyncpg.Connection, queue: str, gate: _Gate, taken: int) -> None:
-    await con.execute(Q["count_starts"], queue, *_windows(gate, taken))
+async def _count_starts(con: asyncpg.Connection, queue: str, gate: Gate, taken: int) -> None:
+    await con.execute(Q["count_starts"], queue, *windows(gate, taken))
 
 
 OPTIMISTIC = 2
@@ -167,7 +178,7 @@ async def claim_limited(
         row = await con.fetchrow(Q["limits_view"], queue, promote, now)
         if row is None:
             break  # no limits (any more): the ordinary claim, below
-        claimed = await _claim_gated(con, queue, worker_id, now, _gate(row, want))
+        claimed = await _claim_gated(con, queue, worker_id, now, gate_of(row, want))
         if claimed is not None:
             return claimed
     async with con.transaction():
@@ -182,14 +193,15 @@ async def claim_limited(
 
 
 async def _claim_gated(
-    con: asyncpg.Connection, queue: str, worker_id: str, now: float | None, gate: _Gate
+    con: asyncpg.Connection, queue: str, worker_id: str, now: float | None, gate: Gate
 ) -> Claimed | None:
     """Claim what ``gate`` allows, as ``claim_limited`` says; None when the limits row is no
     longer at the gate's version (another claim counted its starts: nothing was claimed)."""
     take = gate.allowance.take
     picked = await _pick(con, queue, take, gate) if take > 0 else []
+    adds = gate.partial and not (gate.budget is not None and gate.budget.new_round)
     rows = await con.fetch(
-        Q["claim_ids"], queue, picked, worker_id, now, *_windows(gate, 0), gate.version
+        Q["claim_ids"], queue, picked, worker_id, now, *windows(gate, 0), gate.version, adds
     )
     if not rows[0]["won"]:
         return None
@@ -204,19 +216,21 @@ async def _claim_gated(
     return taken, gate.allowance, keys_held
 
 
-async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: _Gate) -> list[str]:
+async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: Gate) -> list[str]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
     window or is at its cap (``KEY_SCAN`` looked at, at most), counted in the gate's budget
     (due delayed jobs joined the line as the gate was read)."""
     budget = gate.budget
     spent = budget.spent() if budget else []
+    first_spent = set(spent)
     picked: list[str] = []
     # The keys left out are left out by the statement, so nearly every candidate is taken: a
     # short page first, the whole scan only when the page's jobs were not enough.
     page = min(KEY_SCAN, 2 * want + 8)
     while True:
         excluded = budget.excluded() if budget else []
-        found = await con.fetch(Q["keyed_candidates"], queue, excluded, page, spent)
+        turns = gate.reads_turns()
+        found = await con.fetch(Q["keyed_candidates"], queue, excluded, page, spent, turns)
         if spent and found[0]["held"]:
             assert budget is not None
             budget.held_back = True  # their jobs are left out of the candidates
@@ -224,6 +238,8 @@ async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: _Gate) -> 
         for r in found:
             if len(picked) == want or r["id"] is None:
                 break
+            if turns and r["served"] and budget is not None:
+                budget.served.setdefault(r["limit_key"], r["served"])  # its turns so far
             if r["id"] not in picked and (budget is None or budget.take(r["limit_key"])):
                 picked.append(r["id"])
         if len(picked) == want:
@@ -232,6 +248,12 @@ async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: _Gate) -> 
             page = KEY_SCAN  # the page ran out before the line did: look further down
         elif budget is None or not budget.next_round():
             break  # else: every key with waiting jobs had its turn; look again, a new round
+    if budget is not None and len(picked) < want and not budget.held_back:
+        # Keys this claim spent hold back their jobs the candidates left out for their
+        # sequence (a key refuses before a sequence does, as KeyBudget.refuses says).
+        late = [k for k in budget.spent() if k not in first_spent]
+        if late and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, late, False))[0]:
+            budget.held_back = True
     return picked
 
 

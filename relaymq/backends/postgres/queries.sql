@@ -1090,13 +1090,14 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 -- claim of the queue counted its starts in between, and every claim of a queue with limits
 -- does. What else changes meanwhile (jobs ending, recovered, enqueued) only frees room.
 -- in: $1 queue, $2 int, $3 now float8|NULL. out: the columns of "lock_limits" and of
--- "limits_active" (key_active counted when the queue has key_max_active); no row when the
--- queue has no limits.
+-- "limits_active" (key_active counted when the queue has key_max_active), but for
+-- fair_served: served_elsewhere, whether some key had its turn in the round ("keyed_candidates"
+-- reads the map, and "claim_ids" adds to it); no row when the queue has no limits.
 WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
 <promote>
 SELECT l.xmin::text AS version, l.max_active, l.rate, l.per, l.win, l.used, l.key_rate,
        l.key_per, l.key_win, l.key_used::text, l.key_max_active, l.fair,
-       l.weights::text AS weights, l.fair_served::text AS fair_served,
+       l.weights::text AS weights, l.fair_served <> '{}' AS served_elsewhere,
        (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
        extract(epoch FROM t.now)::float8 AS now,
        (SELECT coalesce(jsonb_object_agg(k.limit_key, k.n), '{}')
@@ -1150,18 +1151,33 @@ WHERE queue = $1;
 -- A limited claim with key_rate or key_max_active: the first $3 waiting jobs of $1 in claim
 -- order, past those of the keys in $2 (they used their window or are at their cap), and
 -- whether a waiting job of one of the keys in $4 exists (keys that may start nothing more: the
--- claim leaves such a job out, so those keys held it back). out: held bool, id, limit_key;
--- one row with id NULL when there is no candidate.
+-- claim leaves such a job out, so those keys held it back). With $5, past those of the keys
+-- that had their turn in the fair round too, as the queue's fair_served says (its count against
+-- the key's weight, 1 by default), and with each job its key's count (served). in: $1 queue,
+-- $2 text[], $3 int, $4 text[], $5 bool. out: held bool, id, limit_key, served int; one row
+-- with id NULL when there is no candidate.
 -- (NOT IN over a subquery: a hashed lookup per row, however many keys $2 holds.)
-SELECT h.held, c.id, c.limit_key
+WITH f AS (
+    SELECT CASE WHEN $5::bool THEN l.fair_served ELSE '{}' END AS served, l.weights
+    FROM relaymq_limits l WHERE l.queue = $1
+),
+turned AS (
+    SELECT s.key FROM f, jsonb_each_text(f.served) s
+    WHERE s.value::int >= coalesce(
+        (SELECT (w ->> 1)::int FROM jsonb_array_elements(f.weights) w WHERE w ->> 0 = s.key), 1)
+)
+SELECT h.held, c.id, c.limit_key, c.served
 FROM (SELECT cardinality($4::text[]) > 0 AND EXISTS (
           SELECT 1 FROM relaymq_jobs
           WHERE queue = $1 AND state = 'waiting' AND limit_key = ANY($4::text[])
       ) AS held) h
 LEFT JOIN LATERAL (
-    SELECT j.id, j.limit_key, j.priority, j.seq FROM relaymq_jobs j
+    SELECT j.id, j.limit_key, j.priority, j.seq,
+           coalesce(((SELECT served FROM f) ->> j.limit_key)::int, 0) AS served
+    FROM relaymq_jobs j
     WHERE j.queue = $1 AND j.state = 'waiting'
       AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT unnest($2::text[])))
+      AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT key FROM turned))
       AND <sequence_free>
     ORDER BY j.priority, j.seq LIMIT $3
 ) c ON true
@@ -1174,7 +1190,8 @@ ORDER BY c.priority, c.seq;
 -- as read by "limits_view" or "lock_limits"): when another claim counted its starts since,
 -- nothing is claimed or stored. in: $1 queue, $2 ids text[], $3 worker_id, $4 now
 -- float8|NULL, $5 win, $6 used before this claim, $7 key_win, $8 key_used, $9 fair_served
--- (JSON text), $10 version. out: won (whether the row had that version) and every column of
+-- (JSON text), $10 version, $11 whether $9 holds only the keys counted by this claim (added
+-- to the stored map) rather than the whole map. out: won (whether the row had that version) and every column of
 -- each job claimed; one row with id NULL when none was.
 -- (The guard locks the row, waiting for a claim that holds it; a row changed meanwhile has a
 -- new xmin, which its recheck then fails.)
@@ -1194,7 +1211,8 @@ claimed AS (
 counted AS (
     UPDATE relaymq_limits
     SET win = $5, used = $6::int + (SELECT count(*) FROM claimed)::int, key_win = $7,
-        key_used = $8::jsonb, fair_served = $9::jsonb
+        key_used = $8::jsonb,
+        fair_served = CASE WHEN $11::bool THEN fair_served || $9::jsonb ELSE $9::jsonb END
     WHERE queue = $1 AND EXISTS (SELECT 1 FROM guard)
 )
 SELECT EXISTS (SELECT 1 FROM guard) AS won, c.* FROM (SELECT 1) one LEFT JOIN claimed c ON true;
