@@ -124,6 +124,33 @@ async def test_f1_old_claim_cannot_complete_after_reclaim(
     assert stored is not None and stored.result == b"B"
 
 
+@pytest.mark.parametrize("call", ["settle", "settle_and_claim"])
+@pytest.mark.parametrize("old_first", [True, False], ids=["old-first", "new-first"])
+async def test_f1_old_claim_in_the_same_batch_as_the_new_one(
+    backend: Backend, q: str, clock: FakeClock, call: str, old_first: bool
+) -> None:
+    """A worker cut off from the server recovers its own stale job once healed and claims it
+    again, while the old claim's outcome still waits to be written (the settles failed during
+    the cut): the two outcomes go in one batch. The old one is refused, each answered by its
+    own token (a PostgreSQL batch once answered both by the job's id: the old one 'applied',
+    and the worker never learnt its claim had been lost)."""
+    job_a = await claim_one(backend, q)
+    clock.advance(60)
+    assert (await backend.recover_stalled(q, threshold=30, max_stalled=5)).requeued == [job_a.id]
+    [job_b] = (await backend.claim([q], "w", 1)).jobs
+    old = Settle(job_a.claim, Outcome.COMPLETE, result=b'"A"')
+    new = Settle(job_b.claim, Outcome.COMPLETE, result=b'"B"')
+    settles = [old, new] if old_first else [new, old]
+    if call == "settle":
+        answers = await backend.settle(settles)
+    else:
+        answers = (await backend.settle_and_claim(settles, [q], "w", 1)).applied
+    assert answers == ([False, True] if old_first else [True, False])
+    stored = await get_job(backend, q, job_a.id)
+    assert stored is not None
+    assert (stored.state, stored.token, stored.result) == (JobState.COMPLETED, job_b.token, b'"B"')
+
+
 @pytest.mark.parametrize("outcome", [Outcome.RETRY, Outcome.FAIL])
 async def test_f2_old_claim_cannot_retry_or_fail(
     backend: Backend, q: str, clock: FakeClock, outcome: Outcome
