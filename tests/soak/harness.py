@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import random
 import signal
 import time
@@ -261,8 +262,9 @@ async def _partitions(
     calm: asyncio.Event,
 ) -> None:
     """The profile's network faults, one after the other from the first completed job on,
-    each followed by half a stalled threshold of calm (the last by two thresholds, so that the
-    check sees the healed workers at work); then ``calm`` is set."""
+    each followed by the profile's ``calm`` (or half a stalled threshold; the last by two
+    thresholds more, so that the check sees the healed workers at work); then ``calm`` is
+    set. With ``repeat``, over and over until the profile's jobs have completed."""
     try:
         if not profile.partitions:
             return
@@ -276,9 +278,12 @@ async def _partitions(
             if await _completed(queue) >= 1:
                 break
             await asyncio.sleep(0.05)  # a pause between two looks at the counts
-        for kind in profile.partitions:
+        kinds = itertools.cycle(profile.partitions) if profile.repeat else profile.partitions
+        for kind in kinds:
+            if profile.repeat and await _completed(queue) >= profile.jobs:
+                break
             chaos.partitions.append(await partition(kind, target.network, rng, stalled, lengths))
-            await asyncio.sleep(stalled / 2)  # calm between two faults
+            await asyncio.sleep(profile.calm or stalled / 2)  # calm between two faults
         await asyncio.sleep(2 * stalled)  # calm: the healed workers back at work
     finally:
         calm.set()

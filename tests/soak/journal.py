@@ -33,6 +33,7 @@ SLOW = 1.0
 
 class Journal(Observer):
     def __init__(self, path: Path) -> None:
+        self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         self._failing: set[str] = set()
 

@@ -37,6 +37,11 @@ class Profile:
     """Jobs enqueued ahead of those completed (0: all at once). With network faults, ``jobs``
     is a floor: jobs are enqueued until the last fault is over, so handlers run through every
     fault, and a job taken over waits behind ``backlog`` jobs at most."""
+    calm: float = 0.0
+    """Seconds of calm after each network fault (0: half a stalled threshold)."""
+    repeat: bool = False
+    """Do ``partitions`` over and over until ``jobs`` jobs have completed (then the faults
+    stop and the enqueueing with them): every stretch of a long run goes through them."""
 
 
 SHORT = Profile(jobs=600, workers=3, kills=3, freezes=1, restarts=1, deadline=120)
@@ -116,3 +121,25 @@ PARTITIONS_LONG = Profile(
 )
 """``make soak``'s partition profile: every kind of network fault three times (cuts of 30 s,
 a minute of lossy link), with kills, freezes and server restarts among them."""
+
+PARTITIONS_MEMORY = Profile(
+    jobs=200_000,
+    workers=1,
+    kills=0,
+    freezes=0,
+    restarts=0,
+    deadline=3 * 3600,
+    partitions=("blip", "cut", "lossy", "server", "flap"),
+    lossy=10.0,
+    cut=12.0,
+    flaps=3,
+    backlog=2000,
+    calm=10.0,
+    repeat=True,
+)
+"""The issue's memory figure under partitions (``--memory``): one worker on one test host runs
+200,000 short jobs while every kind of network fault hits its link in turn, again and again,
+with 10 s of calm after each (cuts of 12 s, longer than the stall threshold and than the
+backends' 10 s timeouts; blips shorter than the threshold; 10 s of lossy, slow link; flaps),
+and nothing else to restart it. Its RSS is read from its journal: growth from a tenth of its
+runs to its last."""

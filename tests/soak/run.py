@@ -1,8 +1,9 @@
 """The long soak: ``make soak`` runs it on every backend, then the partition profile on every
 backend that workers share over a network; or ``python -m tests.soak.run [--jobs N] [--seed S]
-[--partitions] [--short] [BACKEND ...]``. Prints each backend's report; exits 1 when any soak
-finds a job lost, stuck, written stale or run twice without a cause that explains it, or a
-healed worker that did not come back on its own."""
+[--partitions [--memory]] [--short] [BACKEND ...]`` (``--memory``: one worker's RSS over
+200,000 jobs under the network faults, ``PARTITIONS_MEMORY``). Prints each backend's report;
+exits 1 when any soak finds a job lost, stuck, written stale or run twice without a cause that
+explains it, or a healed worker that did not come back on its own."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ import tempfile
 from pathlib import Path
 
 from tests.soak.harness import Report, soak
-from tests.soak.plan import LONG, PARTITIONS_LONG, PARTITIONS_SHORT, SHORT, Profile
+from tests.soak.plan import (
+    LONG,
+    PARTITIONS_LONG,
+    PARTITIONS_MEMORY,
+    PARTITIONS_SHORT,
+    SHORT,
+    Profile,
+)
 from tests.soak.targets import NAMES, OPENERS, unavailable
 
 
@@ -38,7 +46,7 @@ async def run(
         if partitions:
             from tests.hosts.servers import on_hosts
 
-            opened = on_hosts(name, tmp)
+            opened = on_hosts(name, tmp, workers=min(3, profile.workers))
         else:
             opened = OPENERS[name](tmp)
         async with opened as target:
@@ -67,6 +75,11 @@ def main() -> None:
         help="the long partition profile, on test hosts (network namespaces; needs root)",
     )
     parser.add_argument("--short", action="store_true", help="the short profile (make test's)")
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="with --partitions: one worker's RSS over 200,000 jobs under the network faults",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the ledgers of a good soak too")
     args = parser.parse_args()
     # the soak crashes servers on purpose: the drivers' reconnect tracebacks are not news
@@ -87,6 +100,10 @@ def main() -> None:
         (True, False): PARTITIONS_LONG,
         (True, True): PARTITIONS_SHORT,
     }[args.partitions, args.short]
+    if args.memory:
+        if not args.partitions or args.short:
+            parser.error("--memory goes with --partitions, not --short")
+        profile = PARTITIONS_MEMORY
     if args.jobs is not None:
         profile = dataclasses.replace(profile, jobs=args.jobs)
     # a SIGTERM unwinds like ^C: every server, worker and test host made is removed

@@ -4,15 +4,23 @@ ledger directory in ``RELAYMQ_SOAK_LEDGER``); runs until SIGTERM, or the soak SI
 It starts as ``relaymq worker`` does: waiting for a server the soak is restarting (within
 ``connect_timeout``), and logging warnings to stderr, which the soak keeps in a file. It keeps
 a journal beside its ledger file (journal.py): heartbeats with their round trips, lost claims,
-refused settles, recoveries, and its RSS every ``RSS_EVERY`` seconds."""
+refused settles, recoveries, and its RSS every ``RSS_EVERY`` seconds.
+
+With ``RELAYMQ_SOAK_TRACE=N`` it also looks for what its memory grows by: after ``N`` runs it
+takes a tracemalloc snapshot and counts the live objects by type, and at its end writes to
+``<pid>.trace`` beside its journal where the allocations and objects grew since (tracemalloc
+slows the worker down: a run to look into a growth, not one to measure it)."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
 import sys
+import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 from relaymq import Settings, Worker
@@ -46,18 +54,69 @@ async def main(url: str, queue: str, stalled_threshold: float) -> None:
     worker.app.observe(journal)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
-    sampling = asyncio.create_task(_sample(journal))
+    trace = Trace(int(os.environ.get("RELAYMQ_SOAK_TRACE", "0") or 0))
+    sampling = asyncio.create_task(_sample(journal, trace))
     try:
         await worker.run()
     finally:
         sampling.cancel()
+        journal.rss(tasks.runs)  # the last reading: after every run
+        trace.write(journal.path.with_suffix(".trace"))
         await backend.close()
 
 
-async def _sample(journal: Journal) -> None:
+async def _sample(journal: Journal, trace: Trace) -> None:
     while True:
         journal.rss(tasks.runs)
+        trace.sample(tasks.runs)
         await asyncio.sleep(RSS_EVERY)
+
+
+class Trace:
+    """What the process's memory grew by, from ``after`` runs (0: not looked for) to its end."""
+
+    TOP = 25
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.base: tuple[tracemalloc.Snapshot, Counter[str], int] | None = None
+        self.heap: list[tuple[int, int, int]] = []
+        """(runs, bytes the Python heap holds, its peak so far) at each sample."""
+        if after:
+            tracemalloc.start(12)
+
+    def sample(self, runs: int) -> None:
+        if not self.after:
+            return
+        self.heap.append((runs, *tracemalloc.get_traced_memory()))
+        if self.base is None and runs >= self.after:
+            self.base = (_snapshot(), _objects(), runs)
+
+    def write(self, path: Path) -> None:
+        if self.base is None:
+            return
+        snapshot, objects, runs = self.base
+        lines = [f"from {runs} runs to {tasks.runs}; objects by type, growth:"]
+        grown = _objects()
+        grown.subtract(objects)
+        lines += [f"  {n:+8d} {name}" for name, n in grown.most_common(self.TOP)]
+        lines.append("allocations by traceback, growth:")
+        for stat in _snapshot().compare_to(snapshot, "traceback")[: self.TOP]:
+            lines.append(f"  {stat.size_diff:+10d} B {stat.count_diff:+7d} blocks")
+            lines += [f"      {frame}" for frame in stat.traceback.format()[-12:]]
+        lines.append("the Python heap (tracemalloc): runs, KiB held, KiB at its peak so far")
+        lines += [f"  {runs} {now // 1024} {peak // 1024}" for runs, now, peak in self.heap]
+        path.write_text("\n".join(lines) + "\n")
+
+
+def _snapshot() -> tracemalloc.Snapshot:
+    ignored = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    return tracemalloc.take_snapshot().filter_traces(ignored)
+
+
+def _objects() -> Counter[str]:
+    gc.collect()
+    return Counter(type(o).__qualname__ for o in gc.get_objects())
 
 
 if __name__ == "__main__":
