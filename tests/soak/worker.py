@@ -9,11 +9,14 @@ refused settles, recoveries, and its RSS every ``RSS_EVERY`` seconds.
 With ``RELAYMQ_SOAK_TRACE=N`` it also looks for what its memory grows by: after ``N`` runs it
 takes a tracemalloc snapshot and counts the live objects by type, and at its end writes to
 ``<pid>.trace`` beside its journal where the allocations and objects grew since (tracemalloc
-slows the worker down: a run to look into a growth, not one to measure it)."""
+slows the worker down: a run to look into a growth, not one to measure it). With
+``RELAYMQ_SOAK_TRIM=1`` it asks glibc to give back its free memory at its end and writes the
+RSS before and after to ``<pid>.trim``."""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import os
@@ -62,6 +65,8 @@ async def main(url: str, queue: str, stalled_threshold: float) -> None:
         sampling.cancel()
         journal.rss(tasks.runs)  # the last reading: after every run
         trace.write(journal.path.with_suffix(".trace"))
+        if os.environ.get("RELAYMQ_SOAK_TRIM"):
+            _trim(journal.path.with_suffix(".trim"))
         await backend.close()
 
 
@@ -107,6 +112,19 @@ class Trace:
         lines.append("the Python heap (tracemalloc): runs, KiB held, KiB at its peak so far")
         lines += [f"  {runs} {now // 1024} {peak // 1024}" for runs, now, peak in self.heap]
         path.write_text("\n".join(lines) + "\n")
+
+
+def _trim(path: Path) -> None:
+    """RSS before and after glibc gives back the free memory it holds (``malloc_trim``): how
+    much of the RSS is memory freed but kept, rather than memory in use."""
+
+    def rss() -> int:
+        status = Path("/proc/self/status").read_text()
+        return int(next(ln for ln in status.splitlines() if ln.startswith("VmRSS:")).split()[1])
+
+    before = rss()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    path.write_text(f"rss before malloc_trim {before} KiB, after {rss()} KiB\n")
 
 
 def _snapshot() -> tracemalloc.Snapshot:
