@@ -333,20 +333,8 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         return [BeatResult(r["held"], r["cancel_requested"]) for r in rows]
 
     async def settle(self, settles: Sequence[Settle]) -> list[bool]:
-        """One statement per batch; a batch that settles a job twice (an old claim's outcome
-        beside the new claim's: ``_rounds``) in one statement per round, in order."""
         if not settles:
             return []
-        if not _twice(settles):
-            return await self._settle(settles)
-        answers = [False] * len(settles)
-        for indexes in _rounds(settles):
-            applied = await self._settle([settles[i] for i in indexes])
-            for i, ok in zip(indexes, applied, strict=True):
-                answers[i] = ok
-        return answers
-
-    async def _settle(self, settles: Sequence[Settle]) -> list[bool]:
         rows = await self._fetch(
             "settle", *settle_args(settles), self._now(), *attempt_args(settles)
         )
@@ -358,9 +346,8 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         """One statement, one commit, for queues without limits (a queue with limits is
         claimed under the lock of its limits row: the two calls). A settle that puts a job
         back in line makes the two calls too: the claim must see that job (I10), and the
-        claim part of one statement cannot (``settle_claim`` in queries.sql); so does a batch
-        that settles a job twice (``_rounds``)."""
-        if not settles or not queues or limit <= 0 or _back_in_line(settles) or _twice(settles):
+        claim part of one statement cannot (``settle_claim`` in queries.sql)."""
+        if not settles or not queues or limit <= 0 or _back_in_line(settles):
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         if self._limited.stale():
             self._limited.update([r["queue"] for r in await self._fetch("limited_queues")])
@@ -551,34 +538,6 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
             return []
         now = self._now()
         return await self._readable(await self._fetch("promote_due", queue, limit, now), now)
-
-
-def _twice(settles: Sequence[Settle]) -> bool:
-    """Whether ``settles`` settle a job twice (``_rounds``)."""
-    return len({(s.claim.queue, s.claim.job_id) for s in settles}) < len(settles)
-
-
-def _rounds(settles: Sequence[Settle]) -> list[list[int]]:
-    """The indexes of ``settles`` in rounds that hold each job once, in order: the first
-    settle of each job in the first round, its second in the second...
-
-    A worker cut off from the server recovers its own stale jobs once healed and claims them
-    again while the old claims' outcomes still wait to be written (their settles failed
-    meanwhile): one batch then settles a job twice, the old claim's outcome refused and the
-    new one's applied. The ``settle`` statement answers each settle by the rows it changed,
-    joined by the job's id alone: in one statement, the old claim's outcome would be answered
-    as applied when the new one's was, and the worker never told its claim was lost (a
-    duplicate run of the long partition soak that no journal explained). The statement
-    joining by the token too would settle such a batch in one round trip."""
-    seen: dict[tuple[str, str], int] = {}
-    rounds: list[list[int]] = []
-    for i, s in enumerate(settles):
-        key = (s.claim.queue, s.claim.job_id)
-        n = seen[key] = seen.get(key, -1) + 1
-        if n == len(rounds):
-            rounds.append([])
-        rounds[n].append(i)
-    return rounds
 
 
 def _back_in_line(settles: Sequence[Settle]) -> bool:

@@ -323,7 +323,9 @@ ORDER BY b.ord;
 -- name: settle
 -- Apply each fenced transition out of active: only a job still active with the claim's token
 -- changes. A terminal outcome already applied with the same token (a lost reply) counts as
--- applied and changes nothing.
+-- applied and changes nothing. Each answer is joined to the row changed by the token too: a
+-- batch can hold an old claim's outcome beside the new claim's for the same job (a worker
+-- that recovered its own stale job after a cut and ran it again), and only the new one applies.
 -- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 outcome text[] (Outcome values),
 --      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL,
 --      $9 ran_for float8[], $10 keep int4[] (the attempt added to each job's attempt_history:
@@ -377,7 +379,7 @@ done AS (
                 'error', CASE WHEN s.outcome = 'complete' THEN NULL ELSE s.error END)) a(attempt))
     FROM s, t
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
-    RETURNING j.queue, j.id
+    RETURNING j.queue, j.id, j.token
 )
 SELECT CASE WHEN d.id IS NOT NULL THEN true  -- the job is read again only when not applied
             WHEN NOT s.final THEN false
@@ -386,7 +388,7 @@ SELECT CASE WHEN d.id IS NOT NULL THEN true  -- the job is read again only when 
                            WHERE cur.queue = s.queue AND cur.id = s.id), false)
        END AS applied
 FROM s
-LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
+LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id AND d.token = s.token
 ORDER BY s.ord;
 
 -- name: settle_claim
@@ -446,7 +448,7 @@ done AS (
                 'error', CASE WHEN s.outcome = 'complete' THEN NULL ELSE s.error END)) a(attempt))
     FROM s, t
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
-    RETURNING j.queue, j.id, j.state
+    RETURNING j.queue, j.id, j.state, j.token
 ),
 answers AS (
     SELECT array_agg(
@@ -457,7 +459,7 @@ answers AS (
                                    WHERE cur.queue = s.queue AND cur.id = s.id), false)
                END ORDER BY s.ord) AS applied
     FROM s
-    LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id
+    LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id AND d.token = s.token
 ),
 qs AS (
     SELECT q.name, q.ord
