@@ -83,6 +83,19 @@ async def test_the_claim_passes_over_a_long_run_of_one_keys_jobs(backend: Backen
     assert (await backend.claim([q], "w", 5)).jobs == []  # a is at its cap
 
 
+async def test_a_key_the_claim_spends_holds_nothing_back_when_it_has_no_more_jobs(
+    backend: Backend, clock: FakeClock, q: str
+) -> None:
+    """A claim that takes a key's last job and spends its window reports no limit: nothing
+    of that key waits (the jobs it took do not count as held back)."""
+    clock.advance(-clock() % 5)  # the start of a key window
+    await backend.set_limits(q, Limits(key_rate=1, key_per=5))
+    await backend.enqueue([new_job(q, "a1", limit_key="a"), new_job(q, "n1")])
+    batch = await backend.claim([q], "w", 3)
+    assert sorted(j.id for j in batch.jobs) == ["a1", "n1"]
+    assert batch.limited == {}
+
+
 async def test_a_delayed_job_that_fell_due_joins_a_claim_within_key_caps(
     backend: Backend, clock: FakeClock, q: str
 ) -> None:

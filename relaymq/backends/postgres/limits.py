@@ -198,6 +198,8 @@ async def _claim_gated(
     """Claim what ``gate`` allows, as ``claim_limited`` says; None when the limits row is no
     longer at the gate's version (another claim counted its starts: nothing was claimed)."""
     take = gate.allowance.take
+    budget = gate.budget
+    first_spent = set(budget.spent()) if budget is not None else set()
     picked = await _pick(con, queue, take, gate) if take > 0 else []
     adds = gate.partial and not (gate.budget is not None and gate.budget.new_round)
     rows = await con.fetch(
@@ -208,8 +210,15 @@ async def _claim_gated(
     place = {job_id: i for i, job_id in enumerate(picked)}
     taken = sorted((r for r in rows if r["id"] is not None), key=lambda r: place[r["id"]])
     keys_held: float | bool | None = False
-    if gate.budget is not None and gate.budget.held_back and len(taken) < take:
-        keys_held = gate.budget.retry_in(gate.now)
+    if budget is not None and len(taken) < take and not budget.held_back:
+        # Keys this claim spent hold back their jobs the candidates left out for their
+        # sequence (a key refuses before a sequence does, as KeyBudget.refuses says); asked
+        # once the jobs it took are no longer waiting.
+        late = [k for k in budget.spent() if k not in first_spent]
+        if late and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, late, False))[0]:
+            budget.held_back = True
+    if budget is not None and budget.held_back and len(taken) < take:
+        keys_held = budget.retry_in(gate.now)
     if len(taken) < take and keys_held is False:
         if await con.fetchval(Q["sequence_held"], queue):
             keys_held = None  # jobs of sequences passed over: they start as jobs end
@@ -222,7 +231,6 @@ async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: Gate) -> l
     (due delayed jobs joined the line as the gate was read)."""
     budget = gate.budget
     spent = budget.spent() if budget else []
-    first_spent = set(spent)
     picked: list[str] = []
     # The keys left out are left out by the statement, so nearly every candidate is taken: a
     # short page first, the whole scan only when the page's jobs were not enough.
@@ -248,12 +256,6 @@ async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: Gate) -> l
             page = KEY_SCAN  # the page ran out before the line did: look further down
         elif budget is None or not budget.next_round():
             break  # else: every key with waiting jobs had its turn; look again, a new round
-    if budget is not None and len(picked) < want and not budget.held_back:
-        # Keys this claim spent hold back their jobs the candidates left out for their
-        # sequence (a key refuses before a sequence does, as KeyBudget.refuses says).
-        late = [k for k in budget.spent() if k not in first_spent]
-        if late and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, late, False))[0]:
-            budget.held_back = True
     return picked
 
 
