@@ -142,7 +142,7 @@ class LoopWatch:
                     if gave_up != since:
                         gave_up = since
                         log.error(
-                            "the event loop has been blocked for %.0fs, past max_blocked "
+                            "the event loop has been blocked for %.1fs, past max_blocked "
                             "(%ss): this worker's claims are no longer renewed and its "
                             "jobs will be recovered as stalled",
                             now - since,
