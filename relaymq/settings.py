@@ -59,6 +59,11 @@ class Settings:
     worker runs only the tasks of the module it was started with, since whoever can write a
     job to the backend chooses its task name."""
 
+    memory_trim_interval: float = 60.0
+    """Seconds between two times a worker asks glibc to give back the memory Python freed
+    (``malloc_trim``), which it otherwise keeps, so that RSS climbs in steps after bursts
+    such as reconnects; 0: never. Nothing is done on other C libraries."""
+
     connect_timeout: float = 60.0
     """Seconds a starting worker waits for a backend that cannot be reached yet (refused
     connections, a server starting up or in recovery), trying again with backoff; 0: fail at
@@ -84,8 +89,8 @@ class Settings:
             raise ConfigError("retention_interval must be positive")
         if self.history_flush_interval < 0 or self.history_retention <= 0:
             raise ConfigError("history_flush_interval must be >= 0, history_retention positive")
-        if self.connect_timeout < 0:
-            raise ConfigError("connect_timeout must be >= 0")
+        if self.connect_timeout < 0 or self.memory_trim_interval < 0:
+            raise ConfigError("connect_timeout and memory_trim_interval must be >= 0")
         if self.attempt_history < 0:
             raise ConfigError(f"attempt_history must be >= 0, not {self.attempt_history}")
 

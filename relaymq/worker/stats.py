@@ -22,6 +22,8 @@ class WorkerStats:
     """Claims that found nothing to do (the worker then waits)."""
     loop_blocked: int = 0
     """Times a handler blocked the event loop for half a heartbeat interval or more."""
+    memory_trims: int = 0
+    """Times the worker gave freed memory back to the system (``memory_trim_interval``)."""
 
 
 class Counts:

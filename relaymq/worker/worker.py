@@ -47,6 +47,7 @@ from relaymq.worker.execution import Execution
 from relaymq.worker.heartbeats import Heartbeats
 from relaymq.worker.history import History
 from relaymq.worker.loopwatch import LoopWatch
+from relaymq.worker.memory import MemoryTrim, trimmer
 from relaymq.worker.refusals import Refusals
 from relaymq.worker.running import Claims, RunningJob, StopReason
 from relaymq.worker.sandbox import Sandbox
@@ -161,6 +162,17 @@ class Worker:
             if self.settings.max_blocked > 0
             else None
         )
+        trim = trimmer() if self.settings.memory_trim_interval > 0 else None
+        self._memory = (
+            MemoryTrim(
+                self.settings.memory_trim_interval,
+                trim,
+                lambda: self._counts.add("memory_trims"),
+            )
+            if trim
+            else None
+        )
+        """Gives the memory Python freed back to the system (glibc only)."""
         self._maintenance = Maintenance(
             self.ops,
             self.queues,
@@ -224,6 +236,8 @@ class Worker:
                 helpers.append(asyncio.create_task(self._watch.run(), name="relaymq-loopwatch"))
             if self.settings.history_flush_interval > 0:
                 helpers.append(asyncio.create_task(self._history.run(), name="relaymq-history"))
+            if self._memory is not None:
+                helpers.append(asyncio.create_task(self._memory.run(), name="relaymq-memory"))
             if self.app.outbox_url is not None:  # one worker at a time leads it
                 relay = Relay(self.app, self.ops, self.id, self.settings).run()
                 helpers.append(asyncio.create_task(relay, name="relaymq-outbox"))
