@@ -37,7 +37,7 @@ async def test_a_claim_counted_before_another_claim_of_the_queue_takes_nothing(
     await backend.enqueue([new_job("q", i, limit_key="a") for i in ("a1", "a2")])
     assert backend._pool is not None
     async with backend._pool.acquire() as con:
-        row = await con.fetchrow(Q["limits_view"], "q", 0, None)
+        row = await con.fetchrow(Q["limits_view"], "q", 0, None, 1)
         late = gate_of(row, 1)  # counted while key "a" had no active job
         assert late.budget is not None and late.budget.take("a")
         taken = await backend.claim(["q"], "w1", 1)  # another claim, in between
@@ -47,7 +47,7 @@ async def test_a_claim_counted_before_another_claim_of_the_queue_takes_nothing(
         )
         assert [(r["won"], r["id"]) for r in rows] == [(False, None)]
         # Counted again, the same statement wins, and the cap leaves a2 waiting.
-        row = await con.fetchrow(Q["limits_view"], "q", 0, None)
+        row = await con.fetchrow(Q["limits_view"], "q", 0, None, 1)
         fresh = gate_of(row, 1)
         assert fresh.budget is not None and not fresh.budget.take("a")
         rows = await con.fetch(

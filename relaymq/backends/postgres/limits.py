@@ -2,20 +2,22 @@
 
 The shared claim statement takes rows with SKIP LOCKED, so concurrent claims never wait for
 each other; it cannot count a queue's active jobs safely (each claim would count before the
-others commit). So a queue with limits is left out of it and claimed on its own, in three
-statements and no transaction: read the queue's limits row with its version and count its
-active jobs (per key too) in one snapshot ("limits_view", which also promotes due delayed
-jobs); pick the jobs from the candidates one statement reads (``KeyBudget`` with per-key
-limits; the statement leaves out the keys that may start nothing more and says whether they
-held jobs back); claim them and count their starts in one statement that applies only while
-the limits row is still at that version ("claim_ids"). Every claim of a queue with limits
+others commit). So a queue with limits is left out of it and claimed on its own, in two
+statements as a rule, and no transaction: read the queue's limits row with its version, count
+its active jobs (per key too) and read a first page of candidates in one snapshot
+("limits_view", which also promotes due delayed jobs); pick the jobs from them
+(``KeyBudget`` with per-key limits), reading more candidates only when the page was not
+enough ("keyed_candidates": both leave out the keys at their cap, and with fairness those
+that had their turn); claim them and count their starts in one statement that applies only
+while the limits row is still at that version ("claim_ids"). Every claim of a queue with limits
 changes the row, and nothing else can start one of its jobs, so a claim that counted from a
 snapshot no other claim has changed since cannot pass a limit; what else happens meanwhile
 (jobs ending, recovered, enqueued) only frees room. A claim that loses that race twice takes
 the row's lock in a transaction and counts under it: claims of a busy queue take turns there.
 
-The candidates are read a short page first (twice the jobs wanted): the keys left out are
-left out by the statement, so the page is nearly always enough.
+A claim that took fewer jobs than it could asks, once they are claimed, whether the keys that
+may start nothing more (at their cap, out of their window) hold jobs back: then the worker
+tries again when those keys may start again rather than at once.
 
 Which queues have limits is read at most once a second per handle (``LimitedQueues``). A queue
 given limits meanwhile is left out of the shared statement by the statement itself, so a stale
@@ -156,6 +158,18 @@ OPTIMISTIC = 2
 before it takes the lock and waits its turn."""
 
 Claimed = tuple[list[asyncpg.Record], Allowance | None, float | bool | None]
+Candidates = list[tuple[str, str | None, int | None]]
+"""Waiting jobs in claim order: id, limit key, and the key's count in the fair round (None:
+not read)."""
+Page = tuple[Candidates, int]
+"""Candidates read with the gate, and how many were asked for (fewer: the line ended)."""
+
+
+def page_size(want: int) -> int:
+    """How many candidates a claim of ``want`` reads first: the keys left out are left out by
+    the statement, so nearly every candidate is taken, and a short page is nearly always
+    enough (the whole scan, ``KEY_SCAN``, only when it was not)."""
+    return min(KEY_SCAN, 2 * want + 8)
 
 
 async def claim_limited(
@@ -171,14 +185,20 @@ async def claim_limited(
     its keys held jobs back, the seconds until the key window ends (None: when active jobs
     of those keys end, or when jobs of sequences were passed over).
 
-    First without a lock: read the limits row and the counts in one statement, pick the jobs,
-    and claim them only while no other claim of the queue counted its starts in between
-    (``claim_ids``). A claim that loses that race ``OPTIMISTIC`` times takes the lock."""
+    First without a lock: read the limits row, the counts and a first page of candidates in
+    one statement, pick the jobs, and claim them only while no other claim of the queue
+    counted its starts in between (``claim_ids``). A claim that loses that race
+    ``OPTIMISTIC`` times takes the lock."""
+    size = page_size(want)
     for _ in range(OPTIMISTIC):
-        row = await con.fetchrow(Q["limits_view"], queue, promote, now)
+        row = await con.fetchrow(Q["limits_view"], queue, promote, now, size)
         if row is None:
             break  # no limits (any more): the ordinary claim, below
-        claimed = await _claim_gated(con, queue, worker_id, now, gate_of(row, want))
+        page = None
+        if not row["promoted"]:  # else the page, read in the same snapshot, misses them
+            found = zip(row["page_ids"], row["page_keys"], row["page_served"], strict=True)
+            page = list(found), size
+        claimed = await _claim_gated(con, queue, worker_id, now, gate_of(row, want), page)
         if claimed is not None:
             return claimed
     async with con.transaction():
@@ -193,14 +213,19 @@ async def claim_limited(
 
 
 async def _claim_gated(
-    con: asyncpg.Connection, queue: str, worker_id: str, now: float | None, gate: Gate
+    con: asyncpg.Connection,
+    queue: str,
+    worker_id: str,
+    now: float | None,
+    gate: Gate,
+    page: Page | None = None,
 ) -> Claimed | None:
-    """Claim what ``gate`` allows, as ``claim_limited`` says; None when the limits row is no
-    longer at the gate's version (another claim counted its starts: nothing was claimed)."""
+    """Claim what ``gate`` allows, as ``claim_limited`` says, from ``page`` first if given;
+    None when the limits row is no longer at the gate's version (another claim counted its
+    starts: nothing was claimed)."""
     take = gate.allowance.take
     budget = gate.budget
-    first_spent = set(budget.spent()) if budget is not None else set()
-    picked = await _pick(con, queue, take, gate) if take > 0 else []
+    picked = await _pick(con, queue, take, gate, page) if take > 0 else []
     adds = gate.partial and not (gate.budget is not None and gate.budget.new_round)
     rows = await con.fetch(
         Q["claim_ids"], queue, picked, worker_id, now, *windows(gate, 0), gate.version, adds
@@ -211,11 +236,12 @@ async def _claim_gated(
     taken = sorted((r for r in rows if r["id"] is not None), key=lambda r: place[r["id"]])
     keys_held: float | bool | None = False
     if budget is not None and len(taken) < take and not budget.held_back:
-        # Keys this claim spent hold back their jobs the candidates left out for their
-        # sequence (a key refuses before a sequence does, as KeyBudget.refuses says); asked
-        # once the jobs it took are no longer waiting.
-        late = [k for k in budget.spent() if k not in first_spent]
-        if late and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, late, False))[0]:
+        # The keys that may start nothing more (at their cap or out of their window, some by
+        # this claim's own starts) held back their jobs the candidates left out, those their
+        # sequence holds too (a key refuses before a sequence does, as KeyBudget.refuses
+        # says); asked once the jobs this claim took are no longer waiting.
+        spent = budget.spent()
+        if spent and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, spent, False))[0]:
             budget.held_back = True
     if budget is not None and budget.held_back and len(taken) < take:
         keys_held = budget.retry_in(gate.now)
@@ -225,37 +251,36 @@ async def _claim_gated(
     return taken, gate.allowance, keys_held
 
 
-async def _pick(con: asyncpg.Connection, queue: str, want: int, gate: Gate) -> list[str]:
+async def _pick(
+    con: asyncpg.Connection, queue: str, want: int, gate: Gate, page: Page | None
+) -> list[str]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
     window or is at its cap (``KEY_SCAN`` looked at, at most), counted in the gate's budget
-    (due delayed jobs joined the line as the gate was read)."""
+    (due delayed jobs joined the line as the gate was read); ``page``, if given, is the
+    first page of candidates."""
     budget = gate.budget
-    spent = budget.spent() if budget else []
     picked: list[str] = []
-    # The keys left out are left out by the statement, so nearly every candidate is taken: a
-    # short page first, the whole scan only when the page's jobs were not enough.
-    page = min(KEY_SCAN, 2 * want + 8)
+    found, size = page if page is not None else (None, page_size(want))
     while True:
-        excluded = budget.excluded() if budget else []
         turns = gate.reads_turns()
-        found = await con.fetch(Q["keyed_candidates"], queue, excluded, page, spent, turns)
-        if spent and found[0]["held"]:
-            assert budget is not None
-            budget.held_back = True  # their jobs are left out of the candidates
-        spent = []  # asked once per claim
-        for r in found:
-            if len(picked) == want or r["id"] is None:
+        if found is None:
+            excluded = budget.excluded() if budget else []
+            rows = await con.fetch(Q["keyed_candidates"], queue, excluded, size, [], turns)
+            found = [(r["id"], r["limit_key"], r["served"]) for r in rows if r["id"] is not None]
+        for job_id, key, served in found:
+            if len(picked) == want:
                 break
-            if turns and r["served"] and budget is not None:
-                budget.served.setdefault(r["limit_key"], r["served"])  # its turns so far
-            if r["id"] not in picked and (budget is None or budget.take(r["limit_key"])):
-                picked.append(r["id"])
+            if turns and served and budget is not None and key is not None:
+                budget.served.setdefault(key, served)  # its turns so far
+            if job_id not in picked and (budget is None or budget.take(key)):
+                picked.append(job_id)
         if len(picked) == want:
             break
-        if page < KEY_SCAN and found[-1]["id"] is not None and len(found) == page:
-            page = KEY_SCAN  # the page ran out before the line did: look further down
+        if size < KEY_SCAN and len(found) >= size:
+            size = KEY_SCAN  # the page ran out before the line did: look further down
         elif budget is None or not budget.next_round():
             break  # else: every key with waiting jobs had its turn; look again, a new round
+        found = None
     return picked
 
 

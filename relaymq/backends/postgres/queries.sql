@@ -50,6 +50,16 @@
         WHERE o.queue = j.queue AND o.state = 'active' AND o.sequence = j.sequence
           AND NOT EXISTS (SELECT 1 FROM done d WHERE d.queue = o.queue AND d.id = o.id))))
 
+-- fragment: turned
+-- The CTE "turned": the keys that had their turn in the fair round, from the CTE "f" (served:
+-- JSON limit key -> its starts in the round, weights: JSON [[key, weight], ...]); a key's turn
+-- is its weight, 1 by default.
+turned AS (
+    SELECT s.key FROM f, jsonb_each_text(f.served) s
+    WHERE s.value::int >= coalesce(
+        (SELECT (w ->> 1)::int FROM jsonb_array_elements(f.weights) w WHERE w ->> 0 = s.key), 1)
+)
+
 -- fragment: promote
 -- The CTEs "due" and "promoted" (every column of each job promoted): up to $2 due delayed
 -- jobs of queue $1 go to waiting, each with a new seq in promotion order (run time, then
@@ -1085,31 +1095,57 @@ SELECT xmin::text AS version, max_active, rate, per, win, used, key_rate, key_pe
 FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 
 -- name: limits_view
--- The first step of an optimistic limited claim with per-key limits (no transaction, no lock):
--- "lock_limits" and "limits_active" in one statement, so that the row and the counts come from
--- one snapshot, with the row's version (its xmin, which every UPDATE of the row changes). The
--- claim's last step ("claim_ids") applies only while the row still has that version: no other
--- claim of the queue counted its starts in between, and every claim of a queue with limits
--- does. What else changes meanwhile (jobs ending, recovered, enqueued) only frees room.
--- in: $1 queue, $2 int, $3 now float8|NULL. out: the columns of "lock_limits" and of
--- "limits_active" (key_active counted when the queue has key_max_active), but for
+-- The first step of an optimistic limited claim (no transaction, no lock): "lock_limits" and
+-- "limits_active" in one statement, so that the row and the counts come from one snapshot,
+-- with the row's version (its xmin, which every UPDATE of the row changes), and a first page
+-- of candidates. The claim's last step ("claim_ids") applies only while the row still has that
+-- version: no other claim of the queue counted its starts in between, and every claim of a
+-- queue with limits does. What else changes meanwhile (jobs ending, recovered, enqueued) only
+-- frees room.
+-- in: $1 queue, $2 int, $3 now float8|NULL, $4 page int. out: the columns of "lock_limits" and
+-- of "limits_active" (key_active counted when the queue has key_max_active), but for
 -- fair_served: served_elsewhere, whether some key had its turn in the round ("keyed_candidates"
--- reads the map, and "claim_ids" adds to it); no row when the queue has no limits.
+-- reads the map, and "claim_ids" adds to it); and the first $4 waiting jobs in claim order as
+-- "keyed_candidates" with $5 reads them, past the keys at their cap by these counts (the
+-- claim's budget decides; these only spare it the candidates it would refuse): page_ids,
+-- page_keys, page_served (arrays, in that order; the jobs this statement promoted are not
+-- among them). No row when the queue has no limits.
 WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
-<promote>
-SELECT l.xmin::text AS version, l.max_active, l.rate, l.per, l.win, l.used, l.key_rate,
+<promote>,
+l AS (SELECT xmin::text AS version, * FROM relaymq_limits WHERE queue = $1),
+ka AS (
+    SELECT j.limit_key, count(*) AS n FROM relaymq_jobs j, l
+    WHERE l.key_max_active IS NOT NULL AND j.queue = $1 AND j.state = 'active'
+      AND j.limit_key IS NOT NULL
+    GROUP BY j.limit_key
+),
+f AS (SELECT CASE WHEN l.fair THEN l.fair_served ELSE '{}' END AS served, l.weights FROM l),
+<turned>,
+skipped AS (
+    SELECT ka.limit_key AS key FROM ka, l WHERE ka.n >= l.key_max_active
+    UNION ALL SELECT key FROM turned
+),
+page AS (
+    SELECT j.id, j.limit_key, j.priority, j.seq,
+           CASE WHEN l.fair THEN coalesce((l.fair_served ->> j.limit_key)::int, 0) END AS served
+    FROM l, relaymq_jobs j
+    WHERE j.queue = $1 AND j.state = 'waiting'
+      AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT key FROM skipped))
+      AND <sequence_free>
+    ORDER BY j.priority, j.seq LIMIT $4
+)
+SELECT l.version, l.max_active, l.rate, l.per, l.win, l.used, l.key_rate,
        l.key_per, l.key_win, l.key_used::text, l.key_max_active, l.fair,
        l.weights::text AS weights, l.fair_served <> '{}' AS served_elsewhere,
        (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
        extract(epoch FROM t.now)::float8 AS now,
-       (SELECT coalesce(jsonb_object_agg(k.limit_key, k.n), '{}')
-        FROM (SELECT limit_key, count(*) AS n FROM relaymq_jobs
-              WHERE l.key_max_active IS NOT NULL AND queue = $1 AND state = 'active'
-                AND limit_key IS NOT NULL
-              GROUP BY limit_key) k)::text AS key_active,
-       (SELECT count(*) FROM promoted) AS promoted
-FROM relaymq_limits l, t
-WHERE l.queue = $1;
+       (SELECT coalesce(jsonb_object_agg(ka.limit_key, ka.n), '{}') FROM ka)::text
+           AS key_active,
+       (SELECT count(*) FROM promoted) AS promoted,
+       ARRAY(SELECT id FROM page ORDER BY priority, seq) AS page_ids,
+       ARRAY(SELECT limit_key FROM page ORDER BY priority, seq) AS page_keys,
+       ARRAY(SELECT served FROM page ORDER BY priority, seq) AS page_served
+FROM l, t;
 
 -- name: limits_active
 -- Second step, in a statement of its own so that its snapshot is taken after the lock: every
@@ -1163,11 +1199,7 @@ WITH f AS (
     SELECT CASE WHEN $5::bool THEN l.fair_served ELSE '{}' END AS served, l.weights
     FROM relaymq_limits l WHERE l.queue = $1
 ),
-turned AS (
-    SELECT s.key FROM f, jsonb_each_text(f.served) s
-    WHERE s.value::int >= coalesce(
-        (SELECT (w ->> 1)::int FROM jsonb_array_elements(f.weights) w WHERE w ->> 0 = s.key), 1)
-)
+<turned>
 SELECT h.held, c.id, c.limit_key, c.served
 FROM (SELECT cardinality($4::text[]) > 0 AND EXISTS (
           SELECT 1 FROM relaymq_jobs
