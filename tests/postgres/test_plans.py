@@ -10,6 +10,7 @@ queue read per call, so reading a job back after each enqueue took 8 ms once the
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -73,5 +74,30 @@ async def test_a_statement_by_ids_looks_each_id_up_in_a_plan_made_on_an_empty_ta
         for node in found:
             assert node["Node Type"] == "Index Scan" and node["Index Name"] == "relaymq_jobs_pkey"
             assert "id = " in node["Index Cond"], node  # the key, not the queue's range
+    finally:
+        await con.close()
+
+
+CANDIDATES = {  # statement: sample arguments
+    "limits_view": "('q', 0, NULL, 28)",
+    "keyed_candidates": "('q', ARRAY['k'], 28, ARRAY[]::text[], true)",
+}
+
+
+@pytest.mark.parametrize("name", list(CANDIDATES))
+async def test_the_keys_a_claim_leaves_out_are_looked_up_once_per_claim_not_per_job(
+    empty: str, name: str
+) -> None:
+    """A job's key is looked up in a hashed set of the keys left out (at their cap, or had
+    their fair turn): a subplan run again for each job read made a fair claim's first page
+    read the round's whole map for every job of a turned key it passed over."""
+    con = await asyncpg.connect(f"{SERVER}/{DATABASE}", server_settings=planner_settings())
+    try:
+        async with con.transaction():
+            await con.execute(f"PREPARE p AS {statements(empty)[Q[name]]}")
+            rows = await con.fetch(f"EXPLAIN EXECUTE p{CANDIDATES[name]}")
+        plan = "\n".join(r[0] for r in rows)
+        assert "limit_key" in plan and "NOT (hashed SubPlan" in plan, plan
+        assert not re.search(r"limit_key IS NULL\) OR \(NOT \(SubPlan", plan), plan
     finally:
         await con.close()
