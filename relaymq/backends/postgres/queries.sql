@@ -213,7 +213,7 @@ SELECT current_database();
 --      fewer than $3, the queues of $1 with a waiting job of a sequence it passed over (not its
 --      sequence's head: sequence_free), else NULL; one row of NULL job columns when it took
 --      nothing.
--- "settle_claim" repeats this statement (and "settle"): change them together.
+-- "settle_claim" repeats this statement: change them together.
 WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
 qs AS (
     SELECT q.name, q.ord
@@ -330,19 +330,11 @@ LEFT JOIN renewed r ON r.queue = b.queue AND r.id = b.id
 LEFT JOIN cur c ON c.ord = b.ord
 ORDER BY b.ord;
 
--- name: settle
--- Apply each fenced transition out of active: only a job still active with the claim's token
--- changes. A terminal outcome already applied with the same token (a lost reply) counts as
--- applied and changes nothing. Each answer is joined to the row changed by the token too: a
--- batch can hold an old claim's outcome beside the new claim's for the same job (a worker
--- that recovered its own stale job after a cut and ran it again), and only the new one applies.
--- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 outcome text[] (Outcome values),
---      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL,
---      $9 ran_for float8[], $10 keep int4[] (the attempt added to each job's attempt_history:
---      relaymq_with_attempt, 0012)
--- out: per settle in order: applied bool.
--- "settle_claim" repeats this statement (and "claim"): change them together.
-WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
+-- fragment: settled
+-- The CTEs "s" (the settles $1..$7, $9, $10 of "settle", in order, each with the state it goes
+-- to: target, and whether that ends the job: final) and "done" (the rows they changed: queue,
+-- id, state, token), after a CTE "t" with the statement's now ($8): "settle" and every
+-- statement that settles as it does.
 s AS (
     SELECT u.*,
            CASE u.outcome
@@ -389,14 +381,34 @@ done AS (
                 'error', CASE WHEN s.outcome = 'complete' THEN NULL ELSE s.error END)) a(attempt))
     FROM s, t
     WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
-    RETURNING j.queue, j.id, j.token
+    RETURNING j.queue, j.id, j.state, j.token
 )
-SELECT CASE WHEN d.id IS NOT NULL THEN true  -- the job is read again only when not applied
+
+-- fragment: applied
+-- Settle s's answer (with its "done" row d joined by queue, id and token): applied, or a
+-- terminal outcome already applied with the same token (a lost reply); the job is read again
+-- only when its settle did not apply.
+CASE WHEN d.id IS NOT NULL THEN true
             WHEN NOT s.final THEN false
             ELSE coalesce((SELECT cur.state = s.target AND cur.token = s.token
                            FROM relaymq_jobs cur
                            WHERE cur.queue = s.queue AND cur.id = s.id), false)
-       END AS applied
+       END
+
+-- name: settle
+-- Apply each fenced transition out of active: only a job still active with the claim's token
+-- changes. A terminal outcome already applied with the same token (a lost reply) counts as
+-- applied and changes nothing. Each answer is joined to the row changed by the token too: a
+-- batch can hold an old claim's outcome beside the new claim's for the same job (a worker
+-- that recovered its own stale job after a cut and ran it again), and only the new one applies.
+-- in:  $1 queue text[], $2 id text[], $3 token int8[], $4 outcome text[] (Outcome values),
+--      $5 result bytea[], $6 error text[], $7 delay float8[], $8 now float8|NULL,
+--      $9 ran_for float8[], $10 keep int4[] (the attempt added to each job's attempt_history:
+--      relaymq_with_attempt, 0012)
+-- out: per settle in order: applied bool.
+WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
+<settled>
+SELECT <applied> AS applied
 FROM s
 LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id AND d.token = s.token
 ORDER BY s.ord;
@@ -415,59 +427,9 @@ ORDER BY s.ord;
 --      answers in order) and sequence_held (as "claim" says); one row with NULL job columns
 --      when nothing was claimed.
 WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
-s AS (
-    SELECT u.*,
-           CASE u.outcome
-               WHEN 'complete' THEN 'completed'
-               WHEN 'fail' THEN 'failed'
-               WHEN 'expire' THEN 'expired'
-               WHEN 'cancel' THEN 'cancelled'
-               WHEN 'retry' THEN CASE WHEN u.delay > 0 THEN 'delayed' ELSE 'waiting' END
-               ELSE 'waiting'
-           END AS target,
-           u.outcome IN ('complete', 'fail', 'expire', 'cancel') AS final,
-           'active'::text AS held  -- a column, not a literal: see "settle"
-    FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::bytea[], $6::text[],
-                $7::float8[], $9::float8[], $10::int4[])
-        WITH ORDINALITY AS u(queue, id, token, outcome, result, error, delay, ran_for, keep, ord)
-),
-done AS (
-    UPDATE relaymq_jobs j
-    SET state = s.target,
-        result = CASE WHEN s.outcome = 'complete' THEN s.result ELSE j.result END,
-        error = CASE WHEN s.outcome = 'release' OR s.outcome = 'complete' THEN j.error
-                     ELSE s.error END,
-        finished_at = CASE WHEN s.final THEN t.now END,
-        worker_id = NULL,
-        run_at = CASE WHEN s.target = 'delayed' THEN t.now + make_interval(secs => s.delay) END,
-        seq = CASE WHEN s.outcome = 'retry' THEN nextval('relaymq_job_seq') ELSE j.seq END,
-        attempts = CASE WHEN s.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END,
-        -- relaymq_with_attempt (0012), with its two common cases written out: PostgreSQL
-        -- cannot inline that function, and a call costs more than the append itself
-        attempt_history = (SELECT CASE
-            WHEN s.keep <= 0 THEN j.attempt_history
-            WHEN j.attempt_history IS NULL THEN jsonb_build_array(a.attempt)
-            WHEN jsonb_typeof(j.attempt_history) = 'array'
-                 AND jsonb_array_length(j.attempt_history) < s.keep
-                THEN j.attempt_history || jsonb_build_array(a.attempt)
-            ELSE relaymq_with_attempt(j.attempt_history, a.attempt, s.keep) END
-            FROM (SELECT jsonb_build_object(
-                'attempt', j.attempts, 'outcome', s.outcome,
-                'started_at', extract(epoch FROM j.claimed_at),
-                'ended_at', extract(epoch FROM t.now), 'worker', j.worker_id, 'ran_for', s.ran_for,
-                'error', CASE WHEN s.outcome = 'complete' THEN NULL ELSE s.error END)) a(attempt))
-    FROM s, t
-    WHERE j.queue = s.queue AND j.id = s.id AND j.state = s.held AND j.token = s.token
-    RETURNING j.queue, j.id, j.state, j.token
-),
+<settled>,
 answers AS (
-    SELECT array_agg(
-               CASE WHEN d.id IS NOT NULL THEN true
-                    WHEN NOT s.final THEN false
-                    ELSE coalesce((SELECT cur.state = s.target AND cur.token = s.token
-                                   FROM relaymq_jobs cur
-                                   WHERE cur.queue = s.queue AND cur.id = s.id), false)
-               END ORDER BY s.ord) AS applied
+    SELECT array_agg(<applied> ORDER BY s.ord) AS applied
     FROM s
     LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id AND d.token = s.token
 ),
