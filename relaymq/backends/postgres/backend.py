@@ -38,11 +38,13 @@ from relaymq.backends.postgres.limits import (
     LimitedQueues,
     claim_delivered_limited,
     claim_limited,
+    held_back,
+    settle_claim_limited,
 )
 from relaymq.backends.postgres.listener import Listener
 from relaymq.backends.postgres.migrations import apply, migrate, migrations
 from relaymq.backends.postgres.notify import Notes, decode, event_channel
-from relaymq.backends.postgres.records import describe, problems, to_job, to_job_lenient
+from relaymq.backends.postgres.records import problems, to_job, to_job_lenient
 from relaymq.backends.postgres.statements import Q
 from relaymq.backends.postgres.tx import (
     PostgresWrite,
@@ -273,51 +275,8 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
                 claim_limited, queue, worker_id, want, now, PROMOTE_PER_CLAIM
             )
             jobs += await self._readable(rows, now)
-            if a is not None and len(rows) == a.take < want:
-                limited[queue] = a.retry_in
-            if keys_held is not False:
-                limited[queue] = keys_held
-        if now is None:
-            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return ClaimBatch(jobs, now, limited)
-
-    async def _readable(self, rows: Sequence[asyncpg.Record], now: float | None) -> list[Job]:
-        """The jobs of the rows a claim took; those that cannot be read are failed into the
-        DLQ with the reason (``relaymq.backends.corrupt``), not handed out, not lost."""
-        jobs: list[Job] = []
-        bad: list[tuple[asyncpg.Record, list[str]]] = []
-        for r in rows:
-            wrong = problems(r)
-            if wrong:
-                bad.append((r, wrong))
-            else:
-                jobs.append(to_job(r))
-        if bad:
-            await self._quarantine(bad, now)
-        return jobs
-
-    async def _quarantine(
-        self, bad: Sequence[tuple[asyncpg.Record, list[str]]], now: float | None
-    ) -> list[str]:
-        """Fail these unreadable rows into the DLQ with the reason; the ids failed."""
-        failed = await self._fetch(
-            "quarantine",
-            [r["queue"] for r, _ in bad],
-            [r["id"] for r, _ in bad],
-            [describe(r, wrong) for r, wrong in bad],
-            [r["state"] for r, _ in bad],
-            now,
-        )
-        return [r["id"] for r in failed]
-
-    async def _quarantine_strays(self, queue: str, states: Sequence[str]) -> list[str]:
-        """Fail the jobs of ``queue`` in these states nobody knows into the DLQ."""
-        bad = [
-            (r, problems(r))
-            for state in states
-            for r in await self._fetch("jobs_in_state", queue, state)
-        ]
-        return await self._quarantine(bad, self._now()) if bad else []
+            limited.update(held_back(queue, len(rows), want, a, keys_held))
+        return _batch(jobs, now, limited)
 
     async def heartbeat(self, beats: Sequence[Beat]) -> list[BeatResult]:
         if not beats:
@@ -343,15 +302,18 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
     async def settle_and_claim(
         self, settles: Sequence[Settle], queues: Sequence[str], worker_id: str, limit: int
     ) -> SettledClaimed:
-        """One statement, one commit, for queues without limits (a queue with limits is
-        claimed under the lock of its limits row: the two calls). A settle that puts a job
-        back in line makes the two calls too: the claim must see that job (I10), and the
-        claim part of one statement cannot (``settle_claim`` in queries.sql)."""
+        """One statement, one commit, for queues without limits; for one queue with limits,
+        the settles go with the claim's last statement (``settle_claim_limited``), one commit
+        too. A settle that puts a job back in line makes the two calls: the claim must see
+        that job (I10), and the claim part of one statement cannot (``settle_claim`` in
+        queries.sql); so do several queues with limits, or some with and some without."""
         if not settles or not queues or limit <= 0 or _back_in_line(settles):
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         if self._limited.stale():
             self._limited.update([r["queue"] for r in await self._fetch("limited_queues")])
         plain, with_limits = self._limited.split(queues)
+        if with_limits and not plain and len(with_limits) == 1:
+            return await self._settle_claim_limited(settles, with_limits[0], worker_id, limit)
         if with_limits:
             return await super().settle_and_claim(settles, queues, worker_id, limit)
         now = self._now()
@@ -367,9 +329,17 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         )
         jobs = await self._readable([r for r in rows if r["id"] is not None], now)
         limited: dict[str, float | None] = dict.fromkeys(rows[0]["sequence_held"] or ())
-        if now is None:
-            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return SettledClaimed(list(rows[0]["applied"]), ClaimBatch(jobs, now, limited))
+        return SettledClaimed(list(rows[0]["applied"]), _batch(jobs, now, limited))
+
+    async def _settle_claim_limited(
+        self, settles: Sequence[Settle], queue: str, worker_id: str, limit: int
+    ) -> SettledClaimed:
+        now = self._now()
+        applied, (rows, a, keys_held) = await self._in_transaction(
+            settle_claim_limited, settles, queue, worker_id, limit, now, PROMOTE_PER_CLAIM
+        )
+        limited = held_back(queue, len(rows), limit, a, keys_held)
+        return SettledClaimed(applied, _batch(await self._readable(rows, now), now, limited))
 
     async def wait(self, queues: Sequence[str], timeout: float) -> None:
         if self._listener is None:  # no LISTEN through a transaction pooler: poll
@@ -522,22 +492,27 @@ class PostgresBackend(PostgresAdmin, Backend, DeliveryStore):
         rows: list[asyncpg.Record] = []
         limited: dict[str, float | None] = {}
         if deliveries:
-            rows, _, held_back = await self._in_transaction(
+            rows, _, held = await self._in_transaction(
                 claim_delivered_limited, queue, deliveries, worker_id, now
             )
-            if held_back is not False:  # its limits or its sequences held deliveries back
-                limited[queue] = held_back
+            if held is not False:  # its limits or its sequences held deliveries back
+                limited[queue] = held
         jobs = await self._readable([r for r in rows if r["id"] is not None], now)
         stale = [r["delivery_id"] for r in rows if r["id"] is None and not r["sequence_held"]]
-        if now is None:
-            now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
-        return ClaimBatch(jobs, now, limited), stale
+        return _batch(jobs, now, limited), stale
 
     async def promote_due(self, queue: str, limit: int) -> list[Job]:
         if limit <= 0:
             return []
         now = self._now()
         return await self._readable(await self._fetch("promote_due", queue, limit, now), now)
+
+
+def _batch(jobs: list[Job], now: float | None, limited: dict[str, float | None]) -> ClaimBatch:
+    """A claim's batch, at ``now`` or (on the server's clock) at its jobs' claim time."""
+    if now is None:
+        now = jobs[0].claimed_at if jobs and jobs[0].claimed_at else time.time()
+    return ClaimBatch(jobs, now, limited)
 
 
 def _back_in_line(settles: Sequence[Settle]) -> bool:

@@ -35,8 +35,10 @@ from typing import Any
 import asyncpg
 
 from relaymq.backends import sqlfile
+from relaymq.backends.postgres.tx import attempt_args, settle_args
 from relaymq.policy import KEY_SCAN, Allowance, KeyBudget, allowance
 from relaymq.records.limits import Limits
+from relaymq.records.store import OUTCOME_STATE, Settle
 
 Q = sqlfile.named_queries(__package__, "queries.sql")
 
@@ -191,14 +193,12 @@ async def claim_limited(
     ``OPTIMISTIC`` times takes the lock."""
     size = page_size(want)
     for _ in range(OPTIMISTIC):
-        row = await con.fetchrow(Q["limits_view"], queue, promote, now, size)
+        row = await con.fetchrow(Q["limits_view"], queue, promote, now, size, [], [], [])
         if row is None:
             break  # no limits (any more): the ordinary claim, below
-        page = None
-        if not row["promoted"]:  # else the page, read in the same snapshot, misses them
-            found = zip(row["page_ids"], row["page_keys"], row["page_served"], strict=True)
-            page = list(found), size
-        claimed = await _claim_gated(con, queue, worker_id, now, gate_of(row, want), page)
+        claimed, _ = await _claim_gated(
+            con, queue, worker_id, now, gate_of(row, want), _page(row, size)
+        )
         if claimed is not None:
             return claimed
     async with con.transaction():
@@ -207,9 +207,61 @@ async def claim_limited(
             rows = await con.fetch(Q["claim"], [queue], worker_id, want, now, promote, True)
             held = None if queue in (rows[0]["sequence_held"] or ()) else False
             return [r for r in rows if r["id"] is not None], None, held
-        claimed = await _claim_gated(con, queue, worker_id, now, gate)
+        claimed, _ = await _claim_gated(con, queue, worker_id, now, gate)
     assert claimed is not None, "the limits row changed under its lock"
     return claimed
+
+
+async def settle_claim_limited(
+    con: asyncpg.Connection,
+    settles: Sequence[Settle],
+    queue: str,
+    worker_id: str,
+    want: int,
+    now: float | None,
+    promote: int,
+) -> tuple[list[bool], Claimed]:
+    """``settles``' answers, then ``claim_limited``'s, in two statements as a rule: the
+    limits view, its counts leaving out the jobs of ``queue`` settled here, then the settles
+    with the claim's last step ("settle_claim_ids"), one commit. None of the settles may put
+    its job back in line (the claim could not see it). The settles apply even when the claim
+    lost its race, which then goes on as ``claim_limited``."""
+    mine = [s for s in settles if s.claim.queue == queue]
+    size = page_size(want)
+    ids, tokens = [s.claim.job_id for s in mine], [s.claim.token for s in mine]
+    states = [OUTCOME_STATE[s.outcome].value for s in mine]
+    row = await con.fetchrow(Q["limits_view"], queue, promote, now, size, ids, tokens, states)
+    if row is None:  # no limits (any more)
+        rows = await con.fetch(Q["settle"], *settle_args(settles), now, *attempt_args(settles))
+        applied = [bool(r["applied"]) for r in rows]
+    else:
+        gate = gate_of(row, want)
+        claimed, applied = await _claim_gated(
+            con, queue, worker_id, now, gate, _page(row, size), (settles, row["settling"])
+        )
+        if claimed is not None:
+            return applied, claimed
+    return applied, await claim_limited(con, queue, worker_id, want, now, promote)
+
+
+def held_back(
+    queue: str, taken: int, want: int, a: Allowance | None, keys_held: float | bool | None
+) -> dict[str, float | None]:
+    """A limited claim's entry in ``ClaimBatch.limited`` (``taken`` of ``want``, and what
+    ``claim_limited`` said): when ``queue`` may give more; none when nothing held it back."""
+    if keys_held is not False:
+        return {queue: keys_held}
+    if a is not None and taken == a.take < want:
+        return {queue: a.retry_in}
+    return {}
+
+
+def _page(row: Any, size: int) -> Page | None:
+    """The first page of candidates of a row of "limits_view"; None when the statement
+    promoted jobs, which the page, read in the same snapshot, misses."""
+    if row["promoted"]:
+        return None
+    return list(zip(row["page_ids"], row["page_keys"], row["page_served"], strict=True)), size
 
 
 async def _claim_gated(
@@ -219,19 +271,28 @@ async def _claim_gated(
     now: float | None,
     gate: Gate,
     page: Page | None = None,
-) -> Claimed | None:
-    """Claim what ``gate`` allows, as ``claim_limited`` says, from ``page`` first if given;
-    None when the limits row is no longer at the gate's version (another claim counted its
-    starts: nothing was claimed)."""
+    settling: tuple[Sequence[Settle], int] | None = None,
+) -> tuple[Claimed | None, list[bool]]:
+    """Claim what ``gate`` allows, as ``claim_limited`` says, from ``page`` first if given,
+    applying the settles of ``settling`` in the same statement (with how many of them the
+    gate read as applying); None when the limits row is no longer at the gate's version
+    (another claim counted its starts) or the settles did not apply as read: nothing was
+    claimed; and the settles' answers."""
     take = gate.allowance.take
     budget = gate.budget
     picked = await _pick(con, queue, take, gate, page) if take > 0 else []
     adds = gate.partial and not (gate.budget is not None and gate.budget.new_round)
-    rows = await con.fetch(
-        Q["claim_ids"], queue, picked, worker_id, now, *windows(gate, 0), gate.version, adds
-    )
+    claim = (queue, picked, worker_id, *windows(gate, 0), gate.version, adds)
+    if settling is not None:
+        settles, counted = settling
+        settle = (*settle_args(settles), now, *attempt_args(settles))
+        rows = await con.fetch(Q["settle_claim_ids"], *settle, *claim, counted)
+        applied = list(rows[0]["applied"])
+    else:
+        rows = await con.fetch(Q["claim_ids"], *claim[:3], now, *claim[3:])
+        applied = []
     if not rows[0]["won"]:
-        return None
+        return None, applied
     place = {job_id: i for i, job_id in enumerate(picked)}
     taken = sorted((r for r in rows if r["id"] is not None), key=lambda r: place[r["id"]])
     keys_held: float | bool | None = False
@@ -248,7 +309,7 @@ async def _claim_gated(
     if len(taken) < take and keys_held is False:
         if await con.fetchval(Q["sequence_held"], queue):
             keys_held = None  # jobs of sequences passed over: they start as jobs end
-    return taken, gate.allowance, keys_held
+    return (taken, gate.allowance, keys_held), applied
 
 
 async def _pick(

@@ -28,8 +28,9 @@
         WHERE o.queue = j.queue AND o.state = 'active' AND o.sequence = j.sequence)))
 
 -- fragment: sequence_free_settled
--- sequence_free for the claim part of "settle_claim": as if the settles of the same
--- statement (its "done" rows: queue, id, and the state each went to) had been applied
+-- sequence_free for the claim part of "settle_claim" (and the page of "limits_view"): as if
+-- the settles of the same statement (its "done" rows: queue, id, and the state each went to,
+-- or goes to) had been applied
 -- first, which the statement's snapshot cannot show. A job they ended leaves its sequence
 -- (completed, cancelled, or dead-lettered with 'continue'), and is no longer active.
 (j.sequence IS NULL OR (
@@ -1064,7 +1065,11 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 -- version: no other claim of the queue counted its starts in between, and every claim of a
 -- queue with limits does. What else changes meanwhile (jobs ending, recovered, enqueued) only
 -- frees room.
--- in: $1 queue, $2 int, $3 now float8|NULL, $4 page int. out: the columns of "lock_limits" and
+-- in: $1 queue, $2 int, $3 now float8|NULL, $4 page int, $5 ids text[], $6 tokens int8[] and
+-- $7 states text[]: the jobs the claim's own statement settles first ("settle_claim_ids"), and
+-- the states they go to; counted and read as if settled (the CTE "done": those still active
+-- with that token; "settle_claim_ids" claims only if it settles those very jobs).
+-- out: the columns of "lock_limits" and
 -- of "limits_active" (key_active counted when the queue has key_max_active), but for
 -- fair_served: served_elsewhere, whether some key had its turn in the round ("keyed_candidates"
 -- reads the map, and "claim_ids" adds to it); and the first $4 waiting jobs in claim order as
@@ -1075,10 +1080,17 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
 <promote>,
 l AS (SELECT xmin::text AS version, * FROM relaymq_limits WHERE queue = $1),
+done AS (
+    SELECT j.queue, j.id, m.state, j.token
+    FROM unnest($5::text[], $6::int8[], $7::text[]) AS m(id, token, state)
+    JOIN relaymq_jobs j ON j.queue = $1 AND j.id = m.id AND j.token = m.token
+                       AND j.state = 'active'
+),
 ka AS (
     SELECT j.limit_key, count(*) AS n FROM relaymq_jobs j, l
     WHERE l.key_max_active IS NOT NULL AND j.queue = $1 AND j.state = 'active'
       AND j.limit_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM done d WHERE d.id = j.id)
     GROUP BY j.limit_key
 ),
 f AS (SELECT CASE WHEN l.fair THEN l.fair_served ELSE '{}' END AS served, l.weights FROM l),
@@ -1093,13 +1105,16 @@ page AS (
     FROM l, relaymq_jobs j
     WHERE j.queue = $1 AND j.state = 'waiting'
       AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT key FROM skipped))
-      AND <sequence_free>
+      AND <sequence_free_settled>
     ORDER BY j.priority, j.seq LIMIT $4
 )
 SELECT l.version, l.max_active, l.rate, l.per, l.win, l.used, l.key_rate,
        l.key_per, l.key_win, l.key_used::text, l.key_max_active, l.fair,
        l.weights::text AS weights, l.fair_served <> '{}' AS served_elsewhere,
-       (SELECT count(*) FROM relaymq_jobs WHERE queue = $1 AND state = 'active') AS active,
+       (SELECT count(*) FROM relaymq_jobs j
+        WHERE j.queue = $1 AND j.state = 'active'
+          AND NOT EXISTS (SELECT 1 FROM done d WHERE d.id = j.id)) AS active,
+       (SELECT count(*) FROM done) AS settling,
        extract(epoch FROM t.now)::float8 AS now,
        (SELECT coalesce(jsonb_object_agg(ka.limit_key, ka.n), '{}') FROM ka)::text
            AS key_active,
@@ -1212,6 +1227,49 @@ counted AS (
     WHERE queue = $1 AND EXISTS (SELECT 1 FROM guard)
 )
 SELECT EXISTS (SELECT 1 FROM guard) AS won, c.* FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+
+-- name: settle_claim_ids
+-- "settle", then "claim_ids", in one statement and one commit: a limited claim's last step
+-- with the worker's outcomes (limits.py). The claim's counts ("limits_view") left out the jobs
+-- settled here; the two parts touch different rows (active ones, waiting ones), and the caller
+-- sends no settle that puts its job back in line (the claim could not see it). The settles
+-- apply whether or not the claim does.
+-- in: $1..$10 as for "settle", $11..$20 as $1..$3 and $5..$11 of
+-- "claim_ids" (its now is $8), $21 how many of the settles of $11 "limits_view" read as
+-- applying: the claim applies only if that many do (the same ones: they were active with
+-- their token), so that it stands on what the view read.
+-- out: as "claim_ids", each row with applied bool[] (the settle's answers in order).
+WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
+<settled>,
+answers AS (
+    SELECT array_agg(<applied> ORDER BY s.ord) AS applied
+    FROM s
+    LEFT JOIN done d ON d.queue = s.queue AND d.id = s.id AND d.token = s.token
+),
+guard AS (
+    SELECT 1 FROM relaymq_limits
+    WHERE queue = $11 AND xmin = $19::text::xid
+      AND (SELECT count(*) FROM done WHERE done.queue = $11) = $21
+    FOR UPDATE
+),
+claimed AS (
+    UPDATE relaymq_jobs j
+    SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
+        claimed_at = t.now, heartbeat_at = t.now, worker_id = $13, run_at = NULL
+    FROM t
+    WHERE (j.queue, j.id, j.state) IN (SELECT $11::text, unnest($12::text[]), 'waiting'::text)
+      AND EXISTS (SELECT 1 FROM guard)
+    RETURNING j.*
+),
+counted AS (
+    UPDATE relaymq_limits
+    SET win = $14, used = $15::int + (SELECT count(*) FROM claimed)::int, key_win = $16,
+        key_used = $17::jsonb,
+        fair_served = CASE WHEN $20::bool THEN fair_served || $18::jsonb ELSE $18::jsonb END
+    WHERE queue = $11 AND EXISTS (SELECT 1 FROM guard)
+)
+SELECT a.applied, EXISTS (SELECT 1 FROM guard) AS won, c.*
+FROM answers a LEFT JOIN claimed c ON true;
 
 -- name: dependency_states
 -- A dependent's enqueue (its own transaction): the dependencies that exist, and their states,
