@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 
 from relaymq.backends.postgres import PostgresBackend
-from relaymq.backends.postgres.limits import Q, _claim_gated, gate_of, windows
+from relaymq.backends.postgres.limits import Q, _claim_gated, claim_ids, gate_of
 from relaymq.job import JobState
 from relaymq.records.limits import Limits
 from relaymq.records.store import Outcome, Settle
@@ -43,17 +43,13 @@ async def test_a_claim_counted_before_another_claim_of_the_queue_takes_nothing(
         assert late.budget is not None and late.budget.take("a")
         taken = await backend.claim(["q"], "w1", 1)  # another claim, in between
         assert [j.id for j in taken.jobs] == ["a1"]
-        rows = await con.fetch(
-            Q["claim_ids"], "q", ["a2"], "w2", None, *windows(late, 0), late.version, True
-        )
+        rows = await claim_ids(con, "q", ["a2"], "w2", None, late)
         assert [(r["won"], r["id"]) for r in rows] == [(False, None)]
         # Counted again, the same statement wins, and the cap leaves a2 waiting.
         row = await con.fetchrow(Q["limits_view"], "q", 0, None, 1, [], [], [])
         fresh = gate_of(row, 1)
         assert fresh.budget is not None and not fresh.budget.take("a")
-        rows = await con.fetch(
-            Q["claim_ids"], "q", [], "w2", None, *windows(fresh, 0), fresh.version, True
-        )
+        rows = await claim_ids(con, "q", [], "w2", None, fresh)
         assert [(r["won"], r["id"]) for r in rows] == [(True, None)]
     [a2] = await backend.get_jobs("q", ["a2"])
     assert a2 is not None and a2.state is JobState.WAITING

@@ -28,7 +28,9 @@ BY_IDS = {  # statement: sample arguments (the plan does not depend on them)
     "cancel_jobs": "('q', ARRAY['a'], NULL)",
     "remove_jobs": "('q', ARRAY['a'])",
     "retry_jobs": "('q', ARRAY['a'], NULL)",
-    "claim_ids": "('q', ARRAY['a'], 'w', NULL, 0, 0, 0, '{}', '{}', '1', false)",
+    "claim_ids": "(ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::int8[], ARRAY[]::text[], "
+    "ARRAY[]::bytea[], ARRAY[]::text[], ARRAY[]::float8[], NULL, ARRAY[]::float8[], "
+    "ARRAY[]::int4[], 'q', ARRAY['a'], 'w', 0, 0, 0, '{}', '{}', '1', false, 0)",
     "dependency_states": "('q', ARRAY['a'])",
     "claim_delivered": "('q', ARRAY['a'], ARRAY[1], 'w', NULL, false)",
     "live_deliveries": "('q', ARRAY['a'], ARRAY[1])",

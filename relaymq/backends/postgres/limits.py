@@ -223,7 +223,7 @@ async def settle_claim_limited(
 ) -> tuple[list[bool], Claimed]:
     """``settles``' answers, then ``claim_limited``'s, in two statements as a rule: the
     limits view, its counts leaving out the jobs of ``queue`` settled here, then the settles
-    with the claim's last step ("settle_claim_ids"), one commit. None of the settles may put
+    with the claim's last step ("claim_ids"), one commit. None of the settles may put
     its job back in line (the claim could not see it). The settles apply even when the claim
     lost its race, which then goes on as ``claim_limited``."""
     mine = [s for s in settles if s.claim.queue == queue]
@@ -281,16 +281,8 @@ async def _claim_gated(
     take = gate.allowance.take
     budget = gate.budget
     picked = await _pick(con, queue, take, gate, page) if take > 0 else []
-    adds = gate.partial and not (gate.budget is not None and gate.budget.new_round)
-    claim = (queue, picked, worker_id, *windows(gate, 0), gate.version, adds)
-    if settling is not None:
-        settles, counted = settling
-        settle = (*settle_args(settles), now, *attempt_args(settles))
-        rows = await con.fetch(Q["settle_claim_ids"], *settle, *claim, counted)
-        applied = list(rows[0]["applied"])
-    else:
-        rows = await con.fetch(Q["claim_ids"], *claim[:3], now, *claim[3:])
-        applied = []
+    rows = await claim_ids(con, queue, picked, worker_id, now, gate, settling)
+    applied = list(rows[0]["applied"] or ())
     if not rows[0]["won"]:
         return None, applied
     place = {job_id: i for i, job_id in enumerate(picked)}
@@ -310,6 +302,35 @@ async def _claim_gated(
         if await con.fetchval(Q["sequence_held"], queue):
             keys_held = None  # jobs of sequences passed over: they start as jobs end
     return (taken, gate.allowance, keys_held), applied
+
+
+async def claim_ids(
+    con: asyncpg.Connection,
+    queue: str,
+    picked: list[str],
+    worker_id: str,
+    now: float | None,
+    gate: Gate,
+    settling: tuple[Sequence[Settle], int] | None = None,
+) -> list[asyncpg.Record]:
+    """The rows of "claim_ids": claim ``picked`` as ``gate`` counted them, after the settles
+    of ``settling`` if given."""
+    settles, counted = settling if settling is not None else ((), 0)
+    adds = gate.partial and not (gate.budget is not None and gate.budget.new_round)
+    rows: list[asyncpg.Record] = await con.fetch(
+        Q["claim_ids"],
+        *settle_args(settles),
+        now,
+        *attempt_args(settles),
+        queue,
+        picked,
+        worker_id,
+        *windows(gate, 0),
+        gate.version,
+        adds,
+        counted,
+    )
+    return rows
 
 
 async def _pick(

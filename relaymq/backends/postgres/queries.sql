@@ -1066,9 +1066,9 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 -- queue with limits does. What else changes meanwhile (jobs ending, recovered, enqueued) only
 -- frees room.
 -- in: $1 queue, $2 int, $3 now float8|NULL, $4 page int, $5 ids text[], $6 tokens int8[] and
--- $7 states text[]: the jobs the claim's own statement settles first ("settle_claim_ids"), and
+-- $7 states text[]: the jobs the claim's own statement settles first ("claim_ids"), and
 -- the states they go to; counted and read as if settled (the CTE "done": those still active
--- with that token; "settle_claim_ids" claims only if it settles those very jobs).
+-- with that token; "claim_ids" claims only if it settles those very jobs).
 -- out: the columns of "lock_limits" and
 -- of "limits_active" (key_active counted when the queue has key_max_active), but for
 -- fair_served: served_elsewhere, whether some key had its turn in the round ("keyed_candidates"
@@ -1195,50 +1195,23 @@ LEFT JOIN LATERAL (
 ORDER BY c.priority, c.seq;
 
 -- name: claim_ids
--- The last step of a limited claim with per-key limits: claim these waiting jobs of $1 as
--- "claim" does, and store the windows it counted its starts in, as "count_starts" does, with
--- the jobs claimed added to $6; only while the queue's limits row has version $10 (its xmin,
--- as read by "limits_view" or "lock_limits"): when another claim counted its starts since,
--- nothing is claimed or stored. in: $1 queue, $2 ids text[], $3 worker_id, $4 now
--- float8|NULL, $5 win, $6 used before this claim, $7 key_win, $8 key_used, $9 fair_served
--- (JSON text), $10 version, $11 whether $9 holds only the keys counted by this claim (added
--- to the stored map) rather than the whole map. out: won (whether the row had that version) and every column of
--- each job claimed; one row with id NULL when none was.
+-- The last step of a limited claim (limits.py), with the worker's outcomes: apply the settles
+-- as "settle" does, then claim these waiting jobs of $11 as "claim" does and store the windows
+-- it counted its starts in, as "count_starts" does, with the jobs claimed added to $18; only
+-- while the queue's limits row has version $19 (its xmin, as read by "limits_view" or
+-- "lock_limits") and the settles of $11 that applied are as many as $21 ("limits_view" read
+-- that many as applying, and counted the claim as if they had: the same ones, active with
+-- their token): else nothing is claimed or stored, and the settles apply all the same. The two
+-- parts touch different rows (active ones, waiting ones); the caller sends no settle that puts
+-- its job back in line (the claim could not see it). One commit for both.
+-- in: $1..$10 as for "settle" (empty arrays: none; $8 now float8|NULL), $11 queue, $12 ids
+-- text[], $13 worker_id, $14 win, $15 used before this claim, $16 key_win, $17 key_used, $18
+-- fair_served (JSON text), $19 version, $20 whether $18 holds only the keys counted by this
+-- claim (added to the stored map) rather than the whole map, $21 int.
+-- out: applied bool[] (the settles' answers in order), won (whether the claim applied), and
+-- every column of each job claimed; one row with id NULL when none was.
 -- (The guard locks the row, waiting for a claim that holds it; a row changed meanwhile has a
 -- new xmin, which its recheck then fails.)
-WITH t AS (SELECT coalesce(to_timestamp($4::float8), now()) AS now),
-guard AS (
-    SELECT 1 FROM relaymq_limits WHERE queue = $1 AND xmin = $10::text::xid FOR UPDATE
-),
-claimed AS (
-    UPDATE relaymq_jobs j
-    SET state = 'active', token = j.token + 1, attempts = j.attempts + 1,
-        claimed_at = t.now, heartbeat_at = t.now, worker_id = $3, run_at = NULL
-    FROM t
-    WHERE (j.queue, j.id, j.state) IN (SELECT $1::text, unnest($2::text[]), 'waiting'::text)
-      AND EXISTS (SELECT 1 FROM guard)
-    RETURNING j.*
-),
-counted AS (
-    UPDATE relaymq_limits
-    SET win = $5, used = $6::int + (SELECT count(*) FROM claimed)::int, key_win = $7,
-        key_used = $8::jsonb,
-        fair_served = CASE WHEN $11::bool THEN fair_served || $9::jsonb ELSE $9::jsonb END
-    WHERE queue = $1 AND EXISTS (SELECT 1 FROM guard)
-)
-SELECT EXISTS (SELECT 1 FROM guard) AS won, c.* FROM (SELECT 1) one LEFT JOIN claimed c ON true;
-
--- name: settle_claim_ids
--- "settle", then "claim_ids", in one statement and one commit: a limited claim's last step
--- with the worker's outcomes (limits.py). The claim's counts ("limits_view") left out the jobs
--- settled here; the two parts touch different rows (active ones, waiting ones), and the caller
--- sends no settle that puts its job back in line (the claim could not see it). The settles
--- apply whether or not the claim does.
--- in: $1..$10 as for "settle", $11..$20 as $1..$3 and $5..$11 of
--- "claim_ids" (its now is $8), $21 how many of the settles of $11 "limits_view" read as
--- applying: the claim applies only if that many do (the same ones: they were active with
--- their token), so that it stands on what the view read.
--- out: as "claim_ids", each row with applied bool[] (the settle's answers in order).
 WITH t AS (SELECT coalesce(to_timestamp($8::float8), now()) AS now),
 <settled>,
 answers AS (
