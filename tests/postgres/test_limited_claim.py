@@ -80,3 +80,26 @@ async def test_settles_in_the_claim_statement_that_do_not_apply_as_counted_claim
     assert claimed is None and applied == [False]
     jobs = await backend.get_jobs("q", ["s1", "s2"])
     assert [j.state if j else None for j in jobs] == [JobState.WAITING, JobState.WAITING]
+
+
+async def test_a_claim_with_settles_reads_them_as_applied_past_its_first_page_too(
+    backend: PostgresBackend,
+) -> None:
+    """When the limits view promoted due jobs, its first page (read in the same snapshot,
+    without them) is read again by another statement, which must read the claim's own settles
+    as applied too: the completed job's sequence lets its next job start, in this claim."""
+    now = [1_800_000_000.0]
+    clocked = PostgresBackend(backend.url, clock=lambda: now[0])
+    await clocked.connect()
+    try:
+        await clocked.set_limits("q", Limits(max_active=10))
+        jobs = [new_job("q", i, sequence="s") for i in ("s1", "s2")]
+        await clocked.enqueue([*jobs, new_job("q", "d1", delay=5)])
+        [s1] = (await clocked.claim(["q"], "w", 1)).jobs
+        now[0] += 10  # d1 is due: the claim below promotes it
+        settle = Settle(s1.claim, Outcome.COMPLETE, result=b"1")
+        got = await clocked.settle_and_claim([settle], ["q"], "w", 2)
+    finally:
+        await clocked.close()
+    assert got.applied == [True] and got.batch is not None
+    assert [j.id for j in got.batch.jobs] == ["s2", "d1"]

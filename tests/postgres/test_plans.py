@@ -82,7 +82,8 @@ async def test_a_statement_by_ids_looks_each_id_up_in_a_plan_made_on_an_empty_ta
 
 CANDIDATES = {  # statement: sample arguments
     "limits_view": "('q', 0, NULL, 28, ARRAY[]::text[], ARRAY[]::int8[], ARRAY[]::text[])",
-    "keyed_candidates": "('q', ARRAY['k'], 28, ARRAY[]::text[], true)",
+    "keyed_candidates": "('q', ARRAY['k'], 28, ARRAY[]::text[], ARRAY[]::text[], "
+    "ARRAY[]::int8[], ARRAY[]::text[], true)",
 }
 
 

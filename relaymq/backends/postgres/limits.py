@@ -193,7 +193,7 @@ async def claim_limited(
     ``OPTIMISTIC`` times takes the lock."""
     size = page_size(want)
     for _ in range(OPTIMISTIC):
-        row = await con.fetchrow(Q["limits_view"], queue, promote, now, size, [], [], [])
+        row = await con.fetchrow(Q["limits_view"], queue, promote, now, size, *NONE)
         if row is None:
             break  # no limits (any more): the ordinary claim, below
         claimed, _ = await _claim_gated(
@@ -226,11 +226,9 @@ async def settle_claim_limited(
     with the claim's last step ("claim_ids"), one commit. None of the settles may put
     its job back in line (the claim could not see it). The settles apply even when the claim
     lost its race, which then goes on as ``claim_limited``."""
-    mine = [s for s in settles if s.claim.queue == queue]
     size = page_size(want)
-    ids, tokens = [s.claim.job_id for s in mine], [s.claim.token for s in mine]
-    states = [OUTCOME_STATE[s.outcome].value for s in mine]
-    row = await con.fetchrow(Q["limits_view"], queue, promote, now, size, ids, tokens, states)
+    settled = as_settled(settles, queue)
+    row = await con.fetchrow(Q["limits_view"], queue, promote, now, size, *settled)
     if row is None:  # no limits (any more)
         rows = await con.fetch(Q["settle"], *settle_args(settles), now, *attempt_args(settles))
         applied = [bool(r["applied"]) for r in rows]
@@ -254,6 +252,21 @@ def held_back(
     if a is not None and taken == a.take < want:
         return {queue: a.retry_in}
     return {}
+
+
+Settled = tuple[list[str], list[int], list[str]]
+"""The jobs of a queue settled in the claim's own last statement, as the statements before it
+read them (as if applied): ids, tokens, and the states they go to."""
+NONE: Settled = ([], [], [])
+
+
+def as_settled(settles: Sequence[Settle], queue: str) -> Settled:
+    mine = [s for s in settles if s.claim.queue == queue]
+    return (
+        [s.claim.job_id for s in mine],
+        [s.claim.token for s in mine],
+        [OUTCOME_STATE[s.outcome].value for s in mine],
+    )
 
 
 def _page(row: Any, size: int) -> Page | None:
@@ -280,7 +293,8 @@ async def _claim_gated(
     claimed; and the settles' answers."""
     take = gate.allowance.take
     budget = gate.budget
-    picked = await _pick(con, queue, take, gate, page) if take > 0 else []
+    settled = as_settled(settling[0], queue) if settling is not None else NONE
+    picked = await _pick(con, queue, take, gate, page, settled) if take > 0 else []
     rows = await claim_ids(con, queue, picked, worker_id, now, gate, settling)
     applied = list(rows[0]["applied"] or ())
     if not rows[0]["won"]:
@@ -294,7 +308,10 @@ async def _claim_gated(
         # sequence holds too (a key refuses before a sequence does, as KeyBudget.refuses
         # says); asked once the jobs this claim took are no longer waiting.
         spent = budget.spent()
-        if spent and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, spent, False))[0]:
+        if (
+            spent
+            and (await con.fetchrow(Q["keyed_candidates"], queue, [], 0, spent, *NONE, False))[0]
+        ):
             budget.held_back = True
     if budget is not None and budget.held_back and len(taken) < take:
         keys_held = budget.retry_in(gate.now)
@@ -334,7 +351,12 @@ async def claim_ids(
 
 
 async def _pick(
-    con: asyncpg.Connection, queue: str, want: int, gate: Gate, page: Page | None
+    con: asyncpg.Connection,
+    queue: str,
+    want: int,
+    gate: Gate,
+    page: Page | None,
+    settled: Settled,
 ) -> list[str]:
     """Up to ``want`` waiting jobs in claim order, past those whose limit key has used its
     window or is at its cap (``KEY_SCAN`` looked at, at most), counted in the gate's budget
@@ -347,7 +369,9 @@ async def _pick(
         turns = gate.reads_turns()
         if found is None:
             excluded = budget.excluded() if budget else []
-            rows = await con.fetch(Q["keyed_candidates"], queue, excluded, size, [], turns)
+            rows = await con.fetch(
+                Q["keyed_candidates"], queue, excluded, size, [], *settled, turns
+            )
             found = [(r["id"], r["limit_key"], r["served"]) for r in rows if r["id"] is not None]
         for job_id, key, served in found:
             if len(picked) == want:

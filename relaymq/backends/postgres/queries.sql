@@ -61,6 +61,18 @@ turned AS (
         (SELECT (w ->> 1)::int FROM jsonb_array_elements(f.weights) w WHERE w ->> 0 = s.key), 1)
 )
 
+-- fragment: settling
+-- The CTE "done" of a statement that reads queue $1 as if the settles of the claim's own last
+-- statement ("claim_ids") had applied, as "settle" does: $5 ids text[], $6 tokens int8[] and
+-- $7 states text[], the state each goes to; those whose job is still active with that token
+-- (queue, id, state, token), for <sequence_free_settled> and the counts.
+done AS (
+    SELECT j.queue, j.id, m.state, j.token
+    FROM unnest($5::text[], $6::int8[], $7::text[]) AS m(id, token, state)
+    JOIN relaymq_jobs j ON j.queue = $1 AND j.id = m.id AND j.token = m.token
+                       AND j.state = 'active'
+)
+
 -- fragment: promote
 -- The CTEs "due" and "promoted" (every column of each job promoted): up to $2 due delayed
 -- jobs of queue $1 go to waiting, each with a new seq in promotion order (run time, then
@@ -1073,19 +1085,14 @@ FROM relaymq_limits WHERE queue = $1 FOR UPDATE;
 -- of "limits_active" (key_active counted when the queue has key_max_active), but for
 -- fair_served: served_elsewhere, whether some key had its turn in the round ("keyed_candidates"
 -- reads the map, and "claim_ids" adds to it); and the first $4 waiting jobs in claim order as
--- "keyed_candidates" with $5 reads them, past the keys at their cap by these counts (the
+-- "keyed_candidates" with $8 reads them, past the keys at their cap by these counts (the
 -- claim's budget decides; these only spare it the candidates it would refuse): page_ids,
 -- page_keys, page_served (arrays, in that order; the jobs this statement promoted are not
 -- among them). No row when the queue has no limits.
 WITH t AS (SELECT coalesce(to_timestamp($3::float8), now()) AS now),
 <promote>,
 l AS (SELECT xmin::text AS version, * FROM relaymq_limits WHERE queue = $1),
-done AS (
-    SELECT j.queue, j.id, m.state, j.token
-    FROM unnest($5::text[], $6::int8[], $7::text[]) AS m(id, token, state)
-    JOIN relaymq_jobs j ON j.queue = $1 AND j.id = m.id AND j.token = m.token
-                       AND j.state = 'active'
-),
+<settling>,
 ka AS (
     SELECT j.limit_key, count(*) AS n FROM relaymq_jobs j, l
     WHERE l.key_max_active IS NOT NULL AND j.queue = $1 AND j.state = 'active'
@@ -1168,15 +1175,17 @@ WHERE queue = $1;
 -- whether a waiting job of one of the keys in $4 exists (keys that may start nothing more: the
 -- claim leaves such a job out, so those keys held it back). With $5, past those of the keys
 -- that had their turn in the fair round too, as the queue's fair_served says (its count against
--- the key's weight, 1 by default), and with each job its key's count (served). in: $1 queue,
--- $2 text[], $3 int, $4 text[], $5 bool. out: held bool, id, limit_key, served int; one row
--- with id NULL when there is no candidate.
+-- the key's weight, 1 by default), and with each job its key's count (served). Read as if
+-- the settles $5..$7 had applied (<settling>: "limits_view" says). in: $1 queue, $2 text[],
+-- $3 int, $4 text[], $5..$7 (empty arrays: none), $8 bool. out: held bool, id, limit_key,
+-- served int; one row with id NULL when there is no candidate.
 -- (NOT IN over a subquery: a hashed lookup per row, however many keys $2 holds.)
 WITH f AS (
-    SELECT CASE WHEN $5::bool THEN l.fair_served ELSE '{}' END AS served, l.weights
+    SELECT CASE WHEN $8::bool THEN l.fair_served ELSE '{}' END AS served, l.weights
     FROM relaymq_limits l WHERE l.queue = $1
 ),
-<turned>
+<turned>,
+<settling>
 SELECT h.held, c.id, c.limit_key, c.served
 FROM (SELECT cardinality($4::text[]) > 0 AND EXISTS (
           SELECT 1 FROM relaymq_jobs
@@ -1189,7 +1198,7 @@ LEFT JOIN LATERAL (
     WHERE j.queue = $1 AND j.state = 'waiting'
       AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT unnest($2::text[])))
       AND (j.limit_key IS NULL OR j.limit_key NOT IN (SELECT key FROM turned))
-      AND <sequence_free>
+      AND <sequence_free_settled>
     ORDER BY j.priority, j.seq LIMIT $3
 ) c ON true
 ORDER BY c.priority, c.seq;
