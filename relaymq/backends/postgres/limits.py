@@ -15,6 +15,12 @@ snapshot no other claim has changed since cannot pass a limit; what else happens
 (jobs ending, recovered, enqueued) only frees room. A claim that loses that race twice takes
 the row's lock in a transaction and counts under it: claims of a busy queue take turns there.
 
+A worker's settles go in the claim's last statement (``settle_claim_limited``): one commit for
+both, as the shared "settle_claim" does for queues without limits. The statements before it
+count and read the queue as if those settles had applied, and the last one claims only if
+every one of them does (each was active with its token, so no other party could settle it):
+else the settles stand alone and the claim goes on as above.
+
 A claim that took fewer jobs than it could asks, once they are claimed, whether the keys that
 may start nothing more (at their cap, out of their window) hold jobs back: then the worker
 tries again when those keys may start again rather than at once.
